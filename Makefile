@@ -1,0 +1,58 @@
+# One-command set-up: `make run` serves, `make test` runs every test suite. Both create what they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CONFIG ?= config/ragsidecar.toml
+PROTOS := $(wildcard proto/ragsidecar/v1/*.proto)
+GEN_STAMP := server/src/ragsidecar/v1/.generated
+BUF := clients/typescript/node_modules/.bin/buf
+
+.PHONY: setup run test test-python test-java test-typescript lint models bench doctor clean
+
+setup: $(VENV)/.installed $(GEN_STAMP) models
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	touch $@
+
+$(GEN_STAMP): $(PROTOS) $(VENV)/.installed
+	rm -rf server/src/ragsidecar/v1
+	$(PY) -m grpc_tools.protoc -I proto --python_out=server/src --grpc_python_out=server/src \
+		--pyi_out=server/src $(PROTOS)
+	touch $@
+
+models: $(VENV)/.installed
+	$(VENV)/bin/ragsidecar models install
+
+run: setup
+	$(VENV)/bin/ragsidecar serve --config $(CONFIG)
+
+doctor: setup
+	$(VENV)/bin/ragsidecar doctor --config $(CONFIG)
+
+clients/typescript/node_modules/.installed: clients/typescript/package.json clients/typescript/package-lock.json
+	cd clients/typescript && npm ci --no-audit --no-fund --silent
+	touch $@
+
+lint: clients/typescript/node_modules/.installed
+	$(BUF) lint
+
+test-python: setup
+	$(PY) -m pytest -q
+
+test-java: setup
+	cd clients/java && mvn -q -B test
+
+test-typescript: setup clients/typescript/node_modules/.installed
+	cd clients/typescript && npm test
+
+test: lint test-python test-java test-typescript
+
+bench: setup
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,bench]'
+	$(PY) bench/rerank.py
+
+clean:
+	rm -rf $(VENV) server/src/ragsidecar/v1 .cache

@@ -1,0 +1,3 @@
+from ragsidecar.cli import main
+
+raise SystemExit(main())

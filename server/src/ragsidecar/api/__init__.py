@@ -1,0 +1,1 @@
+"""The gRPC layer: servicers that translate proto <-> domain, interceptors, status mapping, the server."""

@@ -1,0 +1,178 @@
+"""The sidecar process: gRPC server, health, reflection, reload and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ragsidecar import metrics
+from ragsidecar.api.interceptors import AccessLogInterceptor, AuthInterceptor
+from ragsidecar.api.reranker_service import RerankerService
+from ragsidecar.config import Config, ConfigError, load_config
+from ragsidecar.inference.registry import ModelRegistry
+from ragsidecar.reranking import Reranker
+from ragsidecar.v1 import (chat_knowledge_pb2, chat_knowledge_pb2_grpc, reranker_pb2, reranker_pb2_grpc,
+                           retrieval_pb2, retrieval_pb2_grpc)
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAMES = (
+    reranker_pb2.DESCRIPTOR.services_by_name["RerankerService"].full_name,
+    retrieval_pb2.DESCRIPTOR.services_by_name["RetrievalService"].full_name,
+    chat_knowledge_pb2.DESCRIPTOR.services_by_name["ChatKnowledgeService"].full_name,
+)
+SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class Sidecar:
+    def __init__(self, config_path: Path, config: Config, environ: dict[str, str]) -> None:
+        self._config_path = config_path
+        # The environment (and command-line overrides) the config was read with; reloads reuse it.
+        self._environ = environ
+        self._config = config
+        self.registry = ModelRegistry(config)
+        self._health = health.aio.HealthServicer()
+        self._stopping = asyncio.Event()
+        self._server = self._build_server()
+        self.addresses: list[str] = []
+        self.metrics_port: int | None = None
+
+    def _build_server(self) -> grpc.aio.Server:
+        config = self._config
+        interceptors: list[grpc.aio.ServerInterceptor] = [AccessLogInterceptor()]
+        token = config.bearer_token()
+        if token:
+            interceptors.append(AuthInterceptor(token))
+        limit = config.server.max_message_bytes
+        server = grpc.aio.server(interceptors=interceptors, options=[
+            ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)])
+        reranker = Reranker(self.registry, config.inference.max_documents_per_request, config.inference.cache_bytes)
+        reranker_pb2_grpc.add_RerankerServiceServicer_to_server(RerankerService(self.registry, reranker), server)
+        # Implemented by later milestones; until then every RPC answers UNIMPLEMENTED.
+        retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(retrieval_pb2_grpc.RetrievalServiceServicer(), server)
+        chat_knowledge_pb2_grpc.add_ChatKnowledgeServiceServicer_to_server(
+            chat_knowledge_pb2_grpc.ChatKnowledgeServiceServicer(), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        return server
+
+    def _credentials(self) -> grpc.ServerCredentials | None:
+        tls = self._config.tls
+        if not tls.cert_file:
+            return None
+        key, cert = self._config.resolve(tls.key_file).read_bytes(), self._config.resolve(tls.cert_file).read_bytes()
+        return grpc.ssl_server_credentials([(key, cert)])
+
+    async def start(self) -> None:
+        """Listens at once (health says NOT_SERVING), then loads and warms the models."""
+        await self._set_health(NOT_SERVING)
+        credentials = self._credentials()
+        server_config = self._config.server
+        targets = [f"{server_config.host}:{server_config.port}"]
+        if server_config.unix_socket:
+            targets.append(f"unix:{self._config.resolve(server_config.unix_socket)}")
+        for target in targets:
+            port = (self._server.add_secure_port(target, credentials) if credentials
+                    else self._server.add_insecure_port(target))
+            self.addresses.append(target if target.startswith("unix:") else f"{server_config.host}:{port}")
+        await self._server.start()
+        if self._config.metrics.port:
+            self.metrics_port = metrics.serve_metrics(self._config.metrics.host, self._config.metrics.port)
+        self.registry.on_change(lambda: asyncio.get_running_loop().create_task(self._refresh_health()))
+        await self.registry.start()
+        await self._refresh_health()
+
+    async def _refresh_health(self) -> None:
+        if self._stopping.is_set():
+            return
+        for status in self.registry.statuses():
+            ready = self.registry.is_ready(status.spec.id)
+            await self._health.set(f"{SERVICE_NAMES[0]}/{status.spec.id}", SERVING if ready else NOT_SERVING)
+        default = self._config.default_model()
+        await self._set_health(SERVING if default is None or self.registry.is_ready(default.id) else NOT_SERVING)
+
+    async def _set_health(self, status: int) -> None:
+        for name in ("", *SERVICE_NAMES):
+            await self._health.set(name, status)
+
+    async def reload(self) -> bool:
+        """Re-reads the config file and swaps the model set; a bad file keeps the old set serving.
+
+        Only [models] and [inference] take effect on reload; listener, auth and TLS settings need a restart.
+        """
+        try:
+            config = load_config(self._config_path, self._environ)
+        except ConfigError as err:
+            self.registry.last_reload_error = f"ConfigError: {err}"
+            log.error("configuration reload refused, the previous models keep serving: %s", err)
+            metrics.MODEL_RELOADS.labels("failed").inc()
+            return False
+        ok = await self.registry.reload(config)
+        if ok:
+            self._config = config
+        return ok
+
+    async def watch_config(self) -> None:
+        """Reloads when the config file's modification time changes (polling: no extra dependency)."""
+        interval = self._config.server.config_poll_s
+        if interval <= 0:
+            return
+        last = _mtime(self._config_path)
+        while not self._stopping.is_set():
+            await asyncio.sleep(interval)
+            current = _mtime(self._config_path)
+            if current != last:
+                last = current
+                log.info("config file %s changed; reloading", self._config_path)
+                await self.reload()
+
+    async def stop(self) -> None:
+        """Stops accepting calls and lets in-flight ones finish within the grace period."""
+        if self._stopping.is_set():
+            return
+        await self._set_health(NOT_SERVING)
+        self._stopping.set()
+        log.info("shutting down; draining in-flight calls for up to %.1fs", self._config.server.shutdown_grace_s)
+        await self._server.stop(self._config.server.shutdown_grace_s)
+        await self.registry.close()
+
+    async def wait_stopped(self) -> None:
+        await self._stopping.wait()
+        await self._server.wait_for_termination()
+
+
+def _mtime(path: Path) -> int:
+    with contextlib.suppress(OSError):
+        return path.stat().st_mtime_ns
+    return 0
+
+
+async def serve(config_path: Path, config: Config, environ: dict[str, str]) -> None:
+    """Runs the sidecar until SIGTERM or SIGINT; SIGHUP reloads the configuration."""
+    sidecar = Sidecar(config_path, config, environ)
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task] = set()
+
+    def spawn(coroutine) -> None:
+        task = loop.create_task(coroutine)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, spawn, sidecar.stop())
+    loop.add_signal_handler(signal.SIGHUP, lambda: spawn(sidecar.reload()))
+    await sidecar.start()
+    for address in sidecar.addresses:
+        print(f"ragsidecar listening on {address}", flush=True)
+    if sidecar.metrics_port:
+        print(f"ragsidecar metrics on http://{config.metrics.host}:{sidecar.metrics_port}/metrics", flush=True)
+    print("ragsidecar ready: models: " + ", ".join(s.spec.id for s in sidecar.registry.statuses()), flush=True)
+    spawn(sidecar.watch_config())
+    await sidecar.wait_stopped()

@@ -1,0 +1,42 @@
+"""A least-recently-used cache bounded by (estimated) bytes rather than entries."""
+
+from __future__ import annotations
+
+import collections
+import sys
+from typing import Generic, Hashable, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+# Per-entry overhead of the OrderedDict slot, the key tuple and the value object.
+_ENTRY_OVERHEAD = 200
+
+
+class ByteLRU(Generic[K, V]):
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._entries: collections.OrderedDict[K, tuple[V, int]] = collections.OrderedDict()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: K) -> V | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        self._entries.move_to_end(key)
+        return entry[0]
+
+    def put(self, key: K, value: V) -> None:
+        if self._max_bytes <= 0:
+            return
+        size = sys.getsizeof(key) + _ENTRY_OVERHEAD
+        if key in self._entries:
+            self.bytes -= self._entries.pop(key)[1]
+        self._entries[key] = (value, size)
+        self.bytes += size
+        while self.bytes > self._max_bytes:
+            _, (_, evicted) = self._entries.popitem(last=False)
+            self.bytes -= evicted

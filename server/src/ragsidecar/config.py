@@ -1,0 +1,258 @@
+"""The sidecar's configuration: one TOML file, validated strictly at start-up and on reload.
+
+Every key is declared by a frozen dataclass below; an unknown key, a wrong type or a missing model
+path is a ConfigError that names the key. Relative paths resolve against the config file's folder,
+so a config file works wherever the server is started from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+DEFAULT_CONFIG_PATH = Path("config/ragsidecar.toml")
+
+# Environment overrides, applied after the file is read: (variable, section, key).
+ENV_OVERRIDES: tuple[tuple[str, str, str], ...] = (
+    ("RAGSIDECAR_HOST", "server", "host"),
+    ("RAGSIDECAR_PORT", "server", "port"),
+    ("RAGSIDECAR_UNIX_SOCKET", "server", "unix_socket"),
+    ("RAGSIDECAR_METRICS_PORT", "metrics", "port"),
+    ("RAGSIDECAR_MODELS_DIR", "paths", "models_dir"),
+    ("RAGSIDECAR_DATA_DIR", "paths", "data_dir"),
+)
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key and the problem."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 50151
+    # Optional Unix domain socket path served beside TCP; empty disables it.
+    unix_socket: str = ""
+    # gRPC's own default is 4 MiB, too small for batches of long documents.
+    max_message_bytes: int = 64 * 1024 * 1024
+    # Seconds that in-flight calls get to finish after SIGTERM/SIGINT.
+    shutdown_grace_s: float = 10.0
+    # Seconds between checks of the config file's modification time; 0 disables the watch.
+    config_poll_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    # Bearer token read from this file (stripped); takes precedence over token_env.
+    token_file: str = ""
+    # Name of the environment variable holding the bearer token; unset or empty disables auth.
+    token_env: str = "RAGSIDECAR_TOKEN"
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    cert_file: str = ""
+    key_file: str = ""
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    host: str = "127.0.0.1"
+    # Prometheus exposition port; 0 disables metrics.
+    port: int = 9464
+
+
+@dataclass(frozen=True)
+class InferenceConfig:
+    # Threads inside one onnxruntime run. 1 lets `workers` runs proceed in parallel without contention.
+    intra_op_threads: int = 1
+    inter_op_threads: int = 1
+    # Concurrent inference runs per model (each on its own thread).
+    workers: int = 2
+    # Token budget of one scheduling batch (TEI's max-batch-tokens).
+    max_batch_tokens: int = 16384
+    # Pairs that may wait per model before requests get RESOURCE_EXHAUSTED.
+    max_queued_pairs: int = 20000
+    # Most documents one Rerank request may carry.
+    max_documents_per_request: int = 1000
+    # Bytes the rerank result cache may hold; 0 disables it.
+    cache_bytes: int = 32 * 1024 * 1024
+    # "auto": one sequence per run for dynamically quantized graphs (their scores depend on
+    # batch-mates), padded batches otherwise; "sequence" or "padded" force a mode.
+    batch_mode: Literal["auto", "sequence", "padded"] = "auto"
+
+
+@dataclass(frozen=True)
+class PathsConfig:
+    models_dir: str = "../models"
+    data_dir: str = "../data"
+    knowledge_roots: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    id: str
+    kind: Literal["cross-encoder", "bi-encoder"]
+    # Folder holding model.onnx and tokenizer.json; relative paths resolve against models_dir.
+    path: str
+    max_length: int = 512
+    # Bi-encoders only: how token vectors become one vector.
+    pooling: Literal["cls", "mean"] = "cls"
+    long_document_strategy: Literal["truncate", "window"] = "truncate"
+    # Windowing: tokens shared by neighbouring windows, and most windows scored per document.
+    window_overlap: int = 64
+    max_chunks_per_document: int = 4
+    # Used when a Rerank request names no model.
+    default: bool = False
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    models: tuple[ModelConfig, ...] = ()
+    # Folder of the config file; relative paths resolve against it.
+    base_dir: Path = Path(".")
+
+    def resolve(self, path: str) -> Path:
+        return (self.base_dir / os.path.expanduser(path)).resolve()
+
+    def model_dir(self, model: ModelConfig) -> Path:
+        return (self.resolve(self.paths.models_dir) / os.path.expanduser(model.path)).resolve()
+
+    def default_model(self) -> ModelConfig | None:
+        marked = [m for m in self.models if m.default]
+        if marked:
+            return marked[0]
+        cross = [m for m in self.models if m.kind == "cross-encoder"]
+        return (cross or list(self.models) or [None])[0]
+
+    def bearer_token(self) -> str | None:
+        if self.auth.token_file:
+            return self.resolve(self.auth.token_file).read_text().strip() or None
+        return os.environ.get(self.auth.token_env) or None if self.auth.token_env else None
+
+
+def load_config(path: Path, environ: typing.Mapping[str, str] | None = None) -> Config:
+    """Reads, overrides from the environment, and validates a config file."""
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    _apply_env_overrides(raw, os.environ if environ is None else environ)
+    config = _build(Config, {**raw, "base_dir": path.resolve().parent}, "")
+    _validate(config)
+    return config
+
+
+def _apply_env_overrides(raw: dict[str, Any], environ: typing.Mapping[str, str]) -> None:
+    for variable, section, key in ENV_OVERRIDES:
+        if variable in environ:
+            value: Any = environ[variable]
+            if key == "port":
+                if not value.isdigit():
+                    raise ConfigError(f"{variable}: expected a port number, got {value!r}")
+                value = int(value)
+            raw.setdefault(section, {})[key] = value
+
+
+def _build(cls: type, raw: Any, where: str) -> Any:
+    """Builds a dataclass from a TOML table, refusing unknown keys and wrong types."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where or 'config'}: expected a table, got {type(raw).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise ConfigError(f"{_key(where, unknown[0])}: unknown key (known: {', '.join(sorted(fields))})")
+    values = {}
+    for name, value in raw.items():
+        values[name] = _coerce(hints[name], value, _key(where, name))
+    missing = [n for n, f in fields.items() if n not in values and _required(f)]
+    if missing:
+        raise ConfigError(f"{_key(where, missing[0])}: required key is missing")
+    return cls(**values)
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if hint is Path:
+        return value
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)
+    if origin is Literal:
+        if value not in typing.get_args(hint):
+            allowed = ", ".join(repr(a) for a in typing.get_args(hint))
+            raise ConfigError(f"{where}: {value!r} is not one of {allowed}")
+        return value
+    if origin is tuple:
+        item = typing.get_args(hint)[0]
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected an array, got {type(value).__name__}")
+        return tuple(_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin in (types.UnionType, typing.Union):
+        raise ConfigError(f"{where}: unsupported type")  # no optional keys: defaults stand in
+    expected = {float: (int, float)}.get(hint, hint)
+    if isinstance(value, bool) and hint is not bool or not isinstance(value, expected):
+        raise ConfigError(f"{where}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
+    return float(value) if hint is float else value
+
+
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _key(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _validate(config: Config) -> None:
+    positive = {
+        "server.max_message_bytes": config.server.max_message_bytes,
+        "inference.intra_op_threads": config.inference.intra_op_threads,
+        "inference.inter_op_threads": config.inference.inter_op_threads,
+        "inference.workers": config.inference.workers,
+        "inference.max_batch_tokens": config.inference.max_batch_tokens,
+        "inference.max_queued_pairs": config.inference.max_queued_pairs,
+        "inference.max_documents_per_request": config.inference.max_documents_per_request,
+    }
+    for key, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"{key}: must be positive, got {value}")
+    for key, port in (("server.port", config.server.port), ("metrics.port", config.metrics.port)):
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{key}: {port} is not a port number")
+    if bool(config.tls.cert_file) != bool(config.tls.key_file):
+        raise ConfigError("tls: cert_file and key_file must be set together")
+    seen: set[str] = set()
+    for i, model in enumerate(config.models):
+        where = f"models[{i}]"
+        if not model.id.strip():
+            raise ConfigError(f"{where}.id: must not be empty")
+        if model.id in seen:
+            raise ConfigError(f"{where}.id: {model.id!r} is configured twice")
+        seen.add(model.id)
+        if model.max_length < 16:
+            raise ConfigError(f"{where}.max_length: must be at least 16, got {model.max_length}")
+        if not 0 <= model.window_overlap < model.max_length // 2:
+            raise ConfigError(f"{where}.window_overlap: must be in [0, max_length/2)")
+        if model.max_chunks_per_document < 1:
+            raise ConfigError(f"{where}.max_chunks_per_document: must be at least 1")
+        folder = config.model_dir(model)
+        for name in ("model.onnx", "tokenizer.json"):
+            if not (folder / name).is_file():
+                raise ConfigError(f"{where}.path: {folder / name} does not exist (run `ragsidecar models install`)")
+    if sum(m.default for m in config.models) > 1:
+        raise ConfigError("models: more than one model is marked default")

@@ -1,0 +1,75 @@
+"""Domain errors: what went wrong, in terms the API layer maps to gRPC status codes and details.
+
+The domain raises these and knows nothing of gRPC; `api.status` turns each kind into a status code
+with a google.rpc.ErrorInfo (reason) and, for violations, a google.rpc.BadRequest.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class ErrorKind(enum.Enum):
+    INVALID_ARGUMENT = "invalid_argument"
+    NOT_FOUND = "not_found"
+    FAILED_PRECONDITION = "failed_precondition"
+    PERMISSION_DENIED = "permission_denied"
+    RESOURCE_EXHAUSTED = "resource_exhausted"
+    UNAVAILABLE = "unavailable"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    CANCELLED = "cancelled"
+    UNAUTHENTICATED = "unauthenticated"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One problem with one field of a request."""
+
+    field: str
+    description: str
+
+
+@dataclass
+class SidecarError(Exception):
+    kind: ErrorKind
+    # Stable reason, one of the ErrorReason names of common.proto without its prefix.
+    reason: str
+    message: str
+    violations: list[Violation] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def invalid(violations: list[Violation], reason: str = "INVALID_REQUEST") -> SidecarError:
+    summary = "; ".join(f"{v.field}: {v.description}" for v in violations)
+    return SidecarError(ErrorKind.INVALID_ARGUMENT, reason, summary, violations)
+
+
+def unknown_model(model: str, known: list[str]) -> SidecarError:
+    return SidecarError(
+        ErrorKind.NOT_FOUND,
+        "UNKNOWN_MODEL",
+        f"model {model!r} is not configured (configured: {', '.join(known) or 'none'})",
+        metadata={"model": model},
+    )
+
+
+def model_not_ready(model: str, why: str) -> SidecarError:
+    return SidecarError(ErrorKind.UNAVAILABLE, "MODEL_NOT_READY", f"model {model!r} is not ready: {why}",
+                        metadata={"model": model})
+
+
+def queue_full(model: str, limit: int) -> SidecarError:
+    return SidecarError(
+        ErrorKind.RESOURCE_EXHAUSTED,
+        "QUEUE_FULL",
+        f"the inference queue of {model!r} is full ({limit} pairs); retry later",
+        metadata={"model": model, "max_queued_pairs": str(limit)},
+    )
+
+
+def deadline_exceeded(what: str) -> SidecarError:
+    return SidecarError(ErrorKind.DEADLINE_EXCEEDED, "DEADLINE_EXCEEDED", f"deadline passed before {what}")

@@ -1,0 +1,181 @@
+"""The batching queue: pairs of concurrent requests scheduled together under a token budget.
+
+Modelled on text-embeddings-inference's queue: requests enqueue their model inputs, workers take
+inputs in arrival order until the batch's token budget is spent, length-sort them to cut padding,
+and run them on a thread (onnxruntime releases the GIL). A request that is cancelled, or whose
+deadline passes, while it waits leaves the queue: its remaining inputs are never run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ragsidecar import errors
+from ragsidecar.inference.backend import OnnxBackend
+from ragsidecar.inference.tokenization import ModelInput
+from ragsidecar import metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchResult:
+    outputs: list[np.ndarray]
+    queue_s: float
+    inference_s: float
+
+
+@dataclass(eq=False)
+class _Job:
+    inputs: list[ModelInput]
+    future: asyncio.Future[BatchResult]
+    # Absolute loop time after which the job is dropped; None for no deadline.
+    deadline: float | None
+    enqueued_at: float
+    outputs: list[np.ndarray | None] = field(default_factory=list)
+    scheduled: int = 0
+    remaining: int = 0
+    started_at: float | None = None
+    inference_s: float = 0.0
+
+    def abandoned(self, now: float) -> str | None:
+        if self.future.done():
+            return "cancelled"
+        if self.deadline is not None and now >= self.deadline:
+            return "deadline"
+        return None
+
+
+class BatchQueue:
+    def __init__(self, model_id: str, backend: OnnxBackend, workers: int, max_batch_tokens: int,
+                 max_queued_inputs: int) -> None:
+        self.model_id = model_id
+        self._backend = backend
+        self._max_batch_tokens = max_batch_tokens
+        self._max_queued = max_queued_inputs
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._queued_inputs = 0
+        self._wakeup = asyncio.Event()
+        self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=f"infer-{model_id}")
+        self._workers = [asyncio.create_task(self._work()) for _ in range(workers)]
+        self._retiring = False
+
+    @property
+    def depth(self) -> int:
+        return self._queued_inputs
+
+    async def submit(self, inputs: list[ModelInput], deadline: float | None = None) -> BatchResult:
+        """Runs the inputs through the model; outputs come back in input order."""
+        if not inputs:
+            return BatchResult([], 0.0, 0.0)
+        if self._queued_inputs + len(inputs) > self._max_queued:
+            raise errors.queue_full(self.model_id, self._max_queued)
+        loop = asyncio.get_running_loop()
+        job = _Job(inputs, loop.create_future(), deadline, loop.time(),
+                   outputs=[None] * len(inputs), remaining=len(inputs))
+        self._jobs.append(job)
+        self._set_depth(self._queued_inputs + len(inputs))
+        self._wakeup.set()
+        if deadline is not None:
+            loop.call_at(deadline, self._expire, job)
+        return await job.future
+
+    async def run_now(self, inputs: list[ModelInput]) -> list[np.ndarray]:
+        """Runs inputs outside the queue (warm-up and probes, before the model serves)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._backend.run, inputs, False)
+
+    def retire(self) -> None:
+        """Stops the workers once every queued job is done (a reload replaced this model)."""
+        self._retiring = True
+        self._wakeup.set()
+
+    async def close(self) -> None:
+        for worker in self._workers:
+            worker.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _expire(self, job: _Job) -> None:
+        if not job.future.done():
+            job.future.set_exception(errors.deadline_exceeded(f"model {self.model_id!r} scored the request"))
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = self._next_batch(loop.time())
+            if not batch:
+                if self._retiring:
+                    self._executor.shutdown(wait=False)
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            started = time.perf_counter()
+            for job, _ in batch:
+                job.started_at = job.started_at or loop.time()
+            try:
+                outputs = await loop.run_in_executor(self._executor, self._backend.run,
+                                                     [job.inputs[i] for job, i in batch],
+                                                     self._backend.batch_invariant_padding)
+            except Exception as err:  # noqa: BLE001 - one failed run must fail its jobs, not the worker
+                log.exception("inference failed on model %s", self.model_id)
+                for job, _ in batch:
+                    if not job.future.done():
+                        job.future.set_exception(err)
+                continue
+            elapsed = time.perf_counter() - started
+            metrics.INFERRED_INPUTS.labels(self.model_id).inc(len(batch))
+            metrics.BATCH_SIZE.labels(self.model_id).observe(len(batch))
+            self._deliver(batch, outputs, elapsed)
+
+    def _deliver(self, batch: list[tuple[_Job, int]], outputs: list[np.ndarray], elapsed: float) -> None:
+        for job in {job for job, _ in batch}:
+            job.inference_s += elapsed
+        for (job, index), output in zip(batch, outputs):
+            job.outputs[index] = output
+            job.remaining -= 1
+            if job.remaining == 0 and not job.future.done():
+                queue_s = (job.started_at or job.enqueued_at) - job.enqueued_at
+                job.future.set_result(BatchResult(job.outputs, queue_s, job.inference_s))  # type: ignore[arg-type]
+
+    def _next_batch(self, now: float) -> list[tuple[_Job, int]]:
+        """Takes inputs in arrival order until the token budget is spent, dropping abandoned jobs."""
+        batch: list[tuple[_Job, int]] = []
+        tokens = 0
+        while self._jobs:
+            job = self._jobs[0]
+            why = job.abandoned(now)
+            if why:
+                self._drop(job, why)
+                continue
+            length = len(job.inputs[job.scheduled])
+            if batch and tokens + length > self._max_batch_tokens:
+                break
+            batch.append((job, job.scheduled))
+            tokens += length
+            job.scheduled += 1
+            self._set_depth(self._queued_inputs - 1)
+            if job.scheduled == len(job.inputs):
+                self._jobs.popleft()
+        # Length-sorted so that padded runs waste little; per-sequence runs don't care.
+        batch.sort(key=lambda item: len(item[0].inputs[item[1]]))
+        return batch
+
+    def _drop(self, job: _Job, why: str) -> None:
+        self._jobs.popleft()
+        unscheduled = len(job.inputs) - job.scheduled
+        self._set_depth(self._queued_inputs - unscheduled)
+        metrics.SKIPPED_INPUTS.labels(self.model_id, why).inc(unscheduled)
+        log.info("model %s: dropped %d queued inputs (%s)", self.model_id, unscheduled, why)
+
+    def _set_depth(self, depth: int) -> None:
+        self._queued_inputs = depth
+        metrics.QUEUE_DEPTH.labels(self.model_id).set(depth)

@@ -1,0 +1,178 @@
+"""Loaded models: a tokenizer, an onnxruntime backend and a batching queue behind one scoring API."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ragsidecar.config import InferenceConfig, ModelConfig
+from ragsidecar.inference.backend import OnnxBackend
+from ragsidecar.inference.batching import BatchQueue
+from ragsidecar.inference.tokenization import DocumentInputs, ModelInput, TextEncoder
+
+log = logging.getLogger(__name__)
+
+_WARMUP_TEXTS = [
+    "warm-up",
+    "How do onnxruntime sessions warm up before they serve their first request?",
+    " ".join(["A longer warm-up passage that makes the first runs allocate their larger buffers."] * 12),
+]
+
+
+@dataclass(frozen=True)
+class PairScore:
+    """A (query, document) pair's raw score: the logit, or the cosine for bi-encoders."""
+
+    raw: float
+    best_window: int
+    truncated: bool
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ScoredBatch:
+    scores: list[PairScore]
+    tokenization_s: float
+    queue_s: float
+    inference_s: float
+
+
+class QueryTooLong(ValueError):
+    """The query leaves no room for a document in the model's window (queries are never cut)."""
+
+
+class LoadedModel:
+    """A configured model, loaded and (after warm_up) serving through its batching queue."""
+
+    def __init__(self, spec: ModelConfig, inference: InferenceConfig, fingerprint: str, encoder: TextEncoder,
+                 backend: OnnxBackend) -> None:
+        self.spec = spec
+        self.inference = inference
+        self.fingerprint = fingerprint
+        self.encoder = encoder
+        self.backend = backend
+        self.queue = BatchQueue(spec.id, self.backend, inference.workers, inference.max_batch_tokens,
+                                inference.max_queued_pairs)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    def same_as(self, spec: ModelConfig, folder: Path, inference: InferenceConfig) -> bool:
+        """Whether a reload can keep this instance for that configuration."""
+        return spec == self.spec and inference == self.inference and _fingerprint(folder) == self.fingerprint
+
+    async def warm_up(self) -> None:
+        """First runs allocate buffers and pick kernels; then measure whether padding is safe."""
+        encodings = await asyncio.to_thread(self.encoder.encode, _WARMUP_TEXTS)
+        samples = [self._warmup_input(encodings[0], e) for e in encodings]
+        await self.queue.run_now(samples)
+        mode = self.inference.batch_mode
+        if mode == "auto":
+            await asyncio.to_thread(self.backend.probe_batch_invariance, samples)
+        else:
+            self.backend.batch_invariant_padding = mode == "padded"
+
+    def _warmup_input(self, first, encoding) -> ModelInput:
+        raise NotImplementedError
+
+    async def score(self, query: str, documents: list[str], max_document_tokens: int | None, window: bool,
+                    deadline: float | None) -> ScoredBatch:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        await self.queue.close()
+
+
+class CrossEncoder(LoadedModel):
+    """ONNX sequence classification with one logit over the joint (query, document) input."""
+
+    def _warmup_input(self, first, encoding) -> ModelInput:
+        budget = self.encoder.document_budget(first)
+        return self.encoder.pairs(first, encoding, budget, 1, 0).inputs[0]
+
+    async def score(self, query: str, documents: list[str], max_document_tokens: int | None, window: bool,
+                    deadline: float | None) -> ScoredBatch:
+        started = time.perf_counter()
+        per_document = await asyncio.to_thread(self._tokenize, query, documents, max_document_tokens, window)
+        tokenization_s = time.perf_counter() - started
+        flat = [one for doc in per_document for one in doc.inputs]
+        result = await self.queue.submit(flat, deadline)
+        logits = iter(float(np.asarray(out).reshape(-1)[0]) for out in result.outputs)
+        scores = []
+        for doc in per_document:
+            windows = [next(logits) for _ in doc.inputs]
+            best = int(np.argmax(windows))
+            scores.append(PairScore(windows[best], best, doc.truncated, sum(len(i) for i in doc.inputs)))
+        return ScoredBatch(scores, tokenization_s, result.queue_s, result.inference_s)
+
+    def _tokenize(self, query: str, documents: list[str], cap: int | None, window: bool) -> list[DocumentInputs]:
+        query_encoding, *document_encodings = self.encoder.encode([query, *documents])
+        budget = self.encoder.document_budget(query_encoding, cap)
+        if budget < 1:
+            raise QueryTooLong(
+                f"the query is {len(query_encoding.ids)} tokens; model {self.id!r} takes "
+                f"{self.spec.max_length} tokens per pair, query and document together")
+        windows = self.spec.max_chunks_per_document if window else 1
+        overlap = min(self.spec.window_overlap, budget // 2)
+        return [self.encoder.pairs(query_encoding, d, budget, windows, overlap) for d in document_encodings]
+
+
+class BiEncoder(LoadedModel):
+    """ONNX encoder: texts become normalised vectors (cls or mean pooling); pairs score by cosine."""
+
+    def _warmup_input(self, first, encoding) -> ModelInput:
+        return self.encoder.single(encoding)[0]
+
+    async def embed(self, texts: list[str], deadline: float | None = None) -> tuple[np.ndarray, list[bool], float, float]:
+        """Unit vectors for the texts, whether each was cut, and the queue and inference seconds."""
+        inputs, truncated = zip(*[self.encoder.single(e) for e in await asyncio.to_thread(self.encoder.encode, texts)])
+        result = await self.queue.submit(list(inputs), deadline)
+        vectors = np.stack([self._pool(out, one) for out, one in zip(result.outputs, inputs)])
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return vectors.astype(np.float32), list(truncated), result.queue_s, result.inference_s
+
+    def _pool(self, output: np.ndarray, one: ModelInput) -> np.ndarray:
+        if output.ndim == 1:  # the graph pools itself (a sentence-embedding export)
+            return output
+        return output[0] if self.spec.pooling == "cls" else output[: len(one)].mean(axis=0)
+
+    async def score(self, query: str, documents: list[str], max_document_tokens: int | None, window: bool,
+                    deadline: float | None) -> ScoredBatch:
+        started = time.perf_counter()
+        vectors, truncated, queue_s, inference_s = await self.embed([query, *documents], deadline)
+        cosines = vectors[1:] @ vectors[0]
+        scores = [PairScore(float(c), 0, t, 0) for c, t in zip(cosines, truncated[1:])]
+        total = time.perf_counter() - started
+        return ScoredBatch(scores, max(total - queue_s - inference_s, 0.0), queue_s, inference_s)
+
+
+async def load_model(spec: ModelConfig, folder: Path, inference: InferenceConfig) -> LoadedModel:
+    """Loads (off the event loop) and warms up a model; raises on any unusable file."""
+
+    def read_files() -> tuple[str, TextEncoder, OnnxBackend]:
+        return (_fingerprint(folder), TextEncoder(folder / "tokenizer.json", spec.max_length),
+                OnnxBackend(folder / "model.onnx", inference.intra_op_threads, inference.inter_op_threads))
+
+    kinds: dict[str, type[LoadedModel]] = {"cross-encoder": CrossEncoder, "bi-encoder": BiEncoder}
+    model = kinds[spec.kind](spec, inference, *await asyncio.to_thread(read_files))
+    try:
+        await model.warm_up()
+    except BaseException:
+        await model.close()
+        raise
+    return model
+
+
+def _fingerprint(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for name in ("model.onnx", "tokenizer.json"):
+        stat = (folder / name).stat()
+        digest.update(f"{name}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}".encode())
+    return digest.hexdigest()[:16]

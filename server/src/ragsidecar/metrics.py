@@ -1,0 +1,31 @@
+"""Prometheus metrics, exposed on their own port (metrics.port in the config)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+REQUESTS = Counter("ragsidecar_requests_total", "gRPC requests by method and status code", ["method", "code"])
+LATENCY = Histogram(
+    "ragsidecar_request_seconds",
+    "gRPC request latency by method",
+    ["method"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+QUEUE_DEPTH = Gauge("ragsidecar_queue_depth", "Model inputs waiting in a model's batching queue", ["model"])
+INFERRED_INPUTS = Counter("ragsidecar_inferred_inputs_total", "Model inputs run through a model", ["model"])
+SKIPPED_INPUTS = Counter(
+    "ragsidecar_skipped_inputs_total",
+    "Queued model inputs never run because their request was cancelled or timed out",
+    ["model", "reason"],
+)
+BATCH_SIZE = Histogram(
+    "ragsidecar_batch_inputs", "Inputs per scheduled batch", ["model"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256)
+)
+CACHE_HITS = Counter("ragsidecar_rerank_cache_hits_total", "Rerank pairs answered from the result cache", ["model"])
+MODEL_RELOADS = Counter("ragsidecar_model_reloads_total", "Configuration reloads by outcome", ["outcome"])
+
+
+def serve_metrics(host: str, port: int) -> int:
+    """Starts the exposition server; returns the port it listens on."""
+    server, _ = start_http_server(port, addr=host)
+    return server.server_port

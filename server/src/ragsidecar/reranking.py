@@ -1,0 +1,143 @@
+"""Reranking, the domain side of the host's Reranker SPI: validate, score (cache first), rank.
+
+Results only ever reference documents of the request, each at most once (the SPI's invariant
+holds by construction: results are built from request indices); top_n applies after scoring.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+from ragsidecar import errors, metrics
+from ragsidecar.cache import ByteLRU
+from ragsidecar.errors import Violation
+from ragsidecar.inference.models import BiEncoder, PairScore, QueryTooLong
+from ragsidecar.inference.registry import ModelRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    id: str
+    text: str
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RerankQuery:
+    model: str
+    query: str
+    documents: list[Candidate]
+    top_n: int | None = None
+    max_document_tokens: int | None = None
+    # None: the model's configured default; True: score overlapping windows; False: truncate.
+    window: bool | None = None
+    min_relevance_score: float | None = None
+
+
+@dataclass(frozen=True)
+class Ranked:
+    index: int
+    candidate: Candidate
+    relevance_score: float
+    raw_score: float
+    best_window: int
+
+
+@dataclass
+class RerankOutcome:
+    model: str
+    results: list[Ranked]
+    pairs: int = 0
+    tokens: int = 0
+    cached_pairs: int = 0
+    truncated_documents: int = 0
+    tokenization_s: float = 0.0
+    queue_s: float = 0.0
+    inference_s: float = 0.0
+    total_s: float = 0.0
+
+
+class Reranker:
+    def __init__(self, registry: ModelRegistry, max_documents: int, cache_bytes: int) -> None:
+        self._registry = registry
+        self._max_documents = max_documents
+        self._cache: ByteLRU[tuple, PairScore] = ByteLRU(cache_bytes)
+
+    async def rerank(self, request: RerankQuery, deadline: float | None) -> RerankOutcome:
+        started = time.perf_counter()
+        self._validate(request)
+        model = self._registry.get(request.model)
+        window = model.spec.long_document_strategy == "window" if request.window is None else request.window
+        cap = request.max_document_tokens
+        keys = [(model.id, model.fingerprint, window, cap, _digest(request.query), _digest(c.text))
+                for c in request.documents]
+        scores: list[PairScore | None] = [self._cache.get(k) for k in keys]
+        misses = [i for i, s in enumerate(scores) if s is None]
+        outcome = RerankOutcome(model.id, [], pairs=len(keys), cached_pairs=len(keys) - len(misses))
+        metrics.CACHE_HITS.labels(model.id).inc(outcome.cached_pairs)
+        if misses:
+            try:
+                batch = await model.score(request.query, [request.documents[i].text for i in misses], cap, window,
+                                          deadline)
+            except QueryTooLong as err:
+                raise errors.invalid([Violation("query", str(err))]) from None
+            for i, score in zip(misses, batch.scores):
+                scores[i] = score
+                self._cache.put(keys[i], score)
+            outcome.tokenization_s, outcome.queue_s, outcome.inference_s = (
+                batch.tokenization_s, batch.queue_s, batch.inference_s)
+            outcome.tokens = sum(s.tokens for s in batch.scores)
+        relevance = _cosine_relevance if isinstance(model, BiEncoder) else _sigmoid
+        ranked = [Ranked(i, c, relevance(s.raw), s.raw, s.best_window)
+                  for i, (c, s) in enumerate(zip(request.documents, scores)) if s is not None]
+        outcome.truncated_documents = sum(1 for s in scores if s is not None and s.truncated)
+        ranked.sort(key=lambda r: (-r.raw_score, r.index))
+        if request.min_relevance_score is not None:
+            ranked = [r for r in ranked if r.relevance_score >= request.min_relevance_score]
+        outcome.results = ranked if request.top_n is None else ranked[: request.top_n]
+        if not outcome.results and request.top_n != 0:
+            log.warning("rerank with model %s: %d documents in, none out", model.id, len(request.documents))
+        outcome.total_s = time.perf_counter() - started
+        return outcome
+
+    def _validate(self, request: RerankQuery) -> None:
+        problems = []
+        if not request.query.strip():
+            problems.append(Violation("query", "must not be empty or blank"))
+        if not request.documents:
+            problems.append(Violation("documents", "at least one document is required"))
+        if len(request.documents) > self._max_documents:
+            problems.append(Violation("documents", f"{len(request.documents)} documents exceed the maximum of "
+                                                   f"{self._max_documents} per request"))
+        seen: dict[str, int] = {}
+        for i, candidate in enumerate(request.documents):
+            if candidate.id and candidate.id in seen:
+                problems.append(Violation(f"documents[{i}].id",
+                                          f"duplicate id {candidate.id!r} (also documents[{seen[candidate.id]}])"))
+            seen.setdefault(candidate.id, i)
+        if request.top_n is not None and request.top_n < 0:
+            problems.append(Violation("top_n", f"must not be negative, got {request.top_n}"))
+        if request.max_document_tokens is not None and request.max_document_tokens < 1:
+            problems.append(Violation("max_document_tokens", "must be at least 1 when set"))
+        if request.min_relevance_score is not None and not 0.0 <= request.min_relevance_score <= 1.0:
+            problems.append(Violation("min_relevance_score", "must be within 0..1"))
+        if problems:
+            raise errors.invalid(problems)
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _sigmoid(logit: float) -> float:
+    return 1.0 / (1.0 + math.exp(-logit)) if logit >= 0 else math.exp(logit) / (1.0 + math.exp(logit))
+
+
+def _cosine_relevance(cosine: float) -> float:
+    return (cosine + 1.0) / 2.0
