@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
@@ -67,19 +68,25 @@ class AccessLogInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or handler.unary_unary is None:
             return handler
         method = details.method
+        # Health probes arrive every few seconds from orchestrators: keep them out of the INFO log.
+        level = logging.DEBUG if method.startswith(_HEALTH_PREFIX) else logging.INFO
 
         def wrap(behaviour: Any) -> Any:
             async def logged(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 started = time.perf_counter()
+                cancelled = False
                 try:
                     return await behaviour(request, context)
+                except asyncio.CancelledError:
+                    cancelled = True
+                    raise
                 finally:
-                    code = context.code() or grpc.StatusCode.OK
+                    code = grpc.StatusCode.CANCELLED if cancelled else context.code() or grpc.StatusCode.OK
                     code_name = code.name if isinstance(code, grpc.StatusCode) else str(code)
                     elapsed = time.perf_counter() - started
                     metrics.REQUESTS.labels(method, code_name).inc()
                     metrics.LATENCY.labels(method).observe(elapsed)
-                    log.info("method=%s code=%s duration_ms=%.1f", method, code_name, elapsed * 1000)
+                    log.log(level, "method=%s code=%s duration_ms=%.1f", method, code_name, elapsed * 1000)
 
             return logged
 

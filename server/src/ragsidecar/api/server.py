@@ -40,6 +40,9 @@ class Sidecar:
         self.registry = ModelRegistry(config)
         self._health = health.aio.HealthServicer()
         self._stopping = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._model_health_names: set[str] = set()
+        self._background: set[asyncio.Task] = set()
         self._server = self._build_server()
         self.addresses: list[str] = []
         self.metrics_port: int | None = None
@@ -70,9 +73,9 @@ class Sidecar:
         key, cert = self._config.resolve(tls.key_file).read_bytes(), self._config.resolve(tls.cert_file).read_bytes()
         return grpc.ssl_server_credentials([(key, cert)])
 
-    async def start(self) -> None:
-        """Listens at once (health says NOT_SERVING), then loads and warms the models."""
-        await self._set_health(NOT_SERVING)
+    async def listen(self) -> None:
+        """Starts serving at once; health says NOT_SERVING until load_models has warmed the models."""
+        await self._refresh_health()
         credentials = self._credentials()
         server_config = self._config.server
         targets = [f"{server_config.host}:{server_config.port}"]
@@ -85,16 +88,29 @@ class Sidecar:
         await self._server.start()
         if self._config.metrics.port:
             self.metrics_port = metrics.serve_metrics(self._config.metrics.host, self._config.metrics.port)
-        self.registry.on_change(lambda: asyncio.get_running_loop().create_task(self._refresh_health()))
+
+    async def load_models(self) -> None:
+        self.registry.on_change(self._schedule_health_refresh)
         await self.registry.start()
         await self._refresh_health()
 
+    def _schedule_health_refresh(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._refresh_health())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def _refresh_health(self) -> None:
+        """Per-model entries ("<RerankerService>/<model id>") and the services' overall status."""
         if self._stopping.is_set():
             return
+        names = set()
         for status in self.registry.statuses():
-            ready = self.registry.is_ready(status.spec.id)
-            await self._health.set(f"{SERVICE_NAMES[0]}/{status.spec.id}", SERVING if ready else NOT_SERVING)
+            name = f"{SERVICE_NAMES[0]}/{status.spec.id}"
+            names.add(name)
+            await self._health.set(name, SERVING if self.registry.is_ready(status.spec.id) else NOT_SERVING)
+        for gone in self._model_health_names - names:
+            await self._health.set(gone, health_pb2.HealthCheckResponse.SERVICE_UNKNOWN)
+        self._model_health_names = names
         default = self._config.default_model()
         await self._set_health(SERVING if default is None or self.registry.is_ready(default.id) else NOT_SERVING)
 
@@ -137,15 +153,17 @@ class Sidecar:
         """Stops accepting calls and lets in-flight ones finish within the grace period."""
         if self._stopping.is_set():
             return
-        await self._set_health(NOT_SERVING)
         self._stopping.set()
+        await self._set_health(NOT_SERVING)
+        for name in self._model_health_names:
+            await self._health.set(name, NOT_SERVING)
         log.info("shutting down; draining in-flight calls for up to %.1fs", self._config.server.shutdown_grace_s)
         await self._server.stop(self._config.server.shutdown_grace_s)
         await self.registry.close()
+        self._stopped.set()
 
     async def wait_stopped(self) -> None:
-        await self._stopping.wait()
-        await self._server.wait_for_termination()
+        await self._stopped.wait()
 
 
 def _mtime(path: Path) -> int:
@@ -166,13 +184,14 @@ async def serve(config_path: Path, config: Config, environ: dict[str, str]) -> N
         task.add_done_callback(tasks.discard)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, spawn, sidecar.stop())
+        loop.add_signal_handler(signum, lambda: spawn(sidecar.stop()))
     loop.add_signal_handler(signal.SIGHUP, lambda: spawn(sidecar.reload()))
-    await sidecar.start()
+    await sidecar.listen()
     for address in sidecar.addresses:
         print(f"ragsidecar listening on {address}", flush=True)
     if sidecar.metrics_port:
         print(f"ragsidecar metrics on http://{config.metrics.host}:{sidecar.metrics_port}/metrics", flush=True)
+    await sidecar.load_models()
     print("ragsidecar ready: models: " + ", ".join(s.spec.id for s in sidecar.registry.statuses()), flush=True)
     spawn(sidecar.watch_config())
     await sidecar.wait_stopped()

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sidecar import Sidecar, default_config
+
+
+@pytest.fixture(scope="session")
+def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
+    """One shared sidecar with the default config (result cache off, so every call really scores)."""
+    config = default_config()
+    config["inference"]["cache_bytes"] = 0
+    server = Sidecar(tmp_path_factory.mktemp("shared"), config)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def make_sidecar(tmp_path: Path) -> Iterator:
+    """Starts dedicated sidecars for a test (custom config, env or signals); stops them afterwards."""
+    started: list[Sidecar] = []
+
+    def make(config: dict | None = None, **kwargs) -> Sidecar:
+        server = Sidecar(tmp_path / f"s{len(started)}", config, **kwargs)
+        server.workdir.mkdir(parents=True, exist_ok=True)
+        started.append(server)
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in started:
+            server.stop()
