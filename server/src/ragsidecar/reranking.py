@@ -12,10 +12,12 @@ import math
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ragsidecar import errors, metrics
 from ragsidecar.cache import ByteLRU
 from ragsidecar.errors import Violation
-from ragsidecar.inference.models import BiEncoder, PairScore, QueryTooLong
+from ragsidecar.inference.models import BiEncoder, LoadedModel, PairScore, QueryTooLong
 from ragsidecar.inference.registry import ModelRegistry
 
 log = logging.getLogger(__name__)
@@ -72,7 +74,11 @@ class Reranker:
     async def rerank(self, request: RerankQuery, deadline: float | None) -> RerankOutcome:
         started = time.perf_counter()
         self._validate(request)
-        model = self._registry.get(request.model)
+        with self._registry.get(request.model).in_use() as model:
+            return await self._rerank(model, request, deadline, started)
+
+    async def _rerank(self, model: LoadedModel, request: RerankQuery, deadline: float | None,
+                      started: float) -> RerankOutcome:
         window = model.spec.long_document_strategy == "window" if request.window is None else request.window
         cap = request.max_document_tokens
         keys = [(model.id, model.fingerprint, window, cap, _digest(request.query), _digest(c.text))
@@ -94,7 +100,7 @@ class Reranker:
                 batch.tokenization_s, batch.queue_s, batch.inference_s)
             outcome.tokens = sum(s.tokens for s in batch.scores)
         relevance = _cosine_relevance if isinstance(model, BiEncoder) else _sigmoid
-        ranked = [Ranked(i, c, relevance(s.raw), s.raw, s.best_window)
+        ranked = [Ranked(i, c, _f32(relevance(s.raw)), _f32(s.raw), s.best_window)
                   for i, (c, s) in enumerate(zip(request.documents, scores)) if s is not None]
         outcome.truncated_documents = sum(1 for s in scores if s is not None and s.truncated)
         ranked.sort(key=lambda r: (-r.raw_score, r.index))
@@ -133,6 +139,11 @@ class Reranker:
 
 def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _f32(value: float) -> float:
+    """Scores travel as float32: thresholds compare against exactly what the caller sees."""
+    return float(np.float32(value))
 
 
 def _sigmoid(logit: float) -> float:

@@ -46,11 +46,10 @@ class _Job:
     inference_s: float = 0.0
 
     def abandoned(self, now: float) -> str | None:
-        if self.future.done():
-            return "cancelled"
+        """Why the job's inputs need not run any more ("deadline", "cancelled"), or None."""
         if self.deadline is not None and now >= self.deadline:
             return "deadline"
-        return None
+        return "cancelled" if self.future.done() else None
 
 
 class BatchQueue:
@@ -65,7 +64,6 @@ class BatchQueue:
         self._wakeup = asyncio.Event()
         self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=f"infer-{model_id}")
         self._workers = [asyncio.create_task(self._work()) for _ in range(workers)]
-        self._retiring = False
 
     @property
     def depth(self) -> int:
@@ -92,11 +90,6 @@ class BatchQueue:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._backend.run, inputs, False)
 
-    def retire(self) -> None:
-        """Stops the workers once every queued job is done (a reload replaced this model)."""
-        self._retiring = True
-        self._wakeup.set()
-
     async def close(self) -> None:
         for worker in self._workers:
             worker.cancel()
@@ -112,34 +105,48 @@ class BatchQueue:
         while True:
             batch = self._next_batch(loop.time())
             if not batch:
-                if self._retiring:
-                    self._executor.shutdown(wait=False)
-                    return
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            started = time.perf_counter()
             for job, _ in batch:
                 job.started_at = job.started_at or loop.time()
             try:
-                outputs = await loop.run_in_executor(self._executor, self._backend.run,
-                                                     [job.inputs[i] for job, i in batch],
-                                                     self._backend.batch_invariant_padding)
+                outputs, elapsed = await loop.run_in_executor(self._executor, self._run_batch, batch)
             except Exception as err:  # noqa: BLE001 - one failed run must fail its jobs, not the worker
                 log.exception("inference failed on model %s", self.model_id)
                 for job, _ in batch:
                     if not job.future.done():
                         job.future.set_exception(err)
                 continue
-            elapsed = time.perf_counter() - started
-            metrics.INFERRED_INPUTS.labels(self.model_id).inc(len(batch))
-            metrics.BATCH_SIZE.labels(self.model_id).observe(len(batch))
             self._deliver(batch, outputs, elapsed)
 
-    def _deliver(self, batch: list[tuple[_Job, int]], outputs: list[np.ndarray], elapsed: float) -> None:
+    def _run_batch(self, batch: list[tuple[_Job, int]]) -> tuple[list[np.ndarray | None], float]:
+        """Runs a batch on a worker thread. One sequence at a time, a job abandoned meanwhile is
+        skipped between runs (reading a future's done flag from this thread is a benign race: at
+        worst one more sequence runs)."""
+        started = time.perf_counter()
+        if self._backend.batch_invariant_padding:
+            outputs: list[np.ndarray | None] = list(self._backend.run([job.inputs[i] for job, i in batch], True))
+        else:
+            outputs = []
+            for job, index in batch:
+                outputs.append(None if job.future.done() else self._backend.run([job.inputs[index]], False)[0])
+        # asyncio's loop clock is time.monotonic, so deadlines compare with it on this thread too.
+        now = time.monotonic()
+        ran = sum(out is not None for out in outputs)
+        metrics.INFERRED_INPUTS.labels(self.model_id).inc(ran)
+        for (job, _), output in zip(batch, outputs):
+            if output is None:
+                metrics.SKIPPED_INPUTS.labels(self.model_id, job.abandoned(now) or "cancelled").inc()
+        metrics.BATCH_SIZE.labels(self.model_id).observe(len(batch))
+        return outputs, time.perf_counter() - started
+
+    def _deliver(self, batch: list[tuple[_Job, int]], outputs: list[np.ndarray | None], elapsed: float) -> None:
         for job in {job for job, _ in batch}:
             job.inference_s += elapsed
         for (job, index), output in zip(batch, outputs):
+            if job.future.done():
+                continue
             job.outputs[index] = output
             job.remaining -= 1
             if job.remaining == 0 and not job.future.done():

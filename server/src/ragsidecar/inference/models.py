@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +61,9 @@ class LoadedModel:
         self.backend = backend
         self.queue = BatchQueue(spec.id, self.backend, inference.workers, inference.max_batch_tokens,
                                 inference.max_queued_pairs)
+        self._users = 0
+        self._retired = False
+        self._closing: asyncio.Task | None = None
 
     @property
     def id(self) -> str:
@@ -85,6 +90,27 @@ class LoadedModel:
     async def score(self, query: str, documents: list[str], max_document_tokens: int | None, window: bool,
                     deadline: float | None) -> ScoredBatch:
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[LoadedModel]:
+        """Marks a request's use of the model: a model retired by a reload closes only after its last user."""
+        self._users += 1
+        try:
+            yield self
+        finally:
+            self._users -= 1
+            if self._retired and self._users == 0:
+                self._close_soon()
+
+    def retire(self) -> None:
+        """A reload replaced this model: close it once no request uses it."""
+        self._retired = True
+        if self._users == 0:
+            self._close_soon()
+
+    def _close_soon(self) -> None:
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_task(self.close())
 
     async def close(self) -> None:
         await self.queue.close()

@@ -78,7 +78,7 @@ class ModelRegistry:
             self.last_reload_error = ""
             metrics.MODEL_RELOADS.labels("ok").inc()
             for model in retired:
-                model.queue.retire()
+                model.retire()
             log.info("configuration reloaded (generation %d): serving %s", self.generation, ", ".join(fresh.models))
             self._notify()
             return True

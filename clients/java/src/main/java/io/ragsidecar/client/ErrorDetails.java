@@ -1,0 +1,95 @@
+package io.ragsidecar.client;
+
+import com.google.protobuf.Any;
+import com.google.protobuf.InvalidProtocolBufferException;
+import com.google.rpc.BadRequest;
+import com.google.rpc.ErrorInfo;
+import io.grpc.Metadata;
+import io.grpc.Status;
+import io.grpc.protobuf.StatusProto;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+
+/** What a failed call said: status, trailers and the decoded google.rpc details. Maps it to an exception. */
+record ErrorDetails(
+    String message,
+    Status status,
+    Metadata trailers,
+    String reason,
+    String domain,
+    Map<String, String> metadata,
+    List<ValidationException.FieldViolation> violations,
+    Throwable cause) {
+
+  /** Maps a failure of a gRPC call to the client's exception hierarchy; never returns null. */
+  static RagSidecarException toException(Throwable failure) {
+    if (failure instanceof RagSidecarException already) {
+      return already;
+    }
+    ErrorDetails details = decode(failure);
+    Status.Code code = details.status().getCode();
+    String reason = details.reason();
+    switch (code) {
+      case INVALID_ARGUMENT:
+        return new ValidationException(details);
+      case NOT_FOUND:
+        return "UNKNOWN_MODEL".equals(reason) ? new UnknownModelException(details) : new NotFoundException(details);
+      case FAILED_PRECONDITION:
+        return "KNOWLEDGE_NOT_READY".equals(reason)
+            ? new KnowledgeNotReadyException(details)
+            : new FailedPreconditionException(details);
+      case PERMISSION_DENIED:
+        return new PermissionDeniedException(details);
+      case UNAUTHENTICATED:
+        return new UnauthenticatedException(details);
+      case RESOURCE_EXHAUSTED:
+        return new ResourceExhaustedException(details);
+      case UNAVAILABLE:
+        return "MODEL_NOT_READY".equals(reason) ? new ModelNotReadyException(details) : new UnavailableException(details);
+      case DEADLINE_EXCEEDED:
+        return new DeadlineExceededException(details);
+      default:
+        return new RagSidecarException(details);
+    }
+  }
+
+  static ErrorDetails decode(Throwable failure) {
+    Status status = Status.fromThrowable(failure);
+    Metadata trailers = Status.trailersFromThrowable(failure);
+    String reason = "";
+    String domain = "";
+    Map<String, String> metadata = Map.of();
+    List<ValidationException.FieldViolation> violations = new ArrayList<>();
+    com.google.rpc.Status rich = trailers == null ? null : StatusProto.fromStatusAndTrailers(status, trailers);
+    if (rich != null) {
+      boolean haveInfo = false;
+      for (Any detail : rich.getDetailsList()) {
+        try {
+          if (!haveInfo && detail.is(ErrorInfo.class)) {
+            ErrorInfo info = detail.unpack(ErrorInfo.class);
+            reason = info.getReason();
+            domain = info.getDomain();
+            metadata = info.getMetadataMap();
+            haveInfo = true;
+          } else if (detail.is(BadRequest.class)) {
+            for (BadRequest.FieldViolation v : detail.unpack(BadRequest.class).getFieldViolationsList()) {
+              violations.add(new ValidationException.FieldViolation(v.getField(), v.getDescription()));
+            }
+          }
+        } catch (InvalidProtocolBufferException malformed) {
+          // A detail we cannot decode is ignored; the status code still classifies the error.
+        }
+      }
+    }
+    StringBuilder message = new StringBuilder(status.getCode().name());
+    if (!reason.isEmpty()) {
+      message.append(" (").append(reason).append(')');
+    }
+    if (status.getDescription() != null && !status.getDescription().isEmpty()) {
+      message.append(": ").append(status.getDescription());
+    }
+    return new ErrorDetails(message.toString(), status.withCause(null), trailers, reason, domain, metadata,
+        List.copyOf(violations), failure);
+  }
+}

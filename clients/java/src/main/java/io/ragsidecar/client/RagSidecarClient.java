@@ -1,0 +1,318 @@
+package io.ragsidecar.client;
+
+import io.grpc.CallOptions;
+import io.grpc.Channel;
+import io.grpc.ChannelCredentials;
+import io.grpc.ClientCall;
+import io.grpc.ClientInterceptor;
+import io.grpc.ClientInterceptors;
+import io.grpc.ForwardingClientCall;
+import io.grpc.InsecureChannelCredentials;
+import io.grpc.ManagedChannel;
+import io.grpc.Metadata;
+import io.grpc.MethodDescriptor;
+import io.grpc.TlsChannelCredentials;
+import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
+import io.grpc.netty.shaded.io.netty.channel.ChannelOption;
+import io.grpc.netty.shaded.io.netty.channel.EventLoopGroup;
+import io.grpc.netty.shaded.io.netty.channel.epoll.Epoll;
+import io.grpc.netty.shaded.io.netty.channel.epoll.EpollDomainSocketChannel;
+import io.grpc.netty.shaded.io.netty.channel.epoll.EpollEventLoopGroup;
+import io.grpc.netty.shaded.io.netty.channel.unix.DomainSocketAddress;
+import io.grpc.netty.shaded.io.netty.util.concurrent.DefaultThreadFactory;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.Objects;
+import java.util.concurrent.Executor;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * Client of a ragsidecar: one shared gRPC channel and a facade per service.
+ *
+ * <pre>{@code
+ * try (RagSidecarClient client = RagSidecarClient.builder().host("127.0.0.1").port(50151).build()) {
+ *   List<Reranker.RankedDocument> ranked = client.reranker().rerank(Reranker.Request.builder()
+ *       .query("What is the capital of France?")
+ *       .document("a", "Paris is the capital of France.")
+ *       .document("b", "Bananas are rich in potassium.")
+ *       .topN(1)
+ *       .build());
+ * }
+ * }</pre>
+ *
+ * <p>Thread-safe: create one per sidecar and share it for the JVM's lifetime; every facade uses the same channel.
+ * {@link #close()} shuts the channel and the background threads down.
+ *
+ * <p>Services: {@link #reranker()} ({@code RerankerService}). {@code RetrievalService} and
+ * {@code ChatKnowledgeService} get their facades ({@code retrieval()}, {@code chat()}) as the sidecar implements them;
+ * each is a class built on the same {@link ClientContext} as {@link SidecarReranker}. Until then their generated
+ * stubs can be used directly on {@link #channel()}.
+ */
+public final class RagSidecarClient implements AutoCloseable {
+  /** The sidecar's default TCP port. */
+  public static final int DEFAULT_PORT = 50151;
+
+  private static final AtomicInteger CLIENTS = new AtomicInteger();
+
+  private final ManagedChannel managedChannel;
+  private final EventLoopGroup eventLoopGroup;
+  private final ScheduledThreadPoolExecutor scheduler;
+  private final ClientContext context;
+  private final SidecarReranker reranker;
+  private final String target;
+  private final AtomicBoolean closed = new AtomicBoolean();
+
+  private RagSidecarClient(Builder b) {
+    int id = CLIENTS.incrementAndGet();
+    ChannelCredentials credentials = credentials(b);
+    NettyChannelBuilder channelBuilder;
+    if (b.unixSocket != null) {
+      if (!Epoll.isAvailable()) {
+        throw new UnsupportedOperationException("Unix domain sockets need netty's epoll transport (Linux)",
+            Epoll.unavailabilityCause());
+      }
+      eventLoopGroup = new EpollEventLoopGroup(1, new DefaultThreadFactory("ragsidecar-uds-" + id, true));
+      channelBuilder = NettyChannelBuilder.forAddress(new DomainSocketAddress(b.unixSocket.toString()), credentials)
+          .eventLoopGroup(eventLoopGroup)
+          .channelType(EpollDomainSocketChannel.class)
+          // TCP keep-alive means nothing on a Unix socket; unset it so netty does not warn about it.
+          .withOption(ChannelOption.SO_KEEPALIVE, null)
+          .overrideAuthority(b.authority != null ? b.authority : "localhost");
+      target = "unix:" + b.unixSocket;
+    } else {
+      eventLoopGroup = null;
+      channelBuilder = NettyChannelBuilder.forAddress(b.host, b.port, credentials);
+      if (b.authority != null) {
+        channelBuilder.overrideAuthority(b.authority);
+      }
+      target = b.host + ":" + b.port;
+    }
+    channelBuilder.maxInboundMessageSize(b.maxInboundMessageSize);
+    if (b.executor != null) {
+      channelBuilder.executor(b.executor);
+    }
+    managedChannel = channelBuilder.build();
+    Channel channel = b.bearerToken == null
+        ? managedChannel
+        : ClientInterceptors.intercept(managedChannel, new BearerTokenInterceptor(b.bearerToken));
+    context = new ClientContext(channel, b.defaultDeadline);
+
+    scheduler = new ScheduledThreadPoolExecutor(1, runnable -> {
+      Thread t = new Thread(runnable, "ragsidecar-models-" + id);
+      t.setDaemon(true);
+      return t;
+    });
+    scheduler.setRemoveOnCancelPolicy(true);
+    scheduler.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
+    reranker = new SidecarReranker(context, scheduler, b.modelRefreshInterval);
+    reranker.start();
+  }
+
+  private static ChannelCredentials credentials(Builder b) {
+    if (!b.tls) {
+      return InsecureChannelCredentials.create();
+    }
+    if (b.trustCertificate == null) {
+      return TlsChannelCredentials.create();
+    }
+    try {
+      return TlsChannelCredentials.newBuilder().trustManager(b.trustCertificate.toFile()).build();
+    } catch (IOException e) {
+      throw new UncheckedIOException("cannot read the trust certificate " + b.trustCertificate, e);
+    }
+  }
+
+  public static Builder builder() {
+    return new Builder();
+  }
+
+  /** The reranker of this sidecar. The same instance on every call. */
+  public SidecarReranker reranker() {
+    return reranker;
+  }
+
+  /**
+   * The client's channel, with the bearer token attached, for calling generated stubs directly (for example
+   * {@code RetrievalServiceGrpc.newBlockingStub(client.channel())}). Owned by the client: do not shut it down.
+   */
+  public Channel channel() {
+    return context.channel();
+  }
+
+  /** Where this client connects: {@code host:port} or {@code unix:/path}. */
+  public String target() {
+    return target;
+  }
+
+  /** Whether {@link #close()} was called. */
+  public boolean isClosed() {
+    return closed.get();
+  }
+
+  /**
+   * Shuts the channel and background threads down, waiting up to five seconds for calls in flight; calls made
+   * afterwards fail with {@link UnavailableException}. Idempotent.
+   */
+  @Override
+  public void close() {
+    if (!closed.compareAndSet(false, true)) {
+      return;
+    }
+    scheduler.shutdownNow();
+    managedChannel.shutdown();
+    try {
+      if (!managedChannel.awaitTermination(5, TimeUnit.SECONDS)) {
+        managedChannel.shutdownNow();
+        managedChannel.awaitTermination(1, TimeUnit.SECONDS);
+      }
+    } catch (InterruptedException e) {
+      managedChannel.shutdownNow();
+      Thread.currentThread().interrupt();
+    } finally {
+      if (eventLoopGroup != null) {
+        eventLoopGroup.shutdownGracefully(0, 1, TimeUnit.SECONDS);
+      }
+    }
+  }
+
+  @Override
+  public String toString() {
+    return "RagSidecarClient[" + target + (closed.get() ? ", closed" : "") + "]";
+  }
+
+  /** Adds {@code authorization: Bearer <token>} to every call. */
+  private static final class BearerTokenInterceptor implements ClientInterceptor {
+    private static final Metadata.Key<String> AUTHORIZATION =
+        Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
+    private final String value;
+
+    BearerTokenInterceptor(String token) {
+      this.value = "Bearer " + token;
+    }
+
+    @Override
+    public <Q, R> ClientCall<Q, R> interceptCall(MethodDescriptor<Q, R> method, CallOptions options, Channel next) {
+      return new ForwardingClientCall.SimpleForwardingClientCall<Q, R>(next.newCall(method, options)) {
+        @Override
+        public void start(Listener<R> listener, Metadata headers) {
+          headers.put(AUTHORIZATION, value);
+          super.start(listener, headers);
+        }
+      };
+    }
+  }
+
+  /** Configures a {@link RagSidecarClient}. Defaults: {@code 127.0.0.1:50151}, plaintext, 30 s deadline. */
+  public static final class Builder {
+    private String host = "127.0.0.1";
+    private int port = DEFAULT_PORT;
+    private Path unixSocket;
+    private Duration defaultDeadline = Duration.ofSeconds(30);
+    private String bearerToken;
+    private boolean tls;
+    private Path trustCertificate;
+    private String authority;
+    private int maxInboundMessageSize = 64 * 1024 * 1024;
+    private Duration modelRefreshInterval = Duration.ofSeconds(30);
+    private Executor executor;
+
+    private Builder() {}
+
+    /** Host name or address of the sidecar (default {@code 127.0.0.1}). */
+    public Builder host(String host) {
+      this.host = Objects.requireNonNull(host, "host");
+      this.unixSocket = null;
+      return this;
+    }
+
+    /** TCP port of the sidecar (default {@value RagSidecarClient#DEFAULT_PORT}). */
+    public Builder port(int port) {
+      if (port < 1 || port > 65535) {
+        throw new IllegalArgumentException("port out of range: " + port);
+      }
+      this.port = port;
+      this.unixSocket = null;
+      return this;
+    }
+
+    /** Connects to a Unix domain socket instead of TCP (Linux, through netty's epoll transport). */
+    public Builder unixSocket(Path path) {
+      this.unixSocket = Objects.requireNonNull(path, "path");
+      return this;
+    }
+
+    /** Deadline of each call that sets none itself (default 30 s). */
+    public Builder defaultDeadline(Duration deadline) {
+      if (deadline.isNegative() || deadline.isZero()) {
+        throw new IllegalArgumentException("deadline must be positive: " + deadline);
+      }
+      this.defaultDeadline = deadline;
+      return this;
+    }
+
+    /**
+     * Sends {@code authorization: Bearer <token>} with every call (the sidecar's {@code RAGSIDECAR_TOKEN});
+     * {@code null} sends none.
+     */
+    public Builder bearerToken(String token) {
+      this.bearerToken = token == null || token.isEmpty() ? null : token;
+      return this;
+    }
+
+    /** Uses TLS, trusting the system's roots unless {@link #trustCertificate(Path)} is given (default off). */
+    public Builder tls(boolean tls) {
+      this.tls = tls;
+      return this;
+    }
+
+    /** Uses TLS and trusts the PEM certificate(s) in this file (for a self-signed sidecar certificate). */
+    public Builder trustCertificate(Path pemFile) {
+      this.trustCertificate = Objects.requireNonNull(pemFile, "pemFile");
+      this.tls = true;
+      return this;
+    }
+
+    /** Authority (and TLS server name) to use instead of the target's host. */
+    public Builder overrideAuthority(String authority) {
+      this.authority = authority;
+      return this;
+    }
+
+    /** Largest response accepted, in bytes (default 64 MiB, the sidecar's own default limit). */
+    public Builder maxInboundMessageSize(int bytes) {
+      if (bytes <= 0) {
+        throw new IllegalArgumentException("maxInboundMessageSize must be positive: " + bytes);
+      }
+      this.maxInboundMessageSize = bytes;
+      return this;
+    }
+
+    /** How often the model snapshot behind {@link Reranker#supports(String)} is refreshed (default 30 s). */
+    public Builder modelRefreshInterval(Duration interval) {
+      if (interval.isNegative() || interval.isZero()) {
+        throw new IllegalArgumentException("interval must be positive: " + interval);
+      }
+      this.modelRefreshInterval = interval;
+      return this;
+    }
+
+    /**
+     * Executor that runs gRPC callbacks, and with them the completion of async results (default: gRPC's shared
+     * cached pool). The client does not shut it down.
+     */
+    public Builder executor(Executor executor) {
+      this.executor = executor;
+      return this;
+    }
+
+    /** Creates the client and starts fetching the model snapshot in the background. Never blocks. */
+    public RagSidecarClient build() {
+      return new RagSidecarClient(this);
+    }
+  }
+}

@@ -1,0 +1,257 @@
+package io.ragsidecar.client;
+
+import io.grpc.ManagedChannel;
+import io.grpc.health.v1.HealthCheckRequest;
+import io.grpc.health.v1.HealthCheckResponse;
+import io.grpc.health.v1.HealthGrpc;
+import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * The real Python sidecar, started as a child process for the tests: {@code <repo>/.venv/bin/ragsidecar serve} on a
+ * free port (and optionally a Unix socket), with the repository's configuration and models. {@link #start} returns
+ * once grpc.health.v1 reports SERVING; {@link #close} stops the process (a JVM shutdown hook does too, should the test
+ * run be killed).
+ *
+ * <p>The executable can be overridden with the system property or environment variable {@code RAGSIDECAR_BIN}, the
+ * repository root with the system property {@code ragsidecar.repoRoot} (set by the POM).
+ */
+final class Sidecar implements AutoCloseable {
+  private static final Duration STARTUP_TIMEOUT = Duration.ofSeconds(90);
+  private static final Pattern TCP = Pattern.compile("ragsidecar listening on (?!unix:)(\\S+):(\\d+)\\s*$");
+  private static final Pattern UNIX = Pattern.compile("ragsidecar listening on unix:(\\S+)\\s*$");
+  private static final AtomicInteger COUNT = new AtomicInteger();
+
+  private final String name;
+  private final Process process;
+  private final Thread shutdownHook;
+  private final Path log;
+  private final List<String> stdout = new ArrayList<>();
+  private final Path unixSocket;
+  private volatile int port;
+  private volatile boolean closed;
+
+  static Path repoRoot() {
+    return Paths.get(System.getProperty("ragsidecar.repoRoot", "../..")).toAbsolutePath().normalize();
+  }
+
+  static Path executable() {
+    String override = System.getProperty("RAGSIDECAR_BIN", System.getenv("RAGSIDECAR_BIN"));
+    return override != null && !override.isEmpty()
+        ? Paths.get(override).toAbsolutePath()
+        : repoRoot().resolve(".venv/bin/ragsidecar");
+  }
+
+  /** Starts a sidecar; {@code token} non-null requires it as bearer token; {@code unixSocket} also listens there. */
+  static Sidecar start(String token, boolean unixSocket) {
+    Path bin = executable();
+    if (!Files.isExecutable(bin)) {
+      throw new IllegalStateException("no ragsidecar executable at " + bin
+          + ": run `make setup` in the repository root, or set RAGSIDECAR_BIN");
+    }
+    try {
+      return new Sidecar(bin, token, unixSocket);
+    } catch (IOException e) {
+      throw new IllegalStateException("cannot start " + bin, e);
+    }
+  }
+
+  private Sidecar(Path bin, String token, boolean withUnixSocket) throws IOException {
+    int n = COUNT.incrementAndGet();
+    name = "sidecar-" + n + (token != null ? "-auth" : "") + (withUnixSocket ? "-unix" : "");
+    Path logs = Paths.get("target", "sidecar-logs").toAbsolutePath();
+    Files.createDirectories(logs);
+    log = logs.resolve(name + ".log");
+    unixSocket = withUnixSocket
+        ? Paths.get("/tmp", "ragsidecar-java-" + ProcessHandle.current().pid() + "-" + n + ".sock")
+        : null;
+    if (unixSocket != null) {
+      Files.deleteIfExists(unixSocket);
+    }
+
+    List<String> command = new ArrayList<>(List.of(bin.toString(), "serve",
+        "--config", repoRoot().resolve("config/ragsidecar.toml").toString(), "--port", "0", "--metrics-port", "0"));
+    if (unixSocket != null) {
+      command.add("--unix-socket");
+      command.add(unixSocket.toString());
+    }
+    ProcessBuilder pb = new ProcessBuilder(command).directory(repoRoot().toFile())
+        .redirectError(ProcessBuilder.Redirect.to(log.toFile()));
+    Map<String, String> env = pb.environment();
+    env.remove("RAGSIDECAR_TOKEN");
+    env.remove("RAGSIDECAR_CONFIG");
+    env.put("PYTHONUNBUFFERED", "1");
+    if (token != null) {
+      env.put("RAGSIDECAR_TOKEN", token);
+    }
+    process = pb.start();
+    shutdownHook = new Thread(this::stop, name + "-shutdown");
+    Runtime.getRuntime().addShutdownHook(shutdownHook);
+    try {
+      awaitServing();
+    } catch (RuntimeException | Error e) {
+      close();
+      throw e;
+    }
+  }
+
+  private void awaitServing() {
+    long deadline = System.nanoTime() + STARTUP_TIMEOUT.toNanos();
+    CompletableFuture<Integer> tcp = new CompletableFuture<>();
+    CompletableFuture<String> unix = new CompletableFuture<>();
+    if (unixSocket == null) {
+      unix.complete("");
+    }
+    Thread reader = new Thread(() -> {
+      try (BufferedReader in = new BufferedReader(
+          new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8))) {
+        String line;
+        while ((line = in.readLine()) != null) {
+          synchronized (stdout) {
+            stdout.add(line);
+          }
+          Matcher m = TCP.matcher(line);
+          if (m.find()) {
+            tcp.complete(Integer.parseInt(m.group(2)));
+          }
+          m = UNIX.matcher(line);
+          if (m.find()) {
+            unix.complete(m.group(1));
+          }
+        }
+      } catch (IOException ignored) {
+        // The process ended.
+      }
+      tcp.completeExceptionally(new IllegalStateException("sidecar stdout closed before it listened"));
+      unix.completeExceptionally(new IllegalStateException("sidecar stdout closed before it listened on unix"));
+    }, name + "-stdout");
+    reader.setDaemon(true);
+    reader.start();
+    try {
+      port = tcp.get(remaining(deadline), TimeUnit.NANOSECONDS);
+      unix.get(remaining(deadline), TimeUnit.NANOSECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(name + ": interrupted while starting");
+    } catch (ExecutionException | TimeoutException e) {
+      throw new IllegalStateException(name + " did not start listening: " + diagnostics(), e);
+    }
+
+    ManagedChannel channel = NettyChannelBuilder.forAddress("127.0.0.1", port).usePlaintext().build();
+    try {
+      HealthCheckResponse.ServingStatus status = null;
+      while (System.nanoTime() < deadline) {
+        if (!process.isAlive()) {
+          throw new IllegalStateException(name + " exited with " + process.exitValue() + ": " + diagnostics());
+        }
+        try {
+          status = HealthGrpc.newBlockingStub(channel).withDeadlineAfter(2, TimeUnit.SECONDS)
+              .check(HealthCheckRequest.newBuilder().setService("").build()).getStatus();
+          if (status == HealthCheckResponse.ServingStatus.SERVING) {
+            return;
+          }
+        } catch (io.grpc.StatusRuntimeException notYet) {
+          // Not answering yet.
+        }
+        Thread.sleep(200);
+      }
+      throw new IllegalStateException(name + " not SERVING within " + STARTUP_TIMEOUT + " (last: " + status + "): "
+          + diagnostics());
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(name + ": interrupted while starting");
+    } finally {
+      channel.shutdownNow();
+    }
+  }
+
+  private static long remaining(long deadline) {
+    return Math.max(1, deadline - System.nanoTime());
+  }
+
+  private String diagnostics() {
+    StringBuilder sb = new StringBuilder();
+    synchronized (stdout) {
+      sb.append("stdout=").append(stdout);
+    }
+    try {
+      List<String> lines = Files.readAllLines(log);
+      sb.append("; stderr (").append(log).append(") tail:\n")
+          .append(String.join("\n", lines.subList(Math.max(0, lines.size() - 30), lines.size())));
+    } catch (IOException e) {
+      sb.append("; no stderr log");
+    }
+    return sb.toString();
+  }
+
+  int port() {
+    return port;
+  }
+
+  Path unixSocket() {
+    return unixSocket;
+  }
+
+  /** A client builder aimed at this sidecar over TCP. */
+  RagSidecarClient.Builder clientBuilder() {
+    return RagSidecarClient.builder().host("127.0.0.1").port(port).defaultDeadline(Duration.ofSeconds(30));
+  }
+
+  @Override
+  public void close() {
+    stop();
+    try {
+      Runtime.getRuntime().removeShutdownHook(shutdownHook);
+    } catch (IllegalStateException shuttingDown) {
+      // The hook is running or will run; stop() is idempotent.
+    }
+  }
+
+  private synchronized void stop() {
+    if (closed) {
+      return;
+    }
+    closed = true;
+    List<ProcessHandle> children = process.descendants().toList();
+    process.destroy();
+    try {
+      if (!process.waitFor(15, TimeUnit.SECONDS)) {
+        process.destroyForcibly();
+        process.waitFor(5, TimeUnit.SECONDS);
+      }
+    } catch (InterruptedException e) {
+      process.destroyForcibly();
+      Thread.currentThread().interrupt();
+    }
+    children.forEach(ProcessHandle::destroyForcibly);
+    if (unixSocket != null) {
+      try {
+        Files.deleteIfExists(unixSocket);
+      } catch (IOException ignored) {
+        // Best effort.
+      }
+    }
+  }
+
+  @Override
+  public String toString() {
+    return name + "[port=" + port + (unixSocket != null ? ", unix=" + unixSocket : "") + "]";
+  }
+}

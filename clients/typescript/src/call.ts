@@ -1,0 +1,52 @@
+import { CancelledError, DeadlineExceededError } from "./errors.js";
+
+/** Options every call accepts. */
+export interface CallOptions {
+  /** Aborting it cancels the call; the promise rejects with CancelledError. */
+  readonly signal?: AbortSignal;
+  /** Deadline of this call in milliseconds (DeadlineExceededError when it passes); overrides defaultTimeoutMs. */
+  readonly timeoutMs?: number;
+}
+
+/** connect call options from ours. */
+export function callOptions(options: CallOptions): { signal?: AbortSignal; timeoutMs?: number } {
+  return {
+    ...(options.signal ? { signal: options.signal } : {}),
+    ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
+  };
+}
+
+/** Races a promise with a caller's signal and timeout, mapping both to typed errors. */
+export function raceWithOptions<T>(promise: Promise<T>, options: CallOptions): Promise<T> {
+  const { signal, timeoutMs } = options;
+  if (!signal && timeoutMs === undefined) return promise;
+  return new Promise<T>((resolve, reject) => {
+    let timer: NodeJS.Timeout | undefined;
+    const onAbort = () => {
+      cleanup();
+      reject(new CancelledError("operation cancelled", { code: "CANCELLED", cause: signal?.reason }));
+    };
+    const cleanup = () => {
+      if (timer) clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    };
+    if (signal?.aborted) return onAbort();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    if (timeoutMs !== undefined) {
+      timer = setTimeout(() => {
+        cleanup();
+        reject(new DeadlineExceededError(`no answer within ${timeoutMs} ms`, { code: "DEADLINE_EXCEEDED" }));
+      }, timeoutMs);
+    }
+    promise.then(
+      (value) => {
+        cleanup();
+        resolve(value);
+      },
+      (error: unknown) => {
+        cleanup();
+        reject(error);
+      },
+    );
+  });
+}

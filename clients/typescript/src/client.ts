@@ -1,0 +1,108 @@
+import { createClient as createConnectClient, type Client } from "@connectrpc/connect";
+import { Health, HealthCheckResponse_ServingStatus } from "./gen/grpc/health/v1/health_pb.js";
+import { RerankerService } from "./gen/ragsidecar/v1/reranker_pb.js";
+import { RetrievalService } from "./gen/ragsidecar/v1/retrieval_pb.js";
+import { ChatKnowledgeService } from "./gen/ragsidecar/v1/chat_knowledge_pb.js";
+import { CancelledError, DeadlineExceededError, toRagSidecarError } from "./errors.js";
+import { callOptions, type CallOptions } from "./call.js";
+import { SidecarReranker, type Reranker, type SnapshotOptions } from "./reranker.js";
+import { typedServiceClient, type TypedServiceClient } from "./services.js";
+import { openTransport, type ConnectionOptions } from "./transport.js";
+
+export interface ClientOptions extends ConnectionOptions, SnapshotOptions {}
+
+export type HealthStatus = "SERVING" | "NOT_SERVING" | "SERVICE_UNKNOWN" | "UNKNOWN";
+
+export interface HealthClient {
+  /**
+   * grpc.health.v1 Check: "" is the whole sidecar (SERVING once the default model is ready),
+   * "ragsidecar.v1.RerankerService/<model>" one model. Health never needs the token.
+   */
+  check(service?: string, options?: CallOptions): Promise<HealthStatus>;
+  /** Polls check() until it answers SERVING; connection failures count as not serving yet. */
+  waitForServing(options?: CallOptions & { readonly service?: string; readonly intervalMs?: number }): Promise<void>;
+}
+
+export interface RagSidecarClient {
+  /** RerankerService: the host's Reranker SPI (supports from a cached model list, rerank). */
+  readonly reranker: Reranker;
+  /**
+   * RetrievalService, every RPC with the generated request/response messages and typed errors.
+   * Not served by the sidecar yet: every call rejects with UnimplementedError until the service lands.
+   */
+  readonly retrieval: TypedServiceClient<typeof RetrievalService>;
+  /** ChatKnowledgeService, as retrieval (UnimplementedError until the service lands). */
+  readonly chat: TypedServiceClient<typeof ChatKnowledgeService>;
+  readonly health: HealthClient;
+  /** The generated connect clients, for anything the facade does not cover (errors stay ConnectError). */
+  readonly raw: {
+    readonly reranker: Client<typeof RerankerService>;
+    readonly retrieval: Client<typeof RetrievalService>;
+    readonly chat: Client<typeof ChatKnowledgeService>;
+    readonly health: Client<typeof Health>;
+  };
+  /** Stops the model-list refresh and closes the connection (in-flight calls fail with UnavailableError). */
+  close(): void;
+}
+
+/**
+ * Connects to a ragsidecar. Nothing blocks: the connection opens on the first call, and the reranker's
+ * model list is fetched in the background (await `client.reranker.ready()` to wait for it).
+ */
+export function createClient(options: ClientOptions): RagSidecarClient {
+  const { transport, close } = openTransport(options);
+  const raw = {
+    reranker: createConnectClient(RerankerService, transport),
+    retrieval: createConnectClient(RetrievalService, transport),
+    chat: createConnectClient(ChatKnowledgeService, transport),
+    health: createConnectClient(Health, transport),
+  };
+  const reranker = new SidecarReranker(raw.reranker, options);
+  const health: HealthClient = {
+    async check(service = "", callOpts = {}) {
+      try {
+        const response = await raw.health.check({ service }, callOptions(callOpts));
+        return (HealthCheckResponse_ServingStatus[response.status] ?? "UNKNOWN") as HealthStatus;
+      } catch (error) {
+        throw toRagSidecarError(error);
+      }
+    },
+    async waitForServing(waitOpts = {}) {
+      const { signal, timeoutMs, service = "", intervalMs = 100 } = waitOpts;
+      const deadline = timeoutMs === undefined ? Infinity : Date.now() + timeoutMs;
+      for (;;) {
+        const left = deadline - Date.now();
+        try {
+          const status = await health.check(service, {
+            ...(signal ? { signal } : {}),
+            timeoutMs: Math.max(1, Math.min(left, 2_000)),
+          });
+          if (status === "SERVING") return;
+        } catch (error) {
+          const mapped = toRagSidecarError(error);
+          if (mapped.code !== "UNAVAILABLE" && mapped.code !== "DEADLINE_EXCEEDED") throw mapped;
+        }
+        if (signal?.aborted) {
+          throw new CancelledError("operation cancelled", { code: "CANCELLED", cause: signal.reason });
+        }
+        if (Date.now() + intervalMs > deadline) {
+          throw new DeadlineExceededError(`${service || "sidecar"} not SERVING within ${timeoutMs} ms`, {
+            code: "DEADLINE_EXCEEDED",
+          });
+        }
+        await new Promise((resolve) => setTimeout(resolve, intervalMs));
+      }
+    },
+  };
+  return {
+    reranker,
+    retrieval: typedServiceClient(RetrievalService, raw.retrieval),
+    chat: typedServiceClient(ChatKnowledgeService, raw.chat),
+    health,
+    raw,
+    close() {
+      reranker.stop();
+      close();
+    },
+  };
+}

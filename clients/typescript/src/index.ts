@@ -1,0 +1,63 @@
+export { createClient } from "./client.js";
+export type { ClientOptions, HealthClient, HealthStatus, RagSidecarClient } from "./client.js";
+export type { ConnectionOptions, TlsOptions } from "./transport.js";
+export type { CallOptions } from "./call.js";
+export { noOpReranker } from "./reranker.js";
+export type {
+  LongDocumentStrategyName,
+  ModelInfo,
+  ModelKindName,
+  ModelSnapshot,
+  ModelStateName,
+  RankedDocument,
+  RerankDocument,
+  Reranker,
+  RerankRequest,
+  RerankResponse,
+  RerankTiming,
+  RerankUsage,
+  SnapshotOptions,
+} from "./reranker.js";
+export type { TypedServiceClient } from "./services.js";
+export {
+  CancelledError,
+  DeadlineExceededError,
+  ERROR_DOMAIN,
+  KnowledgeNotReadyError,
+  PermissionDeniedError,
+  RagSidecarError,
+  ResourceExhaustedError,
+  UnauthenticatedError,
+  UnavailableError,
+  UnimplementedError,
+  UnknownModelError,
+  ValidationError,
+  toRagSidecarError,
+} from "./errors.js";
+export type { FieldViolation, RagSidecarErrorInit, StatusCodeName } from "./errors.js";
+export {
+  RetrievalBudgetError,
+  RetrievalDuplicateError,
+  RetrievalRejectedError,
+  canonicalKey,
+  defineSidecarRetrieval,
+} from "./retrieval.js";
+export type {
+  OperationContext,
+  RetrievalEffect,
+  RetrievalReason,
+  RetrievalReceipt,
+  RetrievalResult,
+  RetrievalSource,
+  RetrievalState,
+  SearchRequestInit,
+  SidecarRetrievalDefinition,
+  SidecarRetrievalRunner,
+  SidecarSearchResult,
+  SidecarSource,
+} from "./retrieval.js";
+/** The generated messages and service descriptors of the sidecar's contracts. */
+export * as reranker_pb from "./gen/ragsidecar/v1/reranker_pb.js";
+export * as retrieval_pb from "./gen/ragsidecar/v1/retrieval_pb.js";
+export * as chat_knowledge_pb from "./gen/ragsidecar/v1/chat_knowledge_pb.js";
+export * as common_pb from "./gen/ragsidecar/v1/common_pb.js";

@@ -1,0 +1,94 @@
+import * as net from "node:net";
+import type * as http2 from "node:http2";
+import type { Interceptor, Transport } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+
+/** TLS settings; `true` means TLS with the system's trusted CAs. */
+export interface TlsOptions {
+  /** PEM CA bundle trusted for the server certificate (a private CA or a self-signed certificate). */
+  readonly ca?: string | Buffer;
+  /** PEM client certificate and key, for mutual TLS. */
+  readonly cert?: string | Buffer;
+  readonly key?: string | Buffer;
+  /** Name checked against the server certificate (SNI); defaults to the address's host. */
+  readonly serverName?: string;
+  /** Set false only in tests: accepts any certificate. Defaults to true. */
+  readonly rejectUnauthorized?: boolean;
+}
+
+export interface ConnectionOptions {
+  /** "host:port" (e.g. "127.0.0.1:50151") or a URL ("http://host:port", "https://host:port"). */
+  readonly address?: string;
+  /** Path of the sidecar's Unix socket (`[server] unix_socket`); exclusive with address. */
+  readonly socketPath?: string;
+  /** Bearer token sent as `authorization: Bearer <token>` (the sidecar's RAGSIDECAR_TOKEN); a function is asked per call. */
+  readonly token?: string | (() => string | Promise<string>);
+  /** TLS; omit (or false) for plaintext HTTP/2. */
+  readonly tls?: boolean | TlsOptions;
+  /** Deadline of every call that gives no timeoutMs of its own; unset means no deadline. */
+  readonly defaultTimeoutMs?: number;
+  /** Extra connect interceptors, run after the authorization one. */
+  readonly interceptors?: readonly Interceptor[];
+}
+
+export interface OpenTransport {
+  readonly transport: Transport;
+  /** Closes the HTTP/2 connection and every open stream. */
+  close(): void;
+}
+
+export function openTransport(options: ConnectionOptions): OpenTransport {
+  if ((options.address === undefined) === (options.socketPath === undefined)) {
+    throw new TypeError("createClient needs exactly one of address and socketPath");
+  }
+  const tls = options.tls === true ? {} : options.tls || undefined;
+  const scheme = tls ? "https" : "http";
+  let baseUrl: string;
+  const nodeOptions: http2.SecureClientSessionOptions = {};
+  if (options.socketPath !== undefined) {
+    const socketPath = options.socketPath;
+    // The authority is only the :authority header; every connection goes to the socket.
+    baseUrl = `${scheme}://localhost`;
+    nodeOptions.createConnection = () => net.connect(socketPath);
+    if (tls) {
+      throw new TypeError("TLS over a Unix socket is not supported; the socket is protected by its file mode");
+    }
+  } else {
+    baseUrl = normalizeAddress(options.address as string, scheme);
+  }
+  if (tls) {
+    if (tls.ca !== undefined) nodeOptions.ca = tls.ca;
+    if (tls.cert !== undefined) nodeOptions.cert = tls.cert;
+    if (tls.key !== undefined) nodeOptions.key = tls.key;
+    if (tls.serverName !== undefined) nodeOptions.servername = tls.serverName;
+    if (tls.rejectUnauthorized !== undefined) nodeOptions.rejectUnauthorized = tls.rejectUnauthorized;
+  }
+  const interceptors: Interceptor[] = [];
+  const token = options.token;
+  if (token !== undefined) {
+    interceptors.push((next) => async (request) => {
+      const value = typeof token === "function" ? await token() : token;
+      request.header.set("authorization", `Bearer ${value}`);
+      return next(request);
+    });
+  }
+  interceptors.push(...(options.interceptors ?? []));
+  const sessionManager = new Http2SessionManager(baseUrl, { idleConnectionTimeoutMs: 60_000 }, nodeOptions);
+  const transport = createGrpcTransport({
+    baseUrl,
+    sessionManager,
+    interceptors,
+    ...(options.defaultTimeoutMs !== undefined ? { defaultTimeoutMs: options.defaultTimeoutMs } : {}),
+  });
+  return { transport, close: () => sessionManager.abort() };
+}
+
+function normalizeAddress(address: string, scheme: string): string {
+  if (/^https?:\/\//.test(address)) {
+    return address.replace(/\/+$/, "");
+  }
+  if (address.startsWith("unix:")) {
+    throw new TypeError(`use socketPath for Unix sockets, not address ${JSON.stringify(address)}`);
+  }
+  return `${scheme}://${address}`;
+}
