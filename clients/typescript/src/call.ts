@@ -3,9 +3,9 @@ import { CancelledError, DeadlineExceededError } from "./errors.js";
 /** Options every call accepts. */
 export interface CallOptions {
   /** Aborting it cancels the call; the promise rejects with CancelledError. */
-  readonly signal?: AbortSignal;
+  readonly signal?: AbortSignal | undefined;
   /** Deadline of this call in milliseconds (DeadlineExceededError when it passes); overrides defaultTimeoutMs. */
-  readonly timeoutMs?: number;
+  readonly timeoutMs?: number | undefined;
 }
 
 /** connect call options from ours. */

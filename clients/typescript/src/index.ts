@@ -16,6 +16,7 @@ export type {
   RerankResponse,
   RerankTiming,
   RerankUsage,
+  SentDocument,
   SnapshotOptions,
 } from "./reranker.js";
 export type { TypedServiceClient } from "./services.js";

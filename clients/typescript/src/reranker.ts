@@ -17,9 +17,16 @@ export type { CallOptions };
 
 /** A candidate document; a bare string is a document with no id. */
 export interface RerankDocument {
-  readonly id?: string;
+  readonly id?: string | undefined;
   readonly text: string;
-  readonly metadata?: Readonly<Record<string, string>>;
+  readonly metadata?: Readonly<Record<string, string>> | undefined;
+}
+
+/** A document as sent: id "" when it had none, metadata {} when it had none. */
+export interface SentDocument {
+  readonly id: string;
+  readonly text: string;
+  readonly metadata: Readonly<Record<string, string>>;
 }
 
 export type LongDocumentStrategyName = "truncate" | "window";
@@ -30,17 +37,17 @@ export interface RerankRequest {
   /** Candidates; ids, when given, must be unique. */
   readonly documents: readonly (RerankDocument | string)[];
   /** Most results returned; unset returns every document. Sent to the server and enforced again locally. */
-  readonly topN?: number;
+  readonly topN?: number | undefined;
   /** Model id (case-sensitive); unset means the sidecar's default reranker. */
-  readonly model?: string;
+  readonly model?: string | undefined;
   /** Return each result's document (text and metadata). */
-  readonly returnDocuments?: boolean;
+  readonly returnDocuments?: boolean | undefined;
   /** Cap on each document's tokens, below the model's window. */
-  readonly maxDocumentTokens?: number;
+  readonly maxDocumentTokens?: number | undefined;
   /** What to do with documents longer than the window; unset uses the model's default. */
-  readonly longDocumentStrategy?: LongDocumentStrategyName;
+  readonly longDocumentStrategy?: LongDocumentStrategyName | undefined;
   /** Drop results whose relevance is below this threshold (0..1). */
-  readonly minRelevanceScore?: number;
+  readonly minRelevanceScore?: number | undefined;
 }
 
 /** One ranked document. */
@@ -56,7 +63,7 @@ export interface RankedDocument {
   /** Window that scored best when the document was windowed; 0 otherwise. */
   readonly bestWindow: number;
   /** The document as sent, when returnDocuments was set. */
-  readonly document?: Required<RerankDocument>;
+  readonly document?: SentDocument;
 }
 
 export interface RerankUsage {
@@ -126,7 +133,7 @@ export interface Reranker {
 
 export interface SnapshotOptions {
   /** Interval of the background ListModels refresh; default 30 s. */
-  readonly modelRefreshMs?: number;
+  readonly modelRefreshMs?: number | undefined;
 }
 
 const PERMANENT = new Set(["UNAUTHENTICATED", "PERMISSION_DENIED", "UNIMPLEMENTED"]);
@@ -327,7 +334,7 @@ export function noOpReranker(): Reranker {
   };
 }
 
-function normalizeDocument(document: RerankDocument | string): Required<RerankDocument> {
+function normalizeDocument(document: RerankDocument | string): SentDocument {
   if (typeof document === "string") return { id: "", text: document, metadata: {} };
   return { id: document.id ?? "", text: document.text, metadata: document.metadata ?? {} };
 }

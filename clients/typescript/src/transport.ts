@@ -6,29 +6,29 @@ import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-no
 /** TLS settings; `true` means TLS with the system's trusted CAs. */
 export interface TlsOptions {
   /** PEM CA bundle trusted for the server certificate (a private CA or a self-signed certificate). */
-  readonly ca?: string | Buffer;
+  readonly ca?: string | Buffer | undefined;
   /** PEM client certificate and key, for mutual TLS. */
-  readonly cert?: string | Buffer;
-  readonly key?: string | Buffer;
+  readonly cert?: string | Buffer | undefined;
+  readonly key?: string | Buffer | undefined;
   /** Name checked against the server certificate (SNI); defaults to the address's host. */
-  readonly serverName?: string;
+  readonly serverName?: string | undefined;
   /** Set false only in tests: accepts any certificate. Defaults to true. */
-  readonly rejectUnauthorized?: boolean;
+  readonly rejectUnauthorized?: boolean | undefined;
 }
 
 export interface ConnectionOptions {
   /** "host:port" (e.g. "127.0.0.1:50151") or a URL ("http://host:port", "https://host:port"). */
-  readonly address?: string;
+  readonly address?: string | undefined;
   /** Path of the sidecar's Unix socket (`[server] unix_socket`); exclusive with address. */
-  readonly socketPath?: string;
+  readonly socketPath?: string | undefined;
   /** Bearer token sent as `authorization: Bearer <token>` (the sidecar's RAGSIDECAR_TOKEN); a function is asked per call. */
-  readonly token?: string | (() => string | Promise<string>);
+  readonly token?: string | (() => string | Promise<string>) | undefined;
   /** TLS; omit (or false) for plaintext HTTP/2. */
-  readonly tls?: boolean | TlsOptions;
+  readonly tls?: boolean | TlsOptions | undefined;
   /** Deadline of every call that gives no timeoutMs of its own; unset means no deadline. */
-  readonly defaultTimeoutMs?: number;
+  readonly defaultTimeoutMs?: number | undefined;
   /** Extra connect interceptors, run after the authorization one. */
-  readonly interceptors?: readonly Interceptor[];
+  readonly interceptors?: readonly Interceptor[] | undefined;
 }
 
 export interface OpenTransport {

@@ -6,6 +6,7 @@ import { after, before, describe, it } from "node:test";
 import {
   CancelledError,
   DeadlineExceededError,
+  RagSidecarError,
   UnauthenticatedError,
   UnavailableError,
   UnimplementedError,
@@ -93,8 +94,12 @@ describe("client", () => {
     await secure.reranker.ready();
     const response = await secure.reranker.rerank({ query: QUERY, documents: DOCS });
     assert.equal(response.results[0]?.id, "paris");
-    // Without the CA the certificate is refused; over plaintext the TLS port answers nothing useful.
-    await assert.rejects(clients.make({ address: `127.0.0.1:${port}`, tls: true }).health.check(), UnavailableError);
+    // Without the CA the self-signed certificate is refused; plaintext to the TLS port fails too.
+    await assert.rejects(clients.make({ address: `127.0.0.1:${port}`, tls: true }).health.check(), (error: unknown) => {
+      assert.ok(error instanceof RagSidecarError);
+      assert.match(error.message, /certificate/);
+      return true;
+    });
     await assert.rejects(clients.make({ address: `127.0.0.1:${port}` }).health.check("", { timeoutMs: 2_000 }));
   });
 
