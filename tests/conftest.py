@@ -36,3 +36,30 @@ def make_sidecar(tmp_path: Path) -> Iterator:
     finally:
         for server in started:
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def knowledge_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from retrieval_helpers import build_knowledge
+
+    root = tmp_path_factory.mktemp("knowledge")
+    build_knowledge(root)
+    return root
+
+
+def retrieval_config(root: Path, data: Path) -> dict:
+    config = default_config()
+    config["paths"]["knowledge_roots"] = [str(root)]
+    config["paths"]["data_dir"] = str(data)
+    return config
+
+
+@pytest.fixture(scope="session")
+def retrieval_sidecar(tmp_path_factory: pytest.TempPathFactory, knowledge_root: Path) -> Iterator[Sidecar]:
+    """A sidecar whose knowledge root is the folder of real files."""
+    server = Sidecar(tmp_path_factory.mktemp("retrieval"),
+                     retrieval_config(knowledge_root, tmp_path_factory.mktemp("retrieval-data")))
+    try:
+        yield server.start()
+    finally:
+        server.stop()

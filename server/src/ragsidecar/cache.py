@@ -29,10 +29,10 @@ class ByteLRU(Generic[K, V]):
         self._entries.move_to_end(key)
         return entry[0]
 
-    def put(self, key: K, value: V) -> None:
+    def put(self, key: K, value: V, value_bytes: int = 0) -> None:
         if self._max_bytes <= 0:
             return
-        size = sys.getsizeof(key) + _ENTRY_OVERHEAD
+        size = sys.getsizeof(key) + _ENTRY_OVERHEAD + value_bytes
         if key in self._entries:
             self.bytes -= self._entries.pop(key)[1]
         self._entries[key] = (value, size)

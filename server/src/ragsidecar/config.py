@@ -89,9 +89,39 @@ class InferenceConfig:
 
 
 @dataclass(frozen=True)
+class RetrievalConfig:
+    # Bi-encoder model (an id of [[models]]) that embeds knowledge chunks and queries.
+    embedder: str = "bge-small-en-v1.5"
+    # Prepended to queries (not documents) before embedding, as the embedder was trained (bge's instruction).
+    query_prefix: str = "Represent this sentence for searching relevant passages: "
+    # Chunk size and overlap, in the embedder's tokens.
+    chunk_tokens: int = 256
+    chunk_overlap_tokens: int = 32
+    # Files larger than this are refused (LIMIT_EXCEEDED) before they are read.
+    max_file_bytes: int = 50 * 1024 * 1024
+    # Depth of the dense and BM25 candidate lists fused by reciprocal rank fusion.
+    fusion_candidates: int = 50
+    # Fused candidates reranked when an entry asks for rerank without saying how many.
+    rerank_candidates: int = 20
+    # Most tokens of an Enforce context when the request sets no max_context_tokens.
+    context_window_tokens: int = 8192
+    # Share of the model's input window that DIRECT entries without max_tokens may take together.
+    direct_budget_fraction: float = 0.25
+    index_dtype: Literal["f16", "i8"] = "f16"
+    index_threads: int = 1
+    # Most documents one UpsertDocuments call may carry.
+    max_memory_documents_per_request: int = 1000
+    # Input windows (tokens) of LLMs by model id, added to the built-in table; used when a request
+    # names a model without giving its window.
+    model_windows: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class PathsConfig:
     models_dir: str = "../models"
     data_dir: str = "../data"
+    # Every knowledge path must resolve (after symlinks) inside one of these folders; relative knowledge
+    # paths resolve against the first. Empty: no file knowledge can be read.
     knowledge_roots: tuple[str, ...] = ()
 
 
@@ -120,6 +150,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     models: tuple[ModelConfig, ...] = ()
     # Folder of the config file; relative paths resolve against it.
     base_dir: Path = Path(".")
@@ -129,6 +160,9 @@ class Config:
 
     def model_dir(self, model: ModelConfig) -> Path:
         return (self.resolve(self.paths.models_dir) / os.path.expanduser(model.path)).resolve()
+
+    def knowledge_roots(self) -> list[Path]:
+        return [self.resolve(root) for root in self.paths.knowledge_roots]
 
     def default_model(self) -> ModelConfig | None:
         marked = [m for m in self.models if m.default]
@@ -197,6 +231,11 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             allowed = ", ".join(repr(a) for a in typing.get_args(hint))
             raise ConfigError(f"{where}: {value!r} is not one of {allowed}")
         return value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table, got {type(value).__name__}")
+        item = typing.get_args(hint)[1]
+        return {k: _coerce(item, v, f"{where}.{k}") for k, v in value.items()}
     if origin is tuple:
         item = typing.get_args(hint)[0]
         if not isinstance(value, list):
@@ -231,6 +270,21 @@ def _validate(config: Config) -> None:
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{key}: must be positive, got {value}")
+    retrieval = config.retrieval
+    for key, value in (("retrieval.chunk_tokens", retrieval.chunk_tokens),
+                       ("retrieval.max_file_bytes", retrieval.max_file_bytes),
+                       ("retrieval.fusion_candidates", retrieval.fusion_candidates),
+                       ("retrieval.rerank_candidates", retrieval.rerank_candidates),
+                       ("retrieval.context_window_tokens", retrieval.context_window_tokens),
+                       ("retrieval.index_threads", retrieval.index_threads),
+                       ("retrieval.max_memory_documents_per_request", retrieval.max_memory_documents_per_request),
+                       *((f"retrieval.model_windows.{k}", v) for k, v in retrieval.model_windows.items())):
+        if value <= 0:
+            raise ConfigError(f"{key}: must be positive, got {value}")
+    if not 0 <= retrieval.chunk_overlap_tokens < retrieval.chunk_tokens // 2:
+        raise ConfigError("retrieval.chunk_overlap_tokens: must be in [0, chunk_tokens/2)")
+    if not 0 < retrieval.direct_budget_fraction <= 1:
+        raise ConfigError("retrieval.direct_budget_fraction: must be in (0, 1]")
     for key, port in (("server.port", config.server.port), ("metrics.port", config.metrics.port)):
         if not 0 <= port <= 65535:
             raise ConfigError(f"{key}: {port} is not a port number")
@@ -254,5 +308,9 @@ def _validate(config: Config) -> None:
         for name in ("model.onnx", "tokenizer.json"):
             if not (folder / name).is_file():
                 raise ConfigError(f"{where}.path: {folder / name} does not exist (run `ragsidecar models install`)")
+    embedders = [m.id for m in config.models if m.kind == "bi-encoder"]
+    if config.retrieval.embedder and config.retrieval.embedder not in embedders:
+        raise ConfigError(f"retrieval.embedder: {config.retrieval.embedder!r} is not a configured bi-encoder "
+                          f"(configured: {', '.join(embedders) or 'none'}; \"\" disables retrieval)")
     if sum(m.default for m in config.models) > 1:
         raise ConfigError("models: more than one model is marked default")

@@ -28,6 +28,8 @@ class Violation:
 
     field: str
     description: str
+    # Stable reason of this one problem (an ErrorReason name), where a response lists violations.
+    reason: str = "INVALID_CONFIGURATION"
 
 
 @dataclass

@@ -29,3 +29,6 @@ def serve_metrics(host: str, port: int) -> int:
     """Starts the exposition server; returns the port it listens on."""
     server, _ = start_http_server(port, addr=host)
     return server.server_port
+INDEX_LOADS = Counter("ragsidecar_index_loads_total",
+                      "Knowledge indexes made ready, by how: built (embedded) or read from disk", ["how"])
+EMBEDDED_CHUNKS = Counter("ragsidecar_embedded_chunks_total", "Knowledge chunks run through the embedder")

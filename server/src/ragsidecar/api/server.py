@@ -15,8 +15,10 @@ from grpc_reflection.v1alpha import reflection
 from ragsidecar import metrics
 from ragsidecar.api.interceptors import AccessLogInterceptor, AuthInterceptor
 from ragsidecar.api.reranker_service import RerankerService
+from ragsidecar.api.retrieval_service import RetrievalService
 from ragsidecar.config import Config, ConfigError, load_config
 from ragsidecar.inference.registry import ModelRegistry
+from ragsidecar.knowledge.runtime import RetrievalRuntime
 from ragsidecar.reranking import Reranker
 from ragsidecar.v1 import (chat_knowledge_pb2, chat_knowledge_pb2_grpc, reranker_pb2, reranker_pb2_grpc,
                            retrieval_pb2, retrieval_pb2_grpc)
@@ -58,8 +60,9 @@ class Sidecar:
             ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)])
         reranker = Reranker(self.registry, config.inference.max_documents_per_request, config.inference.cache_bytes)
         reranker_pb2_grpc.add_RerankerServiceServicer_to_server(RerankerService(self.registry, reranker), server)
-        # Implemented by later milestones; until then every RPC answers UNIMPLEMENTED.
-        retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(retrieval_pb2_grpc.RetrievalServiceServicer(), server)
+        runtime = RetrievalRuntime(config, self.registry, reranker)
+        retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalService(runtime), server)
+        # Implemented by a later milestone; until then every RPC answers UNIMPLEMENTED.
         chat_knowledge_pb2_grpc.add_ChatKnowledgeServiceServicer_to_server(
             chat_knowledge_pb2_grpc.ChatKnowledgeServiceServicer(), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -112,7 +115,15 @@ class Sidecar:
             await self._health.set(gone, health_pb2.HealthCheckResponse.SERVICE_UNKNOWN)
         self._model_health_names = names
         default = self._config.default_model()
-        await self._set_health(SERVING if default is None or self.registry.is_ready(default.id) else NOT_SERVING)
+        embedder = self._config.retrieval.embedder
+        ready = {SERVICE_NAMES[0]: default is None or self.registry.is_ready(default.id),
+                 SERVICE_NAMES[1]: bool(embedder) and self.registry.is_ready(embedder)}
+        ready[SERVICE_NAMES[2]] = ready[SERVICE_NAMES[1]]
+        for name, up in ready.items():
+            await self._health.set(name, SERVING if up else NOT_SERVING)
+        # Overall: every enabled service is up (a sidecar configured without an embedder only reranks).
+        overall = ready[SERVICE_NAMES[0]] and (ready[SERVICE_NAMES[1]] or not embedder)
+        await self._health.set("", SERVING if overall else NOT_SERVING)
 
     async def _set_health(self, status: int) -> None:
         for name in ("", *SERVICE_NAMES):

@@ -37,7 +37,10 @@ class OnnxBackend:
         if missing:
             raise ValueError(f"{model_file}: ONNX graph lacks inputs {sorted(missing)}")
         self._wants_type_ids = "token_type_ids" in names
-        self.output_rank = len(self._session.get_outputs()[0].shape)
+        output_shape = self._session.get_outputs()[0].shape
+        self.output_rank = len(output_shape)
+        # Width of the last output axis (the embedding size of encoders); None when the graph leaves it symbolic.
+        self.output_width = output_shape[-1] if isinstance(output_shape[-1], int) else None
         # Until probed, assume the worst: one sequence per run is always batch-invariant.
         self.batch_invariant_padding = False
 

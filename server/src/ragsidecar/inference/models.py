@@ -156,6 +156,10 @@ class BiEncoder(LoadedModel):
     def _warmup_input(self, first, encoding) -> ModelInput:
         return self.encoder.single(encoding)[0]
 
+    @property
+    def dimensions(self) -> int:
+        return self.backend.output_width or 0
+
     async def embed(self, texts: list[str], deadline: float | None = None) -> tuple[np.ndarray, list[bool], float, float]:
         """Unit vectors for the texts, whether each was cut, and the queue and inference seconds."""
         inputs, truncated = zip(*[self.encoder.single(e) for e in await asyncio.to_thread(self.encoder.encode, texts)])

@@ -44,6 +44,11 @@ class TextEncoder:
         self._pair_specials = self._tokenizer.num_special_tokens_to_add(is_pair=True)
         self._single_specials = self._tokenizer.num_special_tokens_to_add(is_pair=False)
 
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The underlying tokenizer, padding and truncation off (for counting and chunking)."""
+        return self._tokenizer
+
     def encode(self, texts: list[str]) -> list[Encoding]:
         return self._tokenizer.encode_batch(texts, add_special_tokens=False)
 

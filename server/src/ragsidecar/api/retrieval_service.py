@@ -1,0 +1,219 @@
+"""RetrievalService: proto <-> the retrieval runtime."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+from google.protobuf import json_format, timestamp_pb2
+
+from ragsidecar.api.status import deadline_of, translates_errors
+from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
+from ragsidecar.knowledge.declarations import Action, Entry, Llm, Scope, SourceType, Target, Use
+from ragsidecar.knowledge.memory import MemoryDocument
+from ragsidecar.knowledge.runtime import Block, Hit, RetrievalRuntime, SearchSpec, StaleSource
+from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc
+
+_TYPES = {pb.KNOWLEDGE_TYPE_FILE: SourceType.FILE, pb.KNOWLEDGE_TYPE_DIRECTORY: SourceType.DIRECTORY,
+          pb.KNOWLEDGE_TYPE_MEMORY: SourceType.MEMORY, pb.KNOWLEDGE_TYPE_INLINE: SourceType.INLINE}
+_USES = {pb.KNOWLEDGE_USE_DIRECT: Use.DIRECT, pb.KNOWLEDGE_USE_SEARCH: Use.SEARCH,
+         pb.KNOWLEDGE_USE_SEQUENTIAL: Use.SEQUENTIAL}
+_USE_PROTO = {v: k for k, v in _USES.items()}
+
+
+class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
+    def __init__(self, runtime: RetrievalRuntime) -> None:
+        self._runtime = runtime
+
+    @translates_errors
+    async def ValidateConfiguration(self, request: pb.ValidateConfigurationRequest,
+                                    context: grpc.aio.ServicerContext) -> pb.ValidateConfigurationResponse:
+        scope = _caller(request)
+        problems = await self._runtime.validate(
+            _target(request.target), _entries(request.outer, "outer"), _llm(request), 
+            {name: tuple(names.names) for name, names in request.action_knowledge.items()},
+            request.paths_per_run, scope)
+        return pb.ValidateConfigurationResponse(valid=not problems, violations=[
+            pb.Violation(field=p.field, reason=common_pb2.ErrorReason.Value(f"ERROR_REASON_{p.reason}"),
+                         description=p.description) for p in problems])
+
+    @translates_errors
+    async def Enforce(self, request: pb.EnforceRequest, context: grpc.aio.ServicerContext) -> pb.EnforceResponse:
+        scope = _caller(request)
+        result = await self._runtime.enforce(
+            _target(request.target), _entries(request.outer, "outer"), request.action,
+            [(p.name, json_format.MessageToDict(p.value)) for p in request.params], dict(request.resolved_paths),
+            _llm(request), tuple(request.action_knowledge.names) if request.HasField("action_knowledge") else None,
+            request.max_context_tokens if request.HasField("max_context_tokens") else None, scope,
+            deadline_of(context, asyncio.get_running_loop().time()))
+        return pb.EnforceResponse(
+            retrieved_context=result.context, document_count=result.document_count,
+            stale_fallbacks=[_stale(s) for s in result.stale], truncated=result.truncated,
+            blocks=[_block(b) for b in result.blocks], query=result.query,
+            timing=common_pb2.Timing(total_us=int(result.total_s * 1e6)))
+
+    @translates_errors
+    async def RequireLoaded(self, request: pb.RequireLoadedRequest,
+                            context: grpc.aio.ServicerContext) -> pb.RequireLoadedResponse:
+        scope = _caller(request)
+        counts = await self._runtime.require_loaded(_target(request.target), _entries(request.outer, "outer"),
+                                                    list(request.names), dict(request.resolved_paths), scope)
+        return pb.RequireLoadedResponse(counts=[pb.SourceCount(name=n, count=c) for n, c in counts])
+
+    @translates_errors
+    async def RequireReady(self, request: pb.RequireReadyRequest,
+                           context: grpc.aio.ServicerContext) -> pb.RequireReadyResponse:
+        scope = _caller(request)
+        counts = await self._runtime.require_ready(_target(request.target), _entries(request.outer, "outer"),
+                                                   dict(request.resolved_paths), scope)
+        return pb.RequireReadyResponse(counts=[pb.SourceCount(name=n, count=c) for n, c in counts])
+
+    @translates_errors
+    async def PrepareChatKnowledge(self, request: pb.PrepareChatKnowledgeRequest,
+                                   context: grpc.aio.ServicerContext) -> pb.PrepareChatKnowledgeResponse:
+        scope = _caller(request)
+        if not request.agent_id.strip():
+            raise invalid([Violation("agent_id", "required")])
+        plan = await self._runtime.prepare_chat(_entries(request.entries, "entries"), _llm(request), scope)
+        return pb.PrepareChatKnowledgeResponse(
+            blocks=[pb.DirectKnowledgeBlock(source=m.entry.name, position=m.position, text=m.text, tokens=m.tokens,
+                                            budget_tokens=m.budget, shared_budget=m.shared,
+                                            document_count=m.documents) for m in plan.blocks],
+            input_window_tokens=plan.window or 0, default_budget_tokens=plan.default_budget,
+            default_budget_used_tokens=plan.default_used)
+
+    @translates_errors
+    async def Search(self, request: pb.SearchRequest, context: grpc.aio.ServicerContext) -> pb.SearchResponse:
+        scope = _caller(request)
+        if request.HasField("top_k") and request.top_k < 1:
+            raise invalid([Violation("top_k", "must be at least 1 when set")])
+        options = request.search if request.HasField("search") else None
+        spec = SearchSpec(
+            top_k=request.top_k if request.HasField("top_k") else None,
+            min_score=request.min_score if request.HasField("min_score") else None,
+            rerank=options.rerank if options else None, reranker_model=options.reranker_model if options else None,
+            candidates=options.candidates if options and options.HasField("candidates") else None)
+        hits, stale = await self._runtime.search(
+            _target(request.target), _entries(request.outer, "outer"), list(request.knowledge), request.query, spec,
+            dict(request.resolved_paths), scope, deadline_of(context, asyncio.get_running_loop().time()))
+        return pb.SearchResponse(hits=[_chunk(h) for h in hits], stale_fallbacks=[_stale(s) for s in stale])
+
+    @translates_errors
+    async def UpsertDocuments(self, request: pb.UpsertDocumentsRequest,
+                              context: grpc.aio.ServicerContext) -> pb.UpsertDocumentsResponse:
+        scope = _caller(request)
+        _check_memory_write(request.knowledge, [d.id for d in request.documents], "documents",
+                            self._runtime.max_memory_documents)
+        blank = [Violation(f"documents[{i}].text", "must not be blank")
+                 for i, d in enumerate(request.documents) if not d.text.strip()]
+        if blank:
+            raise invalid(blank)
+        outcome = await self._runtime.catalog.memory.upsert(
+            scope, request.knowledge, [MemoryDocument(d.id, d.text, dict(d.metadata)) for d in request.documents])
+        return pb.UpsertDocumentsResponse(inserted=outcome.inserted, replaced=outcome.replaced,
+                                          unchanged=outcome.unchanged, document_count=outcome.count)
+
+    @translates_errors
+    async def DeleteDocuments(self, request: pb.DeleteDocumentsRequest,
+                              context: grpc.aio.ServicerContext) -> pb.DeleteDocumentsResponse:
+        scope = _caller(request)
+        _check_memory_write(request.knowledge, list(request.ids), "ids", None, repeats_allowed=True)
+        outcome = await self._runtime.catalog.memory.delete(scope, request.knowledge, list(request.ids))
+        return pb.DeleteDocumentsResponse(deleted=outcome.deleted, not_found=outcome.not_found,
+                                          document_count=outcome.count)
+
+
+def _caller(request: Any) -> Scope:
+    """Every request names its principal (checked first, before anything is read) and tenant."""
+    if not request.principal.id.strip():
+        raise SidecarError(ErrorKind.PERMISSION_DENIED, "PERMISSION_DENIED",
+                           "the request carries no principal; knowledge is read only on behalf of a caller")
+    if not request.scope.tenant.strip():
+        raise invalid([Violation("scope.tenant", "required")])
+    return Scope(request.scope.tenant, request.scope.session)
+
+
+def _check_memory_write(knowledge: str, ids: list[str], field: str, limit: int | None,
+                        repeats_allowed: bool = False) -> None:
+    problems = []
+    if not knowledge.strip():
+        problems.append(Violation("knowledge", "a MEMORY knowledge name is required"))
+    if not ids:
+        problems.append(Violation(field, "at least one is required"))
+    seen: set[str] = set()
+    for i, doc_id in enumerate(ids):
+        if not doc_id.strip():
+            problems.append(Violation(f"{field}[{i}]" + ("" if field == "ids" else ".id"), "must not be empty"))
+        elif doc_id in seen and not repeats_allowed:
+            problems.append(Violation(f"{field}[{i}].id", f"duplicate id {doc_id!r}"))
+        seen.add(doc_id)
+    if problems:
+        raise invalid(problems)
+    if limit is not None and len(ids) > limit:
+        raise invalid([Violation(field, f"{len(ids)} documents exceed the limit of {limit} per call")],
+                      "LIMIT_EXCEEDED")
+
+
+def _target(target: pb.Target) -> Target:
+    if not target.name.strip():
+        raise invalid([Violation("target.name", "required")])
+    actions = tuple(Action(a.name, tuple(a.knowledge), a.query_parameter if a.HasField("query_parameter") else None)
+                    for a in target.actions)
+    return Target(target.name, _entries(target.knowledge, "target.knowledge"), actions)
+
+
+def _entries(entries: Any, where: str) -> tuple[Entry, ...]:
+    return tuple(_entry(e, f"{where}[{i}]") for i, e in enumerate(entries))
+
+
+def _entry(entry: pb.KnowledgeEntry, origin: str) -> Entry:
+    search = entry.search
+    return Entry(
+        name=entry.name, type=_TYPES.get(entry.type), use=_USES.get(entry.use), path=entry.path,
+        inline_text=entry.inline_text,
+        top_k=entry.top_k if entry.HasField("top_k") else None,
+        min_score=entry.min_score if entry.HasField("min_score") else None,
+        max_tokens=entry.max_tokens if entry.HasField("max_tokens") else None,
+        when_configured=entry.readiness == pb.KNOWLEDGE_READINESS_WHEN_CONFIGURED,
+        enabled=entry.enabled if entry.HasField("enabled") else True,
+        continue_on_failure=entry.on_failure == pb.KNOWLEDGE_ON_FAILURE_CONTINUE,
+        rerank=search.rerank, reranker_model=search.reranker_model,
+        candidates=search.candidates if search.HasField("candidates") else None,
+        origin=origin)
+
+
+def _llm(request: Any) -> Llm | None:
+    if not request.HasField("llm"):
+        return None
+    llm = request.llm
+    return Llm(llm.model, llm.input_window_tokens if llm.HasField("input_window_tokens") else None)
+
+
+def _stale(stale: StaleSource) -> pb.StaleFallback:
+    built = timestamp_pb2.Timestamp()
+    built.FromDatetime(stale.built_at)
+    return pb.StaleFallback(source=stale.source, reason=stale.reason, last_good_built_at=built)
+
+
+def _block(block: Block) -> pb.ContextBlock:
+    return pb.ContextBlock(source=block.source, use=_USE_PROTO[block.use], chunks=[_chunk(h) for h in block.hits],
+                           tokens=block.tokens, truncated=block.truncated)
+
+
+def _chunk(hit: Hit) -> pb.RetrievedChunk:
+    p = hit.provenance
+    provenance = pb.Provenance(source=hit.source, file=p.get("file") or "", document_id=p.get("document_id") or "",
+                               char_start=p.get("char_start") or 0, char_end=p.get("char_end") or 0)
+    for key in ("line_start", "line_end", "page"):
+        if p.get(key):
+            setattr(provenance, key, p[key])
+    chunk = pb.RetrievedChunk(chunk_id=hit.chunk_id, source=hit.source, text=hit.text, provenance=provenance)
+    if hit.score is not None:
+        chunk.score = hit.score
+        chunk.scores.CopyFrom(pb.HitScores(dense=hit.dense or 0.0, fused=hit.fused or 0.0))
+        if hit.bm25 is not None:
+            chunk.scores.bm25 = hit.bm25
+        if hit.rerank is not None:
+            chunk.scores.rerank = hit.rerank
+    return chunk

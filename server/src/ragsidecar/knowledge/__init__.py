@@ -1,0 +1,1 @@
+"""Knowledge runtime: reading sources into units and chunking them."""

@@ -1,0 +1,107 @@
+"""The knowledge a host declares: entries, actions and targets, and which entries are in reach.
+
+Mirrors the host's @Knowledge / @ActionSpec model (RetrievalSpi): names are the keys of everything,
+an outer entry (the agent's) replaces the target's entry of the same name.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+
+
+class SourceType(enum.Enum):
+    FILE = "FILE"
+    DIRECTORY = "DIRECTORY"
+    MEMORY = "MEMORY"
+    INLINE = "INLINE"
+
+
+class Use(enum.Enum):
+    DIRECT = "DIRECT"
+    SEARCH = "SEARCH"
+    SEQUENTIAL = "SEQUENTIAL"
+
+
+DEFAULT_TOP_K = 5
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    type: SourceType | None
+    use: Use | None
+    path: str = ""
+    inline_text: str = ""
+    top_k: int | None = None
+    min_score: float | None = None
+    max_tokens: int | None = None
+    when_configured: bool = False
+    enabled: bool = True
+    continue_on_failure: bool = False
+    rerank: bool = False
+    reranker_model: str = ""
+    candidates: int | None = None
+    # Where the entry sits in the request, for violations ("target.knowledge[2]", "outer[0]").
+    origin: str = ""
+
+    @property
+    def k(self) -> int:
+        return self.top_k or DEFAULT_TOP_K
+
+    @property
+    def located(self) -> bool:
+        """Whether the entry has content to read (a path, inline text, or memory)."""
+        return self.type in (SourceType.MEMORY, SourceType.INLINE) or bool(self.path)
+
+    def with_path(self, path: str) -> Entry:
+        return replace(self, path=path)
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    knowledge: tuple[str, ...] = ()
+    query_parameter: str | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    knowledge: tuple[Entry, ...] = ()
+    actions: tuple[Action, ...] = ()
+
+    def action(self, name: str) -> Action | None:
+        return next((a for a in self.actions if a.name == name), None)
+
+
+@dataclass(frozen=True)
+class Scope:
+    tenant: str
+    session: str = ""
+
+
+@dataclass(frozen=True)
+class Llm:
+    model: str = ""
+    input_window_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Reach:
+    """The entries a target can use: its own with the outer ones applied, by name, in order."""
+
+    entries: dict[str, Entry] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, target: Target, outer: tuple[Entry, ...] = ()) -> Reach:
+        entries = {e.name: e for e in target.knowledge}
+        for entry in outer:
+            entries[entry.name] = entry  # replaces in place, or appends a new name
+        return cls(entries)
+
+    def get(self, name: str) -> Entry | None:
+        return self.entries.get(name)
+
+    def __iter__(self):
+        return iter(self.entries.values())
