@@ -228,8 +228,27 @@ def test_deadlines_and_cancellation_drop_queued_work(make_sidecar) -> None:
     assert server.metric("ragsidecar_inferred_inputs_total", model=CROSS) - before == 30
 
 
+def swap_models(server: Sidecar) -> None:
+    """Changes one model, removes one and adds one, then reloads with SIGHUP and waits for the new set."""
+    time.sleep(1)
+    config = server.config
+    config["models"][0]["max_length"] = 256  # changed: reloaded
+    config["models"][2] = {"id": "ms-marco-short", "kind": "cross-encoder", "path": CROSS,
+                           "max_length": 160}  # MiniLM removed, a second cross-encoder added
+    server.write_config(config)
+    server.signal(1)  # SIGHUP
+    deadline = time.monotonic() + 60
+    while server.reranker().ListModels(reranker_pb2.ListModelsRequest(), timeout=10).generation < 1:
+        assert time.monotonic() < deadline, server.log()
+        time.sleep(0.1)
+    time.sleep(1)
+
+
 def test_config_swap_under_load_fails_no_call(make_sidecar) -> None:
-    server = make_sidecar().start()
+    config = default_config()
+    config["models"].append({"id": "all-MiniLM-L6-v2", "kind": "bi-encoder", "path": "all-MiniLM-L6-v2",
+                             "pooling": "mean", "max_length": 256})
+    server = make_sidecar(config).start()
     stop = threading.Event()
     outcomes: list[str] = []
 
@@ -245,32 +264,24 @@ def test_config_swap_under_load_fails_no_call(make_sidecar) -> None:
             except grpc.RpcError as err:
                 outcomes.append(err.code().name)
 
-    workers = [threading.Thread(target=load) for _ in range(4)]
+    workers = [threading.Thread(target=load, daemon=True) for _ in range(4)]
     for worker in workers:
         worker.start()
-    time.sleep(1)
-    config = server.config
-    config["models"][0]["max_length"] = 256  # changed: reloaded
-    config["models"][1] = {"id": "all-MiniLM-L6-v2", "kind": "bi-encoder", "path": "all-MiniLM-L6-v2",
-                           "pooling": "mean", "max_length": 256}  # bge removed, MiniLM added
-    server.write_config(config)
-    server.signal(1)  # SIGHUP
-    deadline = time.monotonic() + 60
-    while server.reranker().ListModels(reranker_pb2.ListModelsRequest(), timeout=10).generation < 1:
-        assert time.monotonic() < deadline, server.log()
-        time.sleep(0.1)
-    time.sleep(1)
-    stop.set()
-    for worker in workers:
-        worker.join(30)
+    try:
+        swap_models(server)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(30)
     assert outcomes and set(outcomes) == {"ok"}, {o: outcomes.count(o) for o in set(outcomes)}
     listed = server.reranker().ListModels(reranker_pb2.ListModelsRequest(), timeout=10)
-    assert [(m.id, m.max_input_tokens) for m in listed.models] == [(CROSS, 256), ("all-MiniLM-L6-v2", 256)]
-    assert raised(lambda: rerank(server, "q", docs("d"), model=BI)).code() == grpc.StatusCode.NOT_FOUND
+    assert [(m.id, m.max_input_tokens) for m in listed.models] == [(CROSS, 256), (BI, 512), ("ms-marco-short", 160)]
+    gone = raised(lambda: rerank(server, "q", docs("d"), model="all-MiniLM-L6-v2"))
+    assert gone.code() == grpc.StatusCode.NOT_FOUND
     response = rerank(server, "a cat sits on the mat", docs("stock markets fell", "a kitten on a rug"),
-                      model="all-MiniLM-L6-v2")
+                      model="ms-marco-short")
     assert response.results[0].index == 1
-    assert server.health(f"ragsidecar.v1.RerankerService/{BI}") != 1  # no longer served
+    assert server.health("ragsidecar.v1.RerankerService/all-MiniLM-L6-v2") == 3  # SERVICE_UNKNOWN: no longer served
 
 
 def test_config_file_watch_reloads_and_a_failed_reload_keeps_serving(make_sidecar, tmp_path) -> None:

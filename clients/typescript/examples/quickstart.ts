@@ -39,7 +39,8 @@ try {
     if (error instanceof UnknownModelError) console.log("typed error:", error.code, error.reason);
   }
 
-  // The bounded retrieval lifecycle. The sidecar's Search is not served yet, so the read is injected.
+  // The bounded retrieval lifecycle with an injected read (a rerank); without `search`, give `client` and
+  // `request(query)` and the read is the sidecar's Search over declared knowledge.
   type Source = { sourceId: string; text: string };
   const state = { queryCount: 0, seen: new Set<string>(), sources: [] as Source[] };
   const retrieval = defineSidecarRetrieval<string, Source, { sources: Source[] }, { canRead: boolean }>({

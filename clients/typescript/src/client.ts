@@ -6,6 +6,7 @@ import { ChatKnowledgeService } from "./gen/ragsidecar/v1/chat_knowledge_pb.js";
 import { CancelledError, DeadlineExceededError, toRagSidecarError } from "./errors.js";
 import { callOptions, type CallOptions } from "./call.js";
 import { SidecarReranker, type Reranker, type SnapshotOptions } from "./reranker.js";
+import { retrievalClient, type RetrievalClient } from "./knowledge.js";
 import { typedServiceClient, type TypedServiceClient } from "./services.js";
 import { openTransport, type ConnectionOptions } from "./transport.js";
 
@@ -27,11 +28,14 @@ export interface RagSidecarClient {
   /** RerankerService: the host's Reranker SPI (supports from a cached model list, rerank). */
   readonly reranker: Reranker;
   /**
-   * RetrievalService, every RPC with the generated request/response messages and typed errors.
+   * RetrievalService: validateConfiguration, enforce, requireLoaded, requireReady, prepareChatKnowledge,
+   * search, upsertDocuments, deleteDocuments, with plain typed requests and results and typed errors.
+   */
+  readonly retrieval: RetrievalClient;
+  /**
+   * ChatKnowledgeService, every RPC with the generated request/response messages and typed errors.
    * Not served by the sidecar yet: every call rejects with UnimplementedError until the service lands.
    */
-  readonly retrieval: TypedServiceClient<typeof RetrievalService>;
-  /** ChatKnowledgeService, as retrieval (UnimplementedError until the service lands). */
   readonly chat: TypedServiceClient<typeof ChatKnowledgeService>;
   readonly health: HealthClient;
   /** The generated connect clients, for anything the facade does not cover (errors stay ConnectError). */
@@ -96,7 +100,7 @@ export function createClient(options: ClientOptions): RagSidecarClient {
   };
   return {
     reranker,
-    retrieval: typedServiceClient(RetrievalService, raw.retrieval),
+    retrieval: retrievalClient(raw.retrieval),
     chat: typedServiceClient(ChatKnowledgeService, raw.chat),
     health,
     raw,

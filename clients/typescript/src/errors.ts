@@ -98,8 +98,17 @@ export class UnavailableError extends RagSidecarError {}
 export class DeadlineExceededError extends RagSidecarError {}
 /** CANCELLED: the call was cancelled, typically through its AbortSignal. */
 export class CancelledError extends RagSidecarError {}
-/** FAILED_PRECONDITION, reason KNOWLEDGE_NOT_READY: a knowledge source holds nothing yet or is unreadable. */
-export class KnowledgeNotReadyError extends RagSidecarError {}
+/**
+ * FAILED_PRECONDITION: the request is well-formed but the sidecar's state or sources do not allow it;
+ * `reason` tells which (DIRECT_BUDGET_EXCEEDED, UNKNOWN_MODEL_WINDOW, SOURCE_UNREADABLE, ...) and
+ * `metadata.sources` names the knowledge sources at fault when there are any.
+ */
+export class FailedPreconditionError extends RagSidecarError {}
+/**
+ * FAILED_PRECONDITION, reason KNOWLEDGE_NOT_READY: a knowledge source is missing or holds nothing yet;
+ * `metadata.sources` lists them (comma-separated, sorted), `violations` says why per source.
+ */
+export class KnowledgeNotReadyError extends FailedPreconditionError {}
 /** UNIMPLEMENTED: this sidecar does not serve the RPC (yet). */
 export class UnimplementedError extends RagSidecarError {}
 
@@ -118,6 +127,7 @@ const BY_CODE: Partial<Record<StatusCodeName, ErrorClass>> = {
   UNAVAILABLE: UnavailableError,
   DEADLINE_EXCEEDED: DeadlineExceededError,
   CANCELLED: CancelledError,
+  FAILED_PRECONDITION: FailedPreconditionError,
   UNIMPLEMENTED: UnimplementedError,
 };
 

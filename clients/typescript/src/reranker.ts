@@ -368,7 +368,7 @@ function toSnapshot(response: ListModelsResponse): ModelSnapshot {
   };
 }
 
-function toUsage(usage: Usage | undefined): RerankUsage {
+export function toUsage(usage: Usage | undefined): RerankUsage {
   return {
     pairs: usage?.pairs ?? 0,
     tokens: Number(usage?.tokens ?? 0n),
@@ -377,7 +377,7 @@ function toUsage(usage: Usage | undefined): RerankUsage {
   };
 }
 
-function toTiming(timing: Timing | undefined): RerankTiming {
+export function toTiming(timing: Timing | undefined): RerankTiming {
   return {
     tokenizationUs: Number(timing?.tokenizationUs ?? 0n),
     queueUs: Number(timing?.queueUs ?? 0n),

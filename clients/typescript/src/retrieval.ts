@@ -1,7 +1,6 @@
-import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { RetrievedChunk, SearchRequestSchema, SearchResponse } from "./gen/ragsidecar/v1/retrieval_pb.js";
 import { CancelledError } from "./errors.js";
 import type { RagSidecarClient } from "./client.js";
+import type { RetrievedChunk, SearchInput, SearchResult } from "./knowledge.js";
 
 /** What a run is given besides the query: the host's application state and the run's AbortSignal. */
 export interface OperationContext<App> {
@@ -66,10 +65,12 @@ export interface SidecarSource extends RetrievalSource {
 }
 
 export interface SidecarSearchResult extends RetrievalResult<SidecarSource> {
-  readonly response: SearchResponse;
+  /** The whole Search result (hits, stale fallbacks, usage, timing). */
+  readonly response: SearchResult;
 }
 
-export type SearchRequestInit = MessageInitShape<typeof SearchRequestSchema>;
+/** The Search request of the default read: `client.retrieval.search`'s input. */
+export type SearchRequestInit = SearchInput;
 
 export interface SidecarRetrievalDefinition<Query, Source extends RetrievalSource, Result extends RetrievalResult<Source>, App> {
   readonly id: string;

@@ -1,5 +1,5 @@
 // Connection-level behaviour against the real sidecar: health, auth, AbortSignal, deadlines, Unix sockets,
-// services that are not served yet, an unreachable sidecar.
+// a service that is not served yet (ChatKnowledgeService), an unreachable sidecar.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, it } from "node:test";
@@ -136,16 +136,16 @@ describe("client", () => {
     assert.equal(response.results[0]?.id, "paris");
   });
 
-  it("maps RPCs the sidecar does not serve yet to UnimplementedError", async () => {
+  it("maps RPCs the sidecar does not serve yet (ChatKnowledgeService) to UnimplementedError", async () => {
     await assert.rejects(
-      client.retrieval.search({ principal: { id: "user-1" }, scope: { tenant: "t" }, query: "capital of France" }),
+      client.chat.groundTurn({ principal: { id: "user-1" }, context: { scope: { tenant: "t" } } }),
       (error: unknown) => {
         assert.ok(error instanceof UnimplementedError, String(error));
         assert.equal(error.code, "UNIMPLEMENTED");
         return true;
       },
     );
-    await assert.rejects(client.chat.groundTurn({}), UnimplementedError);
+    await assert.rejects(client.chat.openBinding({}), UnimplementedError);
   });
 
   it("maps an unreachable sidecar to UnavailableError", async () => {

@@ -6,6 +6,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { BadRequestSchema, ErrorInfoSchema } from "../src/gen/google/rpc/error_details_pb.ts";
 import {
   CancelledError,
+  FailedPreconditionError,
   KnowledgeNotReadyError,
   PermissionDeniedError,
   RagSidecarError,
@@ -56,6 +57,13 @@ describe("error mapping", () => {
     assert.equal(notReady.message, "boom");
     assert.ok(notReady.cause instanceof ConnectError);
 
+    assert.ok(notReady instanceof FailedPreconditionError);
+    for (const reason of ["DIRECT_BUDGET_EXCEEDED", "UNKNOWN_MODEL_WINDOW", "SOURCE_UNREADABLE"]) {
+      const failed = toRagSidecarError(wireError(Code.FailedPrecondition, reason, { metadata: { sources: "faq" } }));
+      assert.equal(failed.constructor, FailedPreconditionError);
+      assert.equal(failed.reason, reason);
+      assert.equal(failed.metadata.sources, "faq");
+    }
     assert.ok(toRagSidecarError(wireError(Code.NotFound, "UNKNOWN_MODEL")) instanceof UnknownModelError);
     assert.ok(toRagSidecarError(wireError(Code.InvalidArgument, "LIMIT_EXCEEDED")) instanceof ValidationError);
     assert.ok(toRagSidecarError(wireError(Code.PermissionDenied, "PATH_OUTSIDE_ROOTS")) instanceof PermissionDeniedError);

@@ -1,6 +1,7 @@
-// defineSidecarRetrieval's lifecycle, every rule of the defineRetrieval seed. The read is injected: the
-// sidecar's Search answers UNIMPLEMENTED today, so `search` ranks a small in-test corpus with the real
-// sidecar's Rerank (real server, real model). One test drives the default read (Search) as well.
+// defineSidecarRetrieval's lifecycle, every rule of the defineRetrieval seed. Most tests inject the read
+// (`search` ranks a small in-test corpus with the real sidecar's Rerank: real server, real model), which
+// makes every step observable; the last one drives the default read, the sidecar's real Search over the
+// knowledge root's faq.jsonl.
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import {
@@ -8,13 +9,14 @@ import {
   RetrievalBudgetError,
   RetrievalDuplicateError,
   RetrievalRejectedError,
-  UnimplementedError,
   UnknownModelError,
+  ValidationError,
   defineSidecarRetrieval,
   type OperationContext,
   type RagSidecarClient,
   type RetrievalState,
   type SidecarRetrievalDefinition,
+  type SidecarSource,
 } from "../src/index.ts";
 import { Clients, servers } from "./support/fixture.ts";
 
@@ -306,23 +308,87 @@ describe("defineSidecarRetrieval", () => {
     assert.equal(searches.length, 2);
   });
 
-  it("reads through the sidecar's Search by default (UNIMPLEMENTED today: the key stays reserved)", async () => {
-    const state = { queryCount: 0, seen: new Set<string>(), sources: [] };
+  it("reads through the sidecar's Search by default: hits become sources, failures keep the key reserved", async () => {
+    type Sources = { sourceId: string; source: string; text: string; documentId: string }[];
+    const state = newSearchState();
+    const effectSources: Sources = [];
     const runner = defineSidecarRetrieval<string, App>({
       id: "knowledge-search",
       description: "Search over declared knowledge",
-      assertInput: () => undefined,
+      prepare: (query) => query.trim(),
+      assertInput(query) {
+        if (!query) throw new TypeError("empty query");
+      },
       state: () => state,
       limit: () => 2,
       client,
-      request: (query) => ({ principal: { id: "user-1" }, scope: { tenant: "acme" }, target: { name: "Docs" }, query }),
+      request: (query) => ({
+        principal: { id: "user-1" },
+        scope: { tenant: "lifecycle", session: "s1" },
+        target: {
+          name: "com.acme.SupportRole",
+          knowledge: [{ name: "faq", type: "FILE", use: "SEARCH", path: "faq.jsonl", topK: 2 }],
+        },
+        query,
+      }),
+      sourceId: (source, _query, sequence) => `${sequence}:${source.chunk.provenance.documentId}`,
+      effects: [
+        {
+          id: "collect",
+          description: "keeps the sources",
+          handle(receipt) {
+            for (const s of receipt.result.sources) {
+              effectSources.push({ sourceId: s.sourceId, source: s.source, text: s.text, documentId: s.chunk.provenance.documentId });
+            }
+          },
+        },
+      ],
     });
-    await assert.rejects(runner.run("capital of France", context()), UnimplementedError);
-    assert.ok(state.seen.has(JSON.stringify("capital of France")));
-    assert.equal(state.queryCount, 0);
+    const receipt = await runner.run("  how long does express shipping take?  ", context());
+    assert.equal(receipt.sequence, 1);
+    assert.equal(receipt.query, "how long does express shipping take?");
+    const [top] = receipt.result.sources;
+    assert.ok(top);
+    assert.equal(top.sourceId, "1:faq-shipping");
+    assert.equal(top.source, "faq");
+    assert.match(top.text, /express shipping arrives the next business day/);
+    assert.ok(top.score !== undefined && top.score > 0);
+    assert.equal(receipt.result.sources.length, 2);
+    assert.equal(receipt.result.response.hits.length, 2);
+    assert.deepEqual(state.sources.map((s) => s.sourceId), receipt.result.sources.map((s) => s.sourceId));
+    assert.equal(effectSources[0]?.documentId, "faq-shipping");
+    await assert.rejects(runner.run("how long does express shipping take?", context()), RetrievalDuplicateError);
+
+    // A Search the sidecar refuses (an unknown reranker model) rejects typed; the key stays reserved.
+    const failing = defineSidecarRetrieval<string, App>({
+      id: "knowledge-search-bad-model",
+      description: "Search with a reranker the sidecar does not have",
+      assertInput: () => undefined,
+      state: () => state,
+      limit: () => 3,
+      client,
+      request: (query) => ({
+        principal: { id: "user-1" },
+        scope: { tenant: "lifecycle" },
+        target: { name: "Docs", knowledge: [{ name: "faq", type: "FILE", use: "SEARCH", path: "faq.jsonl" }] },
+        search: { rerank: true, rerankerModel: "no-such-reranker" },
+        query,
+      }),
+    });
+    await assert.rejects(failing.run("kettle capacity", context()), (error: unknown) => {
+      assert.ok(error instanceof UnknownModelError, String(error));
+      assert.equal(error.reason, "UNKNOWN_MODEL");
+      return true;
+    });
+    assert.ok(state.seen.has(JSON.stringify("kettle capacity")));
+    assert.equal(state.queryCount, 1);
     assert.throws(
       () => defineSidecarRetrieval({ id: "x", description: "x", assertInput: () => undefined, state: () => state, limit: () => 1 } as never),
       TypeError,
     );
   });
 });
+
+function newSearchState(): RetrievalState<SidecarSource> {
+  return { queryCount: 0, seen: new Set<string>(), sources: [] };
+}

@@ -6,5 +6,6 @@ import "./errors.suite.ts";
 import "./reranker.suite.ts";
 import "./client.suite.ts";
 import "./lifecycle.suite.ts";
+import "./retrieval.suite.ts";
 
 after(stopServers);

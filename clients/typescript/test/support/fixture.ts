@@ -1,9 +1,10 @@
 // The sidecars every suite shares, started once per test process (in parallel) and stopped by main.test.ts.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { createClient, type RagSidecarClient } from "../../src/index.ts";
+import { writeKnowledge } from "./knowledge.ts";
 import { startSidecar, type Sidecar } from "./sidecar.ts";
 
 export const TOKEN = "secret";
@@ -11,8 +12,10 @@ export const CROSS_ENCODER = "ms-marco-MiniLM-L-12-v2";
 export const BI_ENCODER = "bge-small-en-v1.5";
 
 export interface Servers {
-  /** No token, TCP. */
+  /** No token, TCP; its knowledge root is `knowledgeRoot` (the files of support/knowledge.ts). */
   readonly plain: Sidecar;
+  /** The plain sidecar's one knowledge root (paths in requests are relative to it). */
+  readonly knowledgeRoot: string;
   /** RAGSIDECAR_TOKEN=secret, TCP and a Unix socket. */
   readonly secured: Sidecar;
 }
@@ -22,16 +25,19 @@ const socketDir = mkdtempSync(path.join(tmpdir(), "ragsidecar-ts-"));
 
 export function servers(): Promise<Servers> {
   started ??= (async () => {
+    const knowledgeRoot = path.join(socketDir, "knowledge");
+    mkdirSync(knowledgeRoot);
+    writeKnowledge(knowledgeRoot);
     const [plain, secured] = await Promise.allSettled([
-      startSidecar(),
-      startSidecar({ token: TOKEN, socketPath: path.join(socketDir, "sidecar.sock") }),
+      startSidecar({ dir: socketDir, knowledgeRoot }),
+      startSidecar({ dir: socketDir, token: TOKEN, socketPath: path.join(socketDir, "sidecar.sock") }),
     ]);
     if (plain.status === "rejected" || secured.status === "rejected") {
       if (plain.status === "fulfilled") await plain.value.stop();
       if (secured.status === "fulfilled") await secured.value.stop();
       throw plain.status === "rejected" ? plain.reason : (secured as PromiseRejectedResult).reason;
     }
-    const result = { plain: plain.value, secured: secured.value };
+    const result = { plain: plain.value, secured: secured.value, knowledgeRoot };
     // Wait until health says SERVING and every configured model is loaded.
     await Promise.all([
       waitForModels(createClient({ address: result.plain.address })),
@@ -71,7 +77,7 @@ export function tlsServer(): Promise<{ sidecar: Sidecar; ca: string } | undefine
       "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", keyFile, "-out", certFile,
     ], { stdio: "ignore" });
     if (made.status !== 0) return undefined;
-    const sidecar = await startSidecar({ tls: { certFile, keyFile, dir: socketDir } });
+    const sidecar = await startSidecar({ dir: socketDir, tls: { certFile, keyFile } });
     return { sidecar, ca: readFileSync(certFile, "utf8") };
   })();
   return tlsStarted;

@@ -1,7 +1,8 @@
-// Starts the real Python sidecar for the tests: `ragsidecar serve --port 0`, reads the addresses it prints,
-// and stops it (SIGTERM, then SIGKILL) at the end, even when the test process dies.
+// Starts the real Python sidecar for the tests: `ragsidecar serve --config <temp copy> --port 0`, reads the
+// addresses it prints, and stops it (SIGTERM, then SIGKILL) at the end, even when the test process dies.
+// The config copy confines the sidecar's knowledge to one root and its indexes to a temporary data_dir.
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -18,10 +19,14 @@ export interface Sidecar {
 }
 
 export interface StartOptions {
+  /** Folder for this sidecar's config copy and data_dir (its own subfolder is made there). */
+  readonly dir: string;
+  /** The sidecar's one knowledge root (`[paths] knowledge_roots`); default: an empty folder under dir. */
+  readonly knowledgeRoot?: string;
   readonly token?: string;
   readonly socketPath?: string;
-  /** Serve TLS with this PEM certificate and key (a copy of the config with a [tls] table is written to dir). */
-  readonly tls?: { readonly certFile: string; readonly keyFile: string; readonly dir: string };
+  /** Serve TLS with this PEM certificate and key (a [tls] table is added to the config copy). */
+  readonly tls?: { readonly certFile: string; readonly keyFile: string };
   readonly startTimeoutMs?: number;
 }
 
@@ -38,16 +43,43 @@ export function sidecarBinary(): string {
   return bin;
 }
 
-export async function startSidecar(options: StartOptions = {}): Promise<Sidecar> {
-  let config = path.join(REPO_ROOT, "config", "ragsidecar.toml");
-  const env: NodeJS.ProcessEnv = { ...process.env, PYTHONUNBUFFERED: "1" };
-  if (options.tls) {
-    const copy = path.join(options.tls.dir, "ragsidecar.toml");
-    const tlsTable = `\n[tls]\ncert_file = ${JSON.stringify(options.tls.certFile)}\nkey_file = ${JSON.stringify(options.tls.keyFile)}\n`;
-    writeFileSync(copy, readFileSync(config, "utf8") + tlsTable);
-    config = copy;
-    env.RAGSIDECAR_MODELS_DIR = path.join(REPO_ROOT, "models");
+/**
+ * A copy of config/ragsidecar.toml whose [paths] point at the repository's models, a data_dir of its own
+ * and the given knowledge root (so indexes and MEMORY documents never land in the repository), plus an
+ * optional [tls] table.
+ */
+export function writeConfig(dir: string, knowledgeRoot: string, tls?: StartOptions["tls"]): string {
+  let text = readFileSync(path.join(REPO_ROOT, "config", "ragsidecar.toml"), "utf8");
+  const paths: Record<string, string> = {
+    models_dir: JSON.stringify(process.env.RAGSIDECAR_MODELS_DIR ?? path.join(REPO_ROOT, "models")),
+    data_dir: JSON.stringify(path.join(dir, "data")),
+    knowledge_roots: `[${JSON.stringify(knowledgeRoot)}]`,
+  };
+  for (const [key, value] of Object.entries(paths)) {
+    const line = new RegExp(`^${key}\\s*=.*$`, "m");
+    if (!line.test(text)) throw new Error(`config/ragsidecar.toml has no ${key} line under [paths]`);
+    text = text.replace(line, `${key} = ${value}`);
   }
+  if (tls) {
+    text += `\n[tls]\ncert_file = ${JSON.stringify(tls.certFile)}\nkey_file = ${JSON.stringify(tls.keyFile)}\n`;
+  }
+  const file = path.join(dir, "ragsidecar.toml");
+  writeFileSync(file, text);
+  return file;
+}
+
+export async function startSidecar(options: StartOptions): Promise<Sidecar> {
+  const dir = mkdtempSync(path.join(options.dir, "sidecar-"));
+  let knowledgeRoot = options.knowledgeRoot;
+  if (!knowledgeRoot) {
+    knowledgeRoot = path.join(dir, "knowledge");
+    mkdirSync(knowledgeRoot);
+  }
+  const config = writeConfig(dir, knowledgeRoot, options.tls);
+  const env: NodeJS.ProcessEnv = { ...process.env, PYTHONUNBUFFERED: "1" };
+  // The config copy is authoritative for [paths].
+  delete env.RAGSIDECAR_MODELS_DIR;
+  delete env.RAGSIDECAR_DATA_DIR;
   const args = ["serve", "--config", config, "--port", "0", "--metrics-port", "0"];
   if (options.socketPath) args.push("--unix-socket", options.socketPath);
   delete env.RAGSIDECAR_TOKEN;

@@ -12,7 +12,7 @@ from ragsidecar.api.status import deadline_of, translates_errors
 from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
 from ragsidecar.knowledge.declarations import Action, Entry, Llm, Scope, SourceType, Target, Use
 from ragsidecar.knowledge.memory import MemoryDocument
-from ragsidecar.knowledge.runtime import Block, Hit, RetrievalRuntime, SearchSpec, StaleSource
+from ragsidecar.knowledge.runtime import Block, Hit, RetrievalRuntime, SearchSpec, StaleSource, Work
 from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc
 
 _TYPES = {pb.KNOWLEDGE_TYPE_FILE: SourceType.FILE, pb.KNOWLEDGE_TYPE_DIRECTORY: SourceType.DIRECTORY,
@@ -51,7 +51,7 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
             retrieved_context=result.context, document_count=result.document_count,
             stale_fallbacks=[_stale(s) for s in result.stale], truncated=result.truncated,
             blocks=[_block(b) for b in result.blocks], query=result.query,
-            timing=common_pb2.Timing(total_us=int(result.total_s * 1e6)))
+            usage=_usage(result.work), timing=_timing(result.work))
 
     @translates_errors
     async def RequireLoaded(self, request: pb.RequireLoadedRequest,
@@ -94,10 +94,11 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
             min_score=request.min_score if request.HasField("min_score") else None,
             rerank=options.rerank if options else None, reranker_model=options.reranker_model if options else None,
             candidates=options.candidates if options and options.HasField("candidates") else None)
-        hits, stale = await self._runtime.search(
+        hits, stale, work = await self._runtime.search(
             _target(request.target), _entries(request.outer, "outer"), list(request.knowledge), request.query, spec,
             dict(request.resolved_paths), scope, deadline_of(context, asyncio.get_running_loop().time()))
-        return pb.SearchResponse(hits=[_chunk(h) for h in hits], stale_fallbacks=[_stale(s) for s in stale])
+        return pb.SearchResponse(hits=[_chunk(h) for h in hits], stale_fallbacks=[_stale(s) for s in stale],
+                                 usage=_usage(work), timing=_timing(work))
 
     @translates_errors
     async def UpsertDocuments(self, request: pb.UpsertDocumentsRequest,
@@ -188,6 +189,15 @@ def _llm(request: Any) -> Llm | None:
         return None
     llm = request.llm
     return Llm(llm.model, llm.input_window_tokens if llm.HasField("input_window_tokens") else None)
+
+
+def _usage(work: Work) -> common_pb2.Usage:
+    return common_pb2.Usage(pairs=work.pairs, tokens=work.tokens, cached_pairs=work.cached_pairs)
+
+
+def _timing(work: Work) -> common_pb2.Timing:
+    return common_pb2.Timing(queue_us=int(work.queue_s * 1e6), inference_us=int(work.inference_s * 1e6),
+                             total_us=int(work.total_s * 1e6))
 
 
 def _stale(stale: StaleSource) -> pb.StaleFallback:

@@ -154,6 +154,7 @@ class Catalog:
                 index = await asyncio.to_thread(HybridIndex.load, folder, self._config.retrieval.index_threads)
                 built = dt.datetime.fromtimestamp(folder.stat().st_mtime, dt.timezone.utc)
                 metrics.INDEX_LOADS.labels("disk").inc()
+                self._remember_vectors(index)
                 return LoadedSource(entry.name, units, index, built)
             except IndexCorrupt as err:
                 log.warning("index of %s at %s is corrupt (%s); rebuilding it", entry.name, folder, err)
@@ -198,6 +199,15 @@ class Catalog:
         return np.stack([self._vectors.get(f"{cache_key}:{c.content_hash}") for c in chunks]) if chunks \
             else np.zeros((0, dimensions), dtype=np.float32)
 
+    def _remember_vectors(self, index: HybridIndex) -> None:
+        """Seeds the embedding cache from an index read back from disk, so that after a restart a
+        changed source re-embeds only its new chunks."""
+        fingerprint = self._registry.embedder(self._config.retrieval.embedder).fingerprint
+        for chunk, vector in zip(index.chunks(), index.vectors()):
+            digest = chunk.meta.get("content_hash")
+            if digest:
+                self._vectors.put(f"{fingerprint}:{digest}", vector, vector.nbytes)
+
     async def query_vector(self, query: str) -> np.ndarray:
         embedder = self._registry.embedder(self._config.retrieval.embedder)
         with embedder.in_use():
@@ -229,7 +239,7 @@ class Catalog:
 
 def _meta(chunk: Chunk) -> dict:
     provenance = chunk.provenance
-    return {"position": chunk.position, "file": provenance.file, "document_id": provenance.document_id,
+    return {"position": chunk.position, "content_hash": chunk.content_hash, "file": provenance.file, "document_id": provenance.document_id,
             "line_start": provenance.line_start, "line_end": provenance.line_end, "page": provenance.page,
             "char_start": provenance.char_start, "char_end": provenance.char_end}
 

@@ -58,6 +58,18 @@ class StaleSource:
 
 
 @dataclass
+class Work:
+    """Model work one call spent (reranking), for the response's usage and timing."""
+
+    pairs: int = 0
+    tokens: int = 0
+    cached_pairs: int = 0
+    queue_s: float = 0.0
+    inference_s: float = 0.0
+    total_s: float = 0.0
+
+
+@dataclass
 class EnforceResult:
     context: str = ""
     document_count: int = 0
@@ -65,7 +77,7 @@ class EnforceResult:
     truncated: bool = False
     blocks: list[Block] = field(default_factory=list)
     query: str = ""
-    total_s: float = 0.0
+    work: Work = field(default_factory=Work)
 
 
 @dataclass(frozen=True)
@@ -117,7 +129,7 @@ class RetrievalRuntime:
         problems = self._duplicate_names(target.knowledge, outer)
         measurable = []
         for entry in reach:
-            own = self._entry_problems(entry, paths_per_run)
+            own = self._entry_problems(entry, paths_per_run) + self._reranker_problems(entry)
             problems += own
             if not own and entry.enabled and entry.use is Use.DIRECT:
                 measurable.append(entry)
@@ -174,7 +186,7 @@ class RetrievalRuntime:
                     if source.stale:
                         result.stale.append(StaleSource(entry.name, source.stale.reason, source.stale.built_at))
                     block = Block(entry.name, Use.SEARCH,
-                                  await self._search(entry, source, result.query, query_vector, SearchSpec(), deadline))
+                                  await self._search(entry, source, result.query, query_vector, result.work, deadline))
             except (SourceError, OSError) as err:
                 if self._benign(entry, err):
                     continue
@@ -182,7 +194,7 @@ class RetrievalRuntime:
             if block is not None and block.hits:
                 result.blocks.append(block)
         self._assemble(result, max_context_tokens or self._config.retrieval.context_window_tokens)
-        result.total_s = time.perf_counter() - started
+        result.work.total_s = time.perf_counter() - started
         return result
 
     def _benign(self, entry: Entry, err: Exception) -> bool:
@@ -258,7 +270,8 @@ class RetrievalRuntime:
 
     async def search(self, target: Target, outer: tuple[Entry, ...], names: list[str], query: str, spec: SearchSpec,
                      resolved_paths: dict[str, str], scope: Scope,
-                     deadline: float | None) -> tuple[list[Hit], list[StaleSource]]:
+                     deadline: float | None) -> tuple[list[Hit], list[StaleSource], Work]:
+        started = time.perf_counter()
         if not query.strip():
             raise invalid([Violation("query", "must not be blank")])
         reach = self._with_paths(Reach.of(target, outer), resolved_paths)
@@ -271,6 +284,7 @@ class RetrievalRuntime:
         query_vector = await self.catalog.query_vector(query)
         hits: list[Hit] = []
         stale: list[StaleSource] = []
+        work = Work()
         for entry in entries:
             try:
                 source = await self.catalog.load(entry, scope)
@@ -280,9 +294,10 @@ class RetrievalRuntime:
                 raise source_error(entry.name, err) from None
             if source.stale:
                 stale.append(StaleSource(entry.name, source.stale.reason, source.stale.built_at))
-            hits += await self._search(self._override(entry, spec), source, query, query_vector, spec, deadline)
+            hits += await self._search(self._override(entry, spec), source, query, query_vector, work, deadline)
         hits.sort(key=lambda h: (-(h.score or 0.0), h.source, h.chunk_id))
-        return hits, stale
+        work.total_s = time.perf_counter() - started
+        return hits, stale, work
 
     @staticmethod
     def _override(entry: Entry, spec: SearchSpec) -> Entry:
@@ -291,7 +306,7 @@ class RetrievalRuntime:
                    if v is not None}
         return replace(entry, **changes)
 
-    async def _search(self, entry: Entry, source: LoadedSource, query: str, query_vector, spec: SearchSpec,
+    async def _search(self, entry: Entry, source: LoadedSource, query: str, query_vector, work: Work,
                       deadline: float | None) -> list[Hit]:
         if source.index is None or len(source.index) == 0:
             return []
@@ -305,6 +320,11 @@ class RetrievalRuntime:
             outcome = await self._reranker.rerank(
                 RerankQuery(entry.reranker_model, query, [Candidate(h.chunk_id, h.text) for h in hits]), deadline)
             hits = [replace(hits[r.index], score=r.relevance_score, rerank=r.relevance_score) for r in outcome.results]
+            work.pairs += outcome.pairs
+            work.tokens += outcome.tokens
+            work.cached_pairs += outcome.cached_pairs
+            work.queue_s += outcome.queue_s
+            work.inference_s += outcome.inference_s
         if entry.min_score is not None:
             hits = [h for h in hits if (h.rerank if entry.rerank else h.dense) >= entry.min_score]
         return hits[: entry.k]
@@ -359,7 +379,10 @@ class RetrievalRuntime:
     def _direct_block(measure: DirectMeasure | None) -> Block | None:
         if measure is None or not measure.text.strip():
             return None
-        hit = Hit(f"{measure.entry.name}:direct", measure.entry.name, measure.text, {"position": 0})
+        entry = measure.entry
+        file = entry.path if entry.type in (SourceType.FILE, SourceType.DIRECTORY) else ""
+        hit = Hit(f"{entry.name}:direct", entry.name, measure.text,
+                  {"position": 0, "file": file, "char_start": 0, "char_end": len(measure.text)})
         return Block(measure.entry.name, Use.DIRECT, [hit])
 
     async def _next_unit(self, entry: Entry, target: Target, scope: Scope) -> Block | None:
@@ -492,10 +515,16 @@ class RetrievalRuntime:
         if entry.rerank:
             if entry.candidates is not None and entry.candidates < entry.k:
                 problem("search.candidates", f"{entry.candidates} candidates cannot yield top_k {entry.k}")
-            if entry.reranker_model and entry.reranker_model not in {s.spec.id for s in self._registry.statuses()}:
-                problem("search.reranker_model", f"reranker model {entry.reranker_model!r} is not configured",
-                        "UNKNOWN_MODEL")
         return problems
+
+    def _reranker_problems(self, entry: Entry) -> list[Violation]:
+        """Validation names an unknown reranker among the violations; at use, it is NOT_FOUND from the registry."""
+        if entry.rerank and entry.reranker_model and \
+                entry.reranker_model not in {s.spec.id for s in self._registry.statuses()}:
+            return [Violation(f"{entry.origin}.search.reranker_model",
+                              f"knowledge {entry.name!r}: reranker model {entry.reranker_model!r} is not configured",
+                              "UNKNOWN_MODEL")]
+        return []
 
 
 def _pick_query(action: Action, params: list[tuple[str, Any]]) -> str:

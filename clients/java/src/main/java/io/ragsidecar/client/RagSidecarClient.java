@@ -48,10 +48,10 @@ import java.util.concurrent.atomic.AtomicInteger;
  * <p>Thread-safe: create one per sidecar and share it for the JVM's lifetime; every facade uses the same channel.
  * {@link #close()} shuts the channel and the background threads down.
  *
- * <p>Services: {@link #reranker()} ({@code RerankerService}). {@code RetrievalService} and
- * {@code ChatKnowledgeService} get their facades ({@code retrieval()}, {@code chat()}) as the sidecar implements them;
- * each is a class built on the same {@link ClientContext} as {@link SidecarReranker}. Until then their generated
- * stubs can be used directly on {@link #channel()}.
+ * <p>Services: {@link #reranker()} ({@code RerankerService}), {@link #retrieval()} ({@code RetrievalService}).
+ * {@code ChatKnowledgeService} gets its facade ({@code chat()}) as the sidecar implements it, a class built on the
+ * same {@link ClientContext} as {@link SidecarReranker}; until then its generated stub can be used directly on
+ * {@link #channel()}.
  */
 public final class RagSidecarClient implements AutoCloseable {
   /** The sidecar's default TCP port. */
@@ -64,6 +64,7 @@ public final class RagSidecarClient implements AutoCloseable {
   private final ScheduledThreadPoolExecutor scheduler;
   private final ClientContext context;
   private final SidecarReranker reranker;
+  private final SidecarRetrieval retrieval;
   private final String target;
   private final AtomicBoolean closed = new AtomicBoolean();
 
@@ -110,6 +111,7 @@ public final class RagSidecarClient implements AutoCloseable {
     scheduler.setRemoveOnCancelPolicy(true);
     scheduler.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
     reranker = new SidecarReranker(context, scheduler, b.modelRefreshInterval);
+    retrieval = new SidecarRetrieval(context);
     reranker.start();
   }
 
@@ -137,8 +139,17 @@ public final class RagSidecarClient implements AutoCloseable {
   }
 
   /**
+   * The retrieval service of this sidecar (knowledge-context injection for the host's {@code RetrievalSpi}, search,
+   * MEMORY writes). The same unscoped instance on every call; {@link SidecarRetrieval#withScope(KnowledgeScope)}
+   * derives one that sets the principal and scope of every request.
+   */
+  public SidecarRetrieval retrieval() {
+    return retrieval;
+  }
+
+  /**
    * The client's channel, with the bearer token attached, for calling generated stubs directly (for example
-   * {@code RetrievalServiceGrpc.newBlockingStub(client.channel())}). Owned by the client: do not shut it down.
+   * {@code ChatKnowledgeServiceGrpc.newBlockingStub(client.channel())}). Owned by the client: do not shut it down.
    */
   public Channel channel() {
     return context.channel();

@@ -45,6 +45,7 @@ final class Sidecar implements AutoCloseable {
   private final Path log;
   private final List<String> stdout = new ArrayList<>();
   private final Path unixSocket;
+  private final Path workDir;
   private volatile int port;
   private volatile boolean closed;
 
@@ -61,21 +62,32 @@ final class Sidecar implements AutoCloseable {
 
   /** Starts a sidecar; {@code token} non-null requires it as bearer token; {@code unixSocket} also listens there. */
   static Sidecar start(String token, boolean unixSocket) {
+    return start(token, unixSocket, false);
+  }
+
+  /**
+   * Starts a sidecar as {@link #start(String, boolean)} does; with {@code ownKnowledge} it runs on a copy of the
+   * repository's configuration whose {@code [paths]} point into a fresh temporary folder: {@code data_dir} at
+   * {@code <tmp>/data}, {@code knowledge_roots} at {@code <tmp>/knowledge} ({@link #knowledgeRoot()}, empty, for the
+   * test to fill), {@code models_dir} at the repository's {@code models/}. The folder is deleted on {@link #close}.
+   */
+  static Sidecar start(String token, boolean unixSocket, boolean ownKnowledge) {
     Path bin = executable();
     if (!Files.isExecutable(bin)) {
       throw new IllegalStateException("no ragsidecar executable at " + bin
           + ": run `make setup` in the repository root, or set RAGSIDECAR_BIN");
     }
     try {
-      return new Sidecar(bin, token, unixSocket);
+      return new Sidecar(bin, token, unixSocket, ownKnowledge);
     } catch (IOException e) {
       throw new IllegalStateException("cannot start " + bin, e);
     }
   }
 
-  private Sidecar(Path bin, String token, boolean withUnixSocket) throws IOException {
+  private Sidecar(Path bin, String token, boolean withUnixSocket, boolean ownKnowledge) throws IOException {
     int n = COUNT.incrementAndGet();
-    name = "sidecar-" + n + (token != null ? "-auth" : "") + (withUnixSocket ? "-unix" : "");
+    name = "sidecar-" + n + (token != null ? "-auth" : "") + (withUnixSocket ? "-unix" : "")
+        + (ownKnowledge ? "-knowledge" : "");
     Path logs = Paths.get("target", "sidecar-logs").toAbsolutePath();
     Files.createDirectories(logs);
     log = logs.resolve(name + ".log");
@@ -86,8 +98,19 @@ final class Sidecar implements AutoCloseable {
       Files.deleteIfExists(unixSocket);
     }
 
+    Path config = repoRoot().resolve("config/ragsidecar.toml");
+    if (ownKnowledge) {
+      workDir = Files.createTempDirectory("ragsidecar-java-").toRealPath();
+      Files.createDirectories(workDir.resolve("knowledge"));
+      Files.createDirectories(workDir.resolve("data"));
+      Path own = workDir.resolve("ragsidecar.toml");
+      Files.writeString(own, withOwnPaths(Files.readString(config), workDir));
+      config = own;
+    } else {
+      workDir = null;
+    }
     List<String> command = new ArrayList<>(List.of(bin.toString(), "serve",
-        "--config", repoRoot().resolve("config/ragsidecar.toml").toString(), "--port", "0", "--metrics-port", "0"));
+        "--config", config.toString(), "--port", "0", "--metrics-port", "0"));
     if (unixSocket != null) {
       command.add("--unix-socket");
       command.add(unixSocket.toString());
@@ -110,6 +133,49 @@ final class Sidecar implements AutoCloseable {
       close();
       throw e;
     }
+  }
+
+  /**
+   * The configuration text with the {@code models_dir}, {@code data_dir} and {@code knowledge_roots} lines of its
+   * {@code [paths]} table replaced by absolute paths (added when missing).
+   */
+  static String withOwnPaths(String toml, Path workDir) {
+    Map<String, String> replacements = new java.util.LinkedHashMap<>();
+    replacements.put("models_dir", toml(repoRoot().resolve("models").toString()));
+    replacements.put("data_dir", toml(workDir.resolve("data").toString()));
+    replacements.put("knowledge_roots", "[" + toml(workDir.resolve("knowledge").toString()) + "]");
+    StringBuilder out = new StringBuilder();
+    boolean inPaths = false;
+    boolean sawPaths = false;
+    for (String line : toml.split("\n", -1)) {
+      String trimmed = line.trim();
+      if (trimmed.startsWith("[")) {
+        if (inPaths) {
+          replacements.forEach((k, v) -> out.append(k).append(" = ").append(v).append('\n'));
+          replacements.clear();
+        }
+        inPaths = trimmed.equals("[paths]");
+        sawPaths |= inPaths;
+      } else if (inPaths) {
+        String key = trimmed.split("=", 2)[0].trim();
+        if (replacements.containsKey(key)) {
+          out.append(key).append(" = ").append(replacements.remove(key)).append('\n');
+          continue;
+        }
+      }
+      out.append(line).append('\n');
+    }
+    if (!sawPaths || inPaths) {
+      if (!sawPaths) {
+        out.append("\n[paths]\n");
+      }
+      replacements.forEach((k, v) -> out.append(k).append(" = ").append(v).append('\n'));
+    }
+    return out.toString();
+  }
+
+  private static String toml(String s) {
+    return "\"" + s.replace("\\", "\\\\").replace("\"", "\\\"") + "\"";
   }
 
   private void awaitServing() {
@@ -209,6 +275,14 @@ final class Sidecar implements AutoCloseable {
     return unixSocket;
   }
 
+  /** The sidecar's only knowledge root (started with own knowledge); relative knowledge paths resolve against it. */
+  Path knowledgeRoot() {
+    if (workDir == null) {
+      throw new IllegalStateException(name + " runs on the repository's configuration");
+    }
+    return workDir.resolve("knowledge");
+  }
+
   /** A client builder aimed at this sidecar over TCP. */
   RagSidecarClient.Builder clientBuilder() {
     return RagSidecarClient.builder().host("127.0.0.1").port(port).defaultDeadline(Duration.ofSeconds(30));
@@ -241,6 +315,13 @@ final class Sidecar implements AutoCloseable {
       Thread.currentThread().interrupt();
     }
     children.forEach(ProcessHandle::destroyForcibly);
+    if (workDir != null) {
+      try (var paths = Files.walk(workDir)) {
+        paths.sorted(java.util.Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+      } catch (IOException ignored) {
+        // Best effort.
+      }
+    }
     if (unixSocket != null) {
       try {
         Files.deleteIfExists(unixSocket);

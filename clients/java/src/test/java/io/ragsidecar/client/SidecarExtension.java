@@ -25,6 +25,9 @@ final class SidecarExtension implements ParameterResolver {
 
     /** Also listen on a Unix socket. */
     boolean unixSocket() default false;
+
+    /** Run on a temporary data folder and knowledge root ({@link Sidecar#knowledgeRoot()}). */
+    boolean ownKnowledge() default false;
   }
 
   @Override
@@ -37,8 +40,9 @@ final class SidecarExtension implements ParameterResolver {
     Options options = parameter.findAnnotation(Options.class).orElse(null);
     String token = options == null || options.token().isEmpty() ? null : options.token();
     boolean unix = options != null && options.unixSocket();
-    String key = "sidecar token=" + token + " unix=" + unix;
+    boolean knowledge = options != null && options.ownKnowledge();
+    String key = "sidecar token=" + token + " unix=" + unix + " knowledge=" + knowledge;
     return context.getRoot().getStore(NAMESPACE)
-        .getOrComputeIfAbsent(key, k -> Sidecar.start(token, unix), Sidecar.class);
+        .getOrComputeIfAbsent(key, k -> Sidecar.start(token, unix, knowledge), Sidecar.class);
   }
 }

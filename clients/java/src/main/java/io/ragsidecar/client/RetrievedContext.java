@@ -1,0 +1,81 @@
+package io.ragsidecar.client;
+
+import java.time.Instant;
+import java.util.List;
+import java.util.Objects;
+import ragsidecar.v1.Common.Timing;
+import ragsidecar.v1.Common.Usage;
+import ragsidecar.v1.Retrieval.ContextBlock;
+import ragsidecar.v1.Retrieval.EnforceResponse;
+
+/**
+ * What {@link SidecarRetrieval#enforce} gives an action: the values the host's {@code RetrievalSpi.enforce} puts into
+ * the action's context map, plus the blocks behind them.
+ *
+ * <table>
+ *   <caption>Host context keys</caption>
+ *   <tr><th>Accessor</th><th>Host key</th></tr>
+ *   <tr><td>{@link #retrievedContext()}</td><td>{@code RETRIEVED_CONTEXT_KEY}</td></tr>
+ *   <tr><td>{@link #documentCount()}</td><td>{@code RETRIEVED_DOCUMENT_COUNT_KEY}</td></tr>
+ *   <tr><td>{@link #staleFallbacks()}</td><td>{@code RETRIEVED_STALE_FALLBACK_KEY}</td></tr>
+ *   <tr><td>{@link #truncated()}</td><td>{@code RETRIEVED_CONTEXT_TRUNCATED_KEY}</td></tr>
+ * </table>
+ *
+ * @param retrievedContext the formatted context for the action's prompt; empty when nothing was retrieved
+ * @param documentCount number of chunks assembled into {@code retrievedContext}
+ * @param staleFallbacks sources served from their last good index because a reload failed; empty when none
+ * @param truncated whether {@code retrievedContext} lost anything to the context window
+ * @param blocks one block per source, in the action's knowledge order, with their chunks and provenance
+ * @param query the query SEARCH entries ran with; empty when there was none
+ * @param usage embedding and rerank work spent
+ * @param timing server-side timings
+ */
+public record RetrievedContext(
+    String retrievedContext,
+    int documentCount,
+    List<StaleFallback> staleFallbacks,
+    boolean truncated,
+    List<ContextBlock> blocks,
+    String query,
+    Usage usage,
+    Timing timing) {
+
+  public RetrievedContext {
+    Objects.requireNonNull(retrievedContext, "retrievedContext");
+    staleFallbacks = List.copyOf(staleFallbacks);
+    blocks = List.copyOf(blocks);
+    query = query == null ? "" : query;
+  }
+
+  static RetrievedContext fromProto(EnforceResponse r) {
+    return new RetrievedContext(r.getRetrievedContext(), r.getDocumentCount(),
+        r.getStaleFallbacksList().stream().map(StaleFallback::fromProto).toList(), r.getTruncated(),
+        r.getBlocksList(), r.getQuery(), r.getUsage(), r.getTiming());
+  }
+
+  /** Whether nothing was retrieved (the benign empty case). */
+  public boolean isEmpty() {
+    return retrievedContext.isEmpty();
+  }
+
+  /** The names of the sources in {@link #staleFallbacks()}, in order. */
+  public List<String> staleSources() {
+    return staleFallbacks.stream().map(StaleFallback::source).toList();
+  }
+
+  /**
+   * A source served from its last good index because its reload failed.
+   *
+   * @param source the knowledge source's name
+   * @param reason why the reload failed (human-readable)
+   * @param lastGoodBuiltAt when the index being served was built; {@code null} when the sidecar did not say
+   */
+  public record StaleFallback(String source, String reason, Instant lastGoodBuiltAt) {
+    static StaleFallback fromProto(ragsidecar.v1.Retrieval.StaleFallback f) {
+      Instant built = f.hasLastGoodBuiltAt()
+          ? Instant.ofEpochSecond(f.getLastGoodBuiltAt().getSeconds(), f.getLastGoodBuiltAt().getNanos())
+          : null;
+      return new StaleFallback(f.getSource(), f.getReason(), built);
+    }
+  }
+}

@@ -1,0 +1,295 @@
+package io.ragsidecar.client;
+
+import io.grpc.MethodDescriptor;
+import java.time.Duration;
+import java.util.Collection;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Objects;
+import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
+import java.util.function.Function;
+import java.util.function.Supplier;
+import ragsidecar.v1.Retrieval.DeleteDocumentsRequest;
+import ragsidecar.v1.Retrieval.DeleteDocumentsResponse;
+import ragsidecar.v1.Retrieval.EnforceRequest;
+import ragsidecar.v1.Retrieval.MemoryDocument;
+import ragsidecar.v1.Retrieval.PrepareChatKnowledgeRequest;
+import ragsidecar.v1.Retrieval.PrepareChatKnowledgeResponse;
+import ragsidecar.v1.Retrieval.RequireLoadedRequest;
+import ragsidecar.v1.Retrieval.RequireReadyRequest;
+import ragsidecar.v1.Retrieval.SearchRequest;
+import ragsidecar.v1.Retrieval.SearchResponse;
+import ragsidecar.v1.Retrieval.SourceCount;
+import ragsidecar.v1.Retrieval.UpsertDocumentsRequest;
+import ragsidecar.v1.Retrieval.UpsertDocumentsResponse;
+import ragsidecar.v1.Retrieval.ValidateConfigurationRequest;
+import ragsidecar.v1.RetrievalServiceGrpc;
+
+/**
+ * The sidecar's {@code RetrievalService}: knowledge-context injection at action-dispatch time, the server side of the
+ * host's {@code RetrievalSpi}, plus {@link #search} and the write side of MEMORY knowledge. Obtained from
+ * {@link RagSidecarClient#retrieval()}.
+ *
+ * <p>Requests are the generated messages of {@code ragsidecar.v1.Retrieval} ({@link RetrievalRequests} builds the
+ * common parts). Calls are stateless: each request carries the target's declarations it needs. Every request needs a
+ * principal and a scope; {@link #withScope(KnowledgeScope)} returns a facade that sets both on every call, replacing
+ * whatever the request carried:
+ *
+ * <pre>{@code
+ * SidecarRetrieval retrieval = client.retrieval().withScope(new KnowledgeScope("agent-host", "acme", sessionId));
+ * RetrievedContext context = retrieval.enforce(EnforceRequest.newBuilder()
+ *     .setTarget(role).setAction("answer").addAllParams(RetrievalRequests.params(params))
+ *     .setLlm(RetrievalRequests.llm("gpt-4o")).build());
+ * }</pre>
+ *
+ * <p>Immutable and thread-safe: {@code withScope} and {@code withTimeout} return new facades on the same channel,
+ * cheap enough to create per call. Every method has an {@code ...Async} variant whose future fails with the same
+ * {@link RagSidecarException} the blocking one throws; cancelling the future cancels the call.
+ *
+ * <p>Errors: {@link PermissionDeniedException} (no principal, or a path outside the knowledge roots:
+ * {@linkplain PermissionDeniedException#isPathOutsideRoots() PATH_OUTSIDE_ROOTS}), {@link ValidationException}
+ * (malformed request, {@code INVALID_CONFIGURATION} with one violation per problem, {@code UNKNOWN_KNOWLEDGE}),
+ * {@link KnowledgeNotReadyException} (with the failing {@linkplain FailedPreconditionException#sources() sources}),
+ * {@link FailedPreconditionException} ({@code DIRECT_BUDGET_EXCEEDED}, {@code UNKNOWN_MODEL_WINDOW},
+ * {@code SOURCE_UNREADABLE}), {@link UnknownModelException} (reranker model), {@link ModelNotReadyException}.
+ */
+public final class SidecarRetrieval {
+  private final ClientContext context;
+  private final KnowledgeScope scope;
+  private final Duration timeout;
+
+  SidecarRetrieval(ClientContext context) {
+    this(context, null, null);
+  }
+
+  private SidecarRetrieval(ClientContext context, KnowledgeScope scope, Duration timeout) {
+    this.context = context;
+    this.scope = scope;
+    this.timeout = timeout;
+  }
+
+  /** A facade that sets this principal and scope on every request, replacing the request's own. */
+  public SidecarRetrieval withScope(KnowledgeScope scope) {
+    return new SidecarRetrieval(context, Objects.requireNonNull(scope, "scope"), timeout);
+  }
+
+  /** A facade whose calls use this deadline instead of the client's default one. */
+  public SidecarRetrieval withTimeout(Duration timeout) {
+    if (timeout.isNegative() || timeout.isZero()) {
+      throw new IllegalArgumentException("timeout must be positive: " + timeout);
+    }
+    return new SidecarRetrieval(context, scope, timeout);
+  }
+
+  /** The scope this facade applies to every call; empty when requests carry their own. */
+  public Optional<KnowledgeScope> scope() {
+    return Optional.ofNullable(scope);
+  }
+
+  // ---- ValidateConfiguration ------------------------------------------------------------------------------------
+
+  /**
+   * Validates a target's knowledge declarations. Configuration problems are not thrown: they are all returned at
+   * once, with {@code valid = false}. Throws only when the request itself cannot be evaluated.
+   */
+  public ConfigurationValidation validateConfiguration(ValidateConfigurationRequest request) {
+    return ConfigurationValidation.fromProto(
+        context.call(RetrievalServiceGrpc.getValidateConfigurationMethod(), scoped(request), timeout));
+  }
+
+  /** Asynchronous {@link #validateConfiguration(ValidateConfigurationRequest)}. */
+  public CompletableFuture<ConfigurationValidation> validateConfigurationAsync(ValidateConfigurationRequest request) {
+    return async(RetrievalServiceGrpc.getValidateConfigurationMethod(), () -> scoped(request),
+        ConfigurationValidation::fromProto);
+  }
+
+  // ---- Enforce --------------------------------------------------------------------------------------------------
+
+  /**
+   * Resolves the knowledge the action names and gives (DIRECT), searches (SEARCH, with the action's query) or steps
+   * through (SEQUENTIAL) it. Benign cases (no knowledge named, an unconfigured WHEN_CONFIGURED source, no query, no
+   * hit) return an {@linkplain RetrievedContext#isEmpty() empty} context, never an error.
+   */
+  public RetrievedContext enforce(EnforceRequest request) {
+    return RetrievedContext.fromProto(context.call(RetrievalServiceGrpc.getEnforceMethod(), scoped(request), timeout));
+  }
+
+  /** Asynchronous {@link #enforce(EnforceRequest)}. */
+  public CompletableFuture<RetrievedContext> enforceAsync(EnforceRequest request) {
+    return async(RetrievalServiceGrpc.getEnforceMethod(), () -> scoped(request), RetrievedContext::fromProto);
+  }
+
+  // ---- RequireLoaded / RequireReady -----------------------------------------------------------------------------
+
+  /**
+   * Loads the named SEARCH sources as the matching {@link #enforce} would, and returns each one's document count in
+   * the sidecar's sorted name order (the map iterates in that order).
+   */
+  public LinkedHashMap<String, Integer> requireLoaded(RequireLoadedRequest request) {
+    return counts(context.call(RetrievalServiceGrpc.getRequireLoadedMethod(), scoped(request), timeout)
+        .getCountsList());
+  }
+
+  /** Asynchronous {@link #requireLoaded(RequireLoadedRequest)}. */
+  public CompletableFuture<LinkedHashMap<String, Integer>> requireLoadedAsync(RequireLoadedRequest request) {
+    return async(RetrievalServiceGrpc.getRequireLoadedMethod(), () -> scoped(request),
+        response -> counts(response.getCountsList()));
+  }
+
+  /**
+   * Checks that every configured WHEN_CONFIGURED source in reach holds at least one unit, and returns each checked
+   * source's unit count in sorted name order; empty when nothing was checked.
+   *
+   * @throws KnowledgeNotReadyException naming every {@linkplain FailedPreconditionException#sources() failing
+   *     source} when one is missing, empty or unreadable
+   */
+  public LinkedHashMap<String, Integer> requireReady(RequireReadyRequest request) {
+    return counts(context.call(RetrievalServiceGrpc.getRequireReadyMethod(), scoped(request), timeout)
+        .getCountsList());
+  }
+
+  /** Asynchronous {@link #requireReady(RequireReadyRequest)}. */
+  public CompletableFuture<LinkedHashMap<String, Integer>> requireReadyAsync(RequireReadyRequest request) {
+    return async(RetrievalServiceGrpc.getRequireReadyMethod(), () -> scoped(request),
+        response -> counts(response.getCountsList()));
+  }
+
+  // ---- PrepareChatKnowledge -------------------------------------------------------------------------------------
+
+  /**
+   * Measures every enabled DIRECT entry of an agent's chat knowledge against its budget, once at agent init, and
+   * returns the blocks each chat turn gives.
+   */
+  public PrepareChatKnowledgeResponse prepareChatKnowledge(PrepareChatKnowledgeRequest request) {
+    return context.call(RetrievalServiceGrpc.getPrepareChatKnowledgeMethod(), scoped(request), timeout);
+  }
+
+  /** Asynchronous {@link #prepareChatKnowledge(PrepareChatKnowledgeRequest)}. */
+  public CompletableFuture<PrepareChatKnowledgeResponse> prepareChatKnowledgeAsync(
+      PrepareChatKnowledgeRequest request) {
+    return async(RetrievalServiceGrpc.getPrepareChatKnowledgeMethod(), () -> scoped(request), Function.identity());
+  }
+
+  // ---- Search ---------------------------------------------------------------------------------------------------
+
+  /** Searches declared knowledge with a query (which must not be blank), outside any action dispatch. */
+  public SearchResponse search(SearchRequest request) {
+    return context.call(RetrievalServiceGrpc.getSearchMethod(), scoped(request), timeout);
+  }
+
+  /** Asynchronous {@link #search(SearchRequest)}. */
+  public CompletableFuture<SearchResponse> searchAsync(SearchRequest request) {
+    return async(RetrievalServiceGrpc.getSearchMethod(), () -> scoped(request), Function.identity());
+  }
+
+  // ---- MEMORY writes --------------------------------------------------------------------------------------------
+
+  /**
+   * Adds or replaces MEMORY documents, by id, in the request's (tenant, session); they are searchable when the call
+   * returns.
+   */
+  public UpsertDocumentsResponse upsertDocuments(UpsertDocumentsRequest request) {
+    return context.call(RetrievalServiceGrpc.getUpsertDocumentsMethod(), scoped(request), timeout);
+  }
+
+  /** {@link #upsertDocuments(UpsertDocumentsRequest)} of these documents, in this facade's scope. */
+  public UpsertDocumentsResponse upsertDocuments(String knowledge, Collection<MemoryDocument> documents) {
+    return upsertDocuments(UpsertDocumentsRequest.newBuilder().setKnowledge(knowledge).addAllDocuments(documents)
+        .build());
+  }
+
+  /** Asynchronous {@link #upsertDocuments(UpsertDocumentsRequest)}. */
+  public CompletableFuture<UpsertDocumentsResponse> upsertDocumentsAsync(UpsertDocumentsRequest request) {
+    return async(RetrievalServiceGrpc.getUpsertDocumentsMethod(), () -> scoped(request), Function.identity());
+  }
+
+  /** Deletes MEMORY documents by id in the request's (tenant, session); absent ids are counted, not an error. */
+  public DeleteDocumentsResponse deleteDocuments(DeleteDocumentsRequest request) {
+    return context.call(RetrievalServiceGrpc.getDeleteDocumentsMethod(), scoped(request), timeout);
+  }
+
+  /** {@link #deleteDocuments(DeleteDocumentsRequest)} of these ids, in this facade's scope. */
+  public DeleteDocumentsResponse deleteDocuments(String knowledge, Collection<String> ids) {
+    return deleteDocuments(DeleteDocumentsRequest.newBuilder().setKnowledge(knowledge).addAllIds(ids).build());
+  }
+
+  /** Asynchronous {@link #deleteDocuments(DeleteDocumentsRequest)}. */
+  public CompletableFuture<DeleteDocumentsResponse> deleteDocumentsAsync(DeleteDocumentsRequest request) {
+    return async(RetrievalServiceGrpc.getDeleteDocumentsMethod(), () -> scoped(request), Function.identity());
+  }
+
+  // ---- internals ------------------------------------------------------------------------------------------------
+
+  private <Q, R, T> CompletableFuture<T> async(MethodDescriptor<Q, R> method, Supplier<Q> request,
+      Function<R, T> convert) {
+    Q proto;
+    try {
+      proto = request.get();
+    } catch (RuntimeException invalid) {
+      return CompletableFuture.failedFuture(invalid);
+    }
+    CompletableFuture<R> call = context.callAsync(method, proto, timeout);
+    CompletableFuture<T> result = call.thenApply(convert);
+    result.whenComplete((value, failure) -> {
+      if (result.isCancelled()) {
+        call.cancel(false);
+      }
+    });
+    return result;
+  }
+
+  static LinkedHashMap<String, Integer> counts(List<SourceCount> counts) {
+    LinkedHashMap<String, Integer> out = new LinkedHashMap<>();
+    for (SourceCount c : counts) {
+      out.put(c.getName(), c.getCount());
+    }
+    return out;
+  }
+
+  private ValidateConfigurationRequest scoped(ValidateConfigurationRequest r) {
+    Objects.requireNonNull(r, "request");
+    return scope == null ? r : r.toBuilder().setPrincipal(scope.principal()).setScope(scope.scope()).build();
+  }
+
+  private EnforceRequest scoped(EnforceRequest r) {
+    Objects.requireNonNull(r, "request");
+    return scope == null ? r : r.toBuilder().setPrincipal(scope.principal()).setScope(scope.scope()).build();
+  }
+
+  private RequireLoadedRequest scoped(RequireLoadedRequest r) {
+    Objects.requireNonNull(r, "request");
+    return scope == null ? r : r.toBuilder().setPrincipal(scope.principal()).setScope(scope.scope()).build();
+  }
+
+  private RequireReadyRequest scoped(RequireReadyRequest r) {
+    Objects.requireNonNull(r, "request");
+    return scope == null ? r : r.toBuilder().setPrincipal(scope.principal()).setScope(scope.scope()).build();
+  }
+
+  private PrepareChatKnowledgeRequest scoped(PrepareChatKnowledgeRequest r) {
+    Objects.requireNonNull(r, "request");
+    return scope == null ? r : r.toBuilder().setPrincipal(scope.principal()).setScope(scope.scope()).build();
+  }
+
+  private SearchRequest scoped(SearchRequest r) {
+    Objects.requireNonNull(r, "request");
+    return scope == null ? r : r.toBuilder().setPrincipal(scope.principal()).setScope(scope.scope()).build();
+  }
+
+  private UpsertDocumentsRequest scoped(UpsertDocumentsRequest r) {
+    Objects.requireNonNull(r, "request");
+    return scope == null ? r : r.toBuilder().setPrincipal(scope.principal()).setScope(scope.scope()).build();
+  }
+
+  private DeleteDocumentsRequest scoped(DeleteDocumentsRequest r) {
+    Objects.requireNonNull(r, "request");
+    return scope == null ? r : r.toBuilder().setPrincipal(scope.principal()).setScope(scope.scope()).build();
+  }
+
+  @Override
+  public String toString() {
+    return "SidecarRetrieval[" + (scope == null ? "unscoped" : scope.tenant() + "/" + scope.session())
+        + (timeout == null ? "" : ", timeout=" + timeout) + "]";
+  }
+}
