@@ -154,3 +154,26 @@ def test_an_unknown_reranker_is_not_found_at_use(make_sidecar, folders) -> None:
         search(server, "heart", ghost)
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
     assert error_details(caught.value)[0].reason == "UNKNOWN_MODEL"
+
+
+def test_the_index_command_builds_what_the_server_then_reads(make_sidecar, folders) -> None:
+    import subprocess
+    import sys
+
+    from sidecar import to_toml
+
+    root, data = folders
+    config = retrieval_config(root, data)
+    config_file = root.parent / "index.toml"
+    config_file.write_text(to_toml(config))
+    done = subprocess.run([sys.executable, "-m", "ragsidecar", "index", "--config", str(config_file), "science",
+                           "--name", "science"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "indexed science: 120 documents" in done.stdout and "chunks embedded" in done.stderr
+    server = make_sidecar(config).start()
+    assert load(server).counts[0].count == 120
+    assert server.metric("ragsidecar_index_loads_total", **DISK) == 1
+    assert server.metric("ragsidecar_embedded_chunks_total") == 0
+    outside = subprocess.run([sys.executable, "-m", "ragsidecar", "index", "--config", str(config_file), "../..",
+                              "--name", "x"], capture_output=True, text=True, timeout=120)
+    assert outside.returncode == 1 and "outside the configured knowledge roots" in outside.stderr

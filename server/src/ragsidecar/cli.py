@@ -9,6 +9,7 @@ import logging
 import os
 import platform
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -48,6 +49,15 @@ def _parser() -> argparse.ArgumentParser:
     install.add_argument("--models-dir", type=Path, default=Path(os.environ.get("RAGSIDECAR_MODELS_DIR", _REPO_MODELS)),
                          help="where models are installed (default: ./models or $RAGSIDECAR_MODELS_DIR)")
 
+    index = commands.add_parser(
+        "index", help="build a knowledge source's index ahead of time",
+        description="Build and persist the index of a FILE or DIRECTORY knowledge source, exactly as the sidecar "
+                    "builds it on first use, so the first request finds it ready. NAME and PATH must be what "
+                    "the host declares (path as written, relative to the first knowledge root or absolute).")
+    _config_option(index)
+    index.add_argument("path", help="file or folder (or glob) inside the configured knowledge roots")
+    index.add_argument("--name", required=True, help="the knowledge entry's name, as the host declares it")
+
     doctor = commands.add_parser("doctor", help="print versions, models, onnxruntime providers and the resolved config")
     _config_option(doctor)
     return parser
@@ -62,11 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG otherwise
     try:
         if args.command == "serve":
             return _serve(args)
         if args.command == "models":
             return _install_models(args)
+        if args.command == "index":
+            return asyncio.run(_index(args))
         return _doctor(args)
     except ConfigError as err:
         print(f"ragsidecar: invalid configuration: {err}", file=sys.stderr)
@@ -86,6 +99,48 @@ def _serve(args: argparse.Namespace) -> int:
         logging.getLogger("ragsidecar").exception("the sidecar stopped: %s", err)
         return 1
     return 0
+
+
+async def _index(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from ragsidecar.errors import SidecarError
+    from ragsidecar.inference.registry import ModelRegistry
+    from ragsidecar.knowledge.catalog import Catalog, source_error
+    from ragsidecar.knowledge.declarations import Entry, Scope, SourceType, Use
+    from ragsidecar.knowledge.sources import SourceError
+
+    config = load_config(args.config)
+    # Only the embedder is needed: skip loading the rerankers.
+    config = dataclasses.replace(config, models=tuple(m for m in config.models if m.id == config.retrieval.embedder))
+    registry = ModelRegistry(config)
+    await registry.start()
+    catalog = Catalog(config, registry)
+    catalog.on_progress = _progress_bar
+    try:
+        location = catalog.resolve_path(args.path)
+        kind = SourceType.FILE if location.is_file() else SourceType.DIRECTORY
+        entry = Entry(args.name, kind, Use.SEARCH, args.path)
+        started = time.monotonic()
+        source = await catalog.load(entry, Scope(tenant="cli"))
+    except (SourceError, OSError) as err:
+        print(f"\nragsidecar: {source_error(args.name, err)}", file=sys.stderr)
+        return 1
+    except SidecarError as err:
+        print(f"\nragsidecar: {err}", file=sys.stderr)
+        return 1
+    finally:
+        await registry.close()
+    print(f"\nindexed {args.name}: {len(source.units)} documents, {len(source.index or [])} chunks in "
+          f"{time.monotonic() - started:.1f}s -> {catalog.index_folder(entry, Scope(tenant='cli'))}")
+    return 0
+
+
+def _progress_bar(name: str, done: int, total: int) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    print(f"\r{name}: [{'#' * filled}{' ' * (width - filled)}] {done}/{total} chunks embedded",
+          end="", file=sys.stderr, flush=True)
 
 
 def _install_models(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ import glob
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,8 @@ class Catalog:
         self._last_good: dict[tuple[str, str], LoadedSource] = {}  # (name, location) -> source
         self._vectors: ByteLRU[str, np.ndarray] = ByteLRU(256 * 1024 * 1024)
         self._building: dict[str, asyncio.Future[LoadedSource]] = {}
+        # Called with (source name, chunks embedded, chunks to embed) as a build advances (the CLI's bar).
+        self.on_progress: Callable[[str, int, int], None] | None = None
 
     # -- locations -------------------------------------------------------------------------------
 
@@ -173,6 +176,10 @@ class Catalog:
         return chunk_units(name, units, embedder.encoder.tokenizer, retrieval.chunk_tokens,
                            retrieval.chunk_overlap_tokens)
 
+    def index_folder(self, entry: Entry, scope: Scope) -> Path:
+        """Where the index of that source, as it is now, is persisted."""
+        return self._index_dir / self._key(entry, scope)
+
     def _index(self, chunks: list[Chunk], vectors: np.ndarray) -> HybridIndex:
         indexed = [IndexedChunk(c.id, c.text, _meta(c)) for c in chunks]
         retrieval = self._config.retrieval
@@ -190,6 +197,8 @@ class Catalog:
             for chunk, vector in zip(batch, vectors):
                 self._vectors.put(f"{cache_key}:{chunk.content_hash}", vector, vector.nbytes)
             done = start + len(batch)
+            if self.on_progress:
+                self.on_progress(name, done, len(missing))
             if time.monotonic() - last_report >= _PROGRESS_EVERY_S or done == len(missing):
                 last_report = time.monotonic()
                 rate = done / max(last_report - started, 1e-9)
