@@ -53,6 +53,9 @@ test: lint test-python test-java test-typescript
 bench: setup
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,bench]'
 	$(PY) bench/rerank.py
+	$(PY) bench/index.py
+	$(PY) bench/beir.py
+	$(PY) bench/enforce.py
 
 clean:
 	rm -rf $(VENV) server/src/ragsidecar/v1 .cache
