@@ -13,7 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from ragsidecar.v1 import reranker_pb2, retrieval_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import reranker_pb2
 from sidecar import REPO, Sidecar, default_config, error_details, to_toml
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -51,14 +51,6 @@ def test_reflection_lists_the_three_services(sidecar: Sidecar) -> None:
             "grpc.health.v1.Health"} <= services
     rerank = database.FindFileContainingSymbol("ragsidecar.v1.RerankerService")
     assert rerank.package == "ragsidecar.v1"
-
-
-def test_not_yet_implemented_rpcs_answer_unimplemented(sidecar: Sidecar) -> None:
-    stub = retrieval_pb2_grpc.RetrievalServiceStub(sidecar.channel())
-    with pytest.raises(grpc.RpcError) as caught:
-        stub.Search(retrieval_pb2.SearchRequest(), timeout=10)
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert sidecar.health() == SERVING  # and the server keeps serving
 
 
 def test_bearer_token_is_required_everywhere_but_health(make_sidecar) -> None:
