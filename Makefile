@@ -56,6 +56,7 @@ bench: setup
 	$(PY) bench/index.py
 	$(PY) bench/beir.py
 	$(PY) bench/enforce.py
+	$(PY) bench/chat.py
 
 clean:
 	rm -rf $(VENV) server/src/ragsidecar/v1 .cache

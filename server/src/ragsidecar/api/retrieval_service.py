@@ -29,9 +29,9 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
     @translates_errors
     async def ValidateConfiguration(self, request: pb.ValidateConfigurationRequest,
                                     context: grpc.aio.ServicerContext) -> pb.ValidateConfigurationResponse:
-        scope = _caller(request)
+        scope = caller(request)
         problems = await self._runtime.validate(
-            _target(request.target), _entries(request.outer, "outer"), _llm(request), 
+            _target(request.target), knowledge_entries(request.outer, "outer"), llm_of(request), 
             {name: tuple(names.names) for name, names in request.action_knowledge.items()},
             request.paths_per_run, scope)
         return pb.ValidateConfigurationResponse(valid=not problems, violations=[
@@ -40,42 +40,42 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
 
     @translates_errors
     async def Enforce(self, request: pb.EnforceRequest, context: grpc.aio.ServicerContext) -> pb.EnforceResponse:
-        scope = _caller(request)
+        scope = caller(request)
         result = await self._runtime.enforce(
-            _target(request.target), _entries(request.outer, "outer"), request.action,
+            _target(request.target), knowledge_entries(request.outer, "outer"), request.action,
             [(p.name, json_format.MessageToDict(p.value)) for p in request.params], dict(request.resolved_paths),
-            _llm(request), tuple(request.action_knowledge.names) if request.HasField("action_knowledge") else None,
+            llm_of(request), tuple(request.action_knowledge.names) if request.HasField("action_knowledge") else None,
             request.max_context_tokens if request.HasField("max_context_tokens") else None, scope,
             deadline_of(context, asyncio.get_running_loop().time()))
         return pb.EnforceResponse(
             retrieved_context=result.context, document_count=result.document_count,
-            stale_fallbacks=[_stale(s) for s in result.stale], truncated=result.truncated,
+            stale_fallbacks=[stale_fallback(s) for s in result.stale], truncated=result.truncated,
             blocks=[_block(b) for b in result.blocks], query=result.query,
-            usage=_usage(result.work), timing=_timing(result.work))
+            usage=usage_of(result.work), timing=timing_of(result.work))
 
     @translates_errors
     async def RequireLoaded(self, request: pb.RequireLoadedRequest,
                             context: grpc.aio.ServicerContext) -> pb.RequireLoadedResponse:
-        scope = _caller(request)
-        counts = await self._runtime.require_loaded(_target(request.target), _entries(request.outer, "outer"),
+        scope = caller(request)
+        counts = await self._runtime.require_loaded(_target(request.target), knowledge_entries(request.outer, "outer"),
                                                     list(request.names), dict(request.resolved_paths), scope)
         return pb.RequireLoadedResponse(counts=[pb.SourceCount(name=n, count=c) for n, c in counts])
 
     @translates_errors
     async def RequireReady(self, request: pb.RequireReadyRequest,
                            context: grpc.aio.ServicerContext) -> pb.RequireReadyResponse:
-        scope = _caller(request)
-        counts = await self._runtime.require_ready(_target(request.target), _entries(request.outer, "outer"),
+        scope = caller(request)
+        counts = await self._runtime.require_ready(_target(request.target), knowledge_entries(request.outer, "outer"),
                                                    dict(request.resolved_paths), scope)
         return pb.RequireReadyResponse(counts=[pb.SourceCount(name=n, count=c) for n, c in counts])
 
     @translates_errors
     async def PrepareChatKnowledge(self, request: pb.PrepareChatKnowledgeRequest,
                                    context: grpc.aio.ServicerContext) -> pb.PrepareChatKnowledgeResponse:
-        scope = _caller(request)
+        scope = caller(request)
         if not request.agent_id.strip():
             raise invalid([Violation("agent_id", "required")])
-        plan = await self._runtime.prepare_chat(_entries(request.entries, "entries"), _llm(request), scope)
+        plan = await self._runtime.prepare_chat(knowledge_entries(request.entries, "entries"), llm_of(request), scope)
         return pb.PrepareChatKnowledgeResponse(
             blocks=[pb.DirectKnowledgeBlock(source=m.entry.name, position=m.position, text=m.text, tokens=m.tokens,
                                             budget_tokens=m.budget, shared_budget=m.shared,
@@ -85,7 +85,7 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
 
     @translates_errors
     async def Search(self, request: pb.SearchRequest, context: grpc.aio.ServicerContext) -> pb.SearchResponse:
-        scope = _caller(request)
+        scope = caller(request)
         if request.HasField("top_k") and request.top_k < 1:
             raise invalid([Violation("top_k", "must be at least 1 when set")])
         options = request.search if request.HasField("search") else None
@@ -95,53 +95,68 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
             rerank=options.rerank if options else None, reranker_model=options.reranker_model if options else None,
             candidates=options.candidates if options and options.HasField("candidates") else None)
         hits, stale, work = await self._runtime.search(
-            _target(request.target), _entries(request.outer, "outer"), list(request.knowledge), request.query, spec,
-            dict(request.resolved_paths), scope, deadline_of(context, asyncio.get_running_loop().time()))
-        return pb.SearchResponse(hits=[_chunk(h) for h in hits], stale_fallbacks=[_stale(s) for s in stale],
-                                 usage=_usage(work), timing=_timing(work))
+            _target(request.target), knowledge_entries(request.outer, "outer"), list(request.knowledge), request.query,
+            spec, dict(request.resolved_paths), scope, deadline_of(context, asyncio.get_running_loop().time()))
+        return pb.SearchResponse(hits=[_chunk(h) for h in hits], stale_fallbacks=[stale_fallback(s) for s in stale],
+                                 usage=usage_of(work), timing=timing_of(work))
 
     @translates_errors
     async def UpsertDocuments(self, request: pb.UpsertDocumentsRequest,
                               context: grpc.aio.ServicerContext) -> pb.UpsertDocumentsResponse:
-        scope = _caller(request)
-        _check_memory_write(request.knowledge, [d.id for d in request.documents], "documents",
-                            self._runtime.max_memory_documents)
-        blank = [Violation(f"documents[{i}].text", "must not be blank")
-                 for i, d in enumerate(request.documents) if not d.text.strip()]
-        if blank:
-            raise invalid(blank)
-        outcome = await self._runtime.catalog.memory.upsert(
-            scope, request.knowledge, [MemoryDocument(d.id, d.text, dict(d.metadata)) for d in request.documents])
+        scope = caller(request)
+        documents = memory_documents(request.documents, self._runtime.max_memory_documents,
+                                     _knowledge_problems(request.knowledge))
+        outcome = await self._runtime.catalog.memory.upsert(scope, request.knowledge, documents)
         return pb.UpsertDocumentsResponse(inserted=outcome.inserted, replaced=outcome.replaced,
                                           unchanged=outcome.unchanged, document_count=outcome.count)
 
     @translates_errors
     async def DeleteDocuments(self, request: pb.DeleteDocumentsRequest,
                               context: grpc.aio.ServicerContext) -> pb.DeleteDocumentsResponse:
-        scope = _caller(request)
-        _check_memory_write(request.knowledge, list(request.ids), "ids", None, repeats_allowed=True)
+        scope = caller(request)
+        problems = _knowledge_problems(request.knowledge) + _id_problems(list(request.ids), "ids", repeats_allowed=True)
+        if problems:
+            raise invalid(problems)
         outcome = await self._runtime.catalog.memory.delete(scope, request.knowledge, list(request.ids))
         return pb.DeleteDocumentsResponse(deleted=outcome.deleted, not_found=outcome.not_found,
                                           document_count=outcome.count)
 
 
-def _caller(request: Any) -> Scope:
-    """Every request names its principal (checked first, before anything is read) and tenant."""
+def require_principal(request: Any) -> None:
+    """Checked first, before anything is read."""
     if not request.principal.id.strip():
         raise SidecarError(ErrorKind.PERMISSION_DENIED, "PERMISSION_DENIED",
                            "the request carries no principal; knowledge is read only on behalf of a caller")
+
+
+def caller(request: Any) -> Scope:
+    """Every request names its principal and tenant."""
+    require_principal(request)
     if not request.scope.tenant.strip():
         raise invalid([Violation("scope.tenant", "required")])
     return Scope(request.scope.tenant, request.scope.session)
 
 
-def _check_memory_write(knowledge: str, ids: list[str], field: str, limit: int | None,
-                        repeats_allowed: bool = False) -> None:
-    problems = []
-    if not knowledge.strip():
-        problems.append(Violation("knowledge", "a MEMORY knowledge name is required"))
-    if not ids:
-        problems.append(Violation(field, "at least one is required"))
+def memory_documents(documents: Any, limit: int, problems: list[Violation]) -> list[MemoryDocument]:
+    """The documents of a MEMORY write (an upsert, or an append to a chat binding), checked: ids given and
+    unique, text not blank, at most the limit per call. `problems` are the request's other ones."""
+    problems = problems + _id_problems([d.id for d in documents], "documents", repeats_allowed=False)
+    problems += [Violation(f"documents[{i}].text", "must not be blank")
+                 for i, d in enumerate(documents) if not d.text.strip()]
+    if problems:
+        raise invalid(problems)
+    if len(documents) > limit:
+        raise invalid([Violation("documents", f"{len(documents)} documents exceed the limit of {limit} per call")],
+                      "LIMIT_EXCEEDED")
+    return [MemoryDocument(d.id, d.text, dict(d.metadata)) for d in documents]
+
+
+def _knowledge_problems(knowledge: str) -> list[Violation]:
+    return [] if knowledge.strip() else [Violation("knowledge", "a MEMORY knowledge name is required")]
+
+
+def _id_problems(ids: list[str], field: str, repeats_allowed: bool) -> list[Violation]:
+    problems = [] if ids else [Violation(field, "at least one is required")]
     seen: set[str] = set()
     for i, doc_id in enumerate(ids):
         if not doc_id.strip():
@@ -149,11 +164,7 @@ def _check_memory_write(knowledge: str, ids: list[str], field: str, limit: int |
         elif doc_id in seen and not repeats_allowed:
             problems.append(Violation(f"{field}[{i}].id", f"duplicate id {doc_id!r}"))
         seen.add(doc_id)
-    if problems:
-        raise invalid(problems)
-    if limit is not None and len(ids) > limit:
-        raise invalid([Violation(field, f"{len(ids)} documents exceed the limit of {limit} per call")],
-                      "LIMIT_EXCEEDED")
+    return problems
 
 
 def _target(target: pb.Target) -> Target:
@@ -161,11 +172,11 @@ def _target(target: pb.Target) -> Target:
         raise invalid([Violation("target.name", "required")])
     actions = tuple(Action(a.name, tuple(a.knowledge), a.query_parameter if a.HasField("query_parameter") else None)
                     for a in target.actions)
-    return Target(target.name, _entries(target.knowledge, "target.knowledge"), actions)
+    return Target(target.name, knowledge_entries(target.knowledge, "target.knowledge"), actions)
 
 
-def _entries(entries: Any, where: str) -> tuple[Entry, ...]:
-    return tuple(_entry(e, f"{where}[{i}]") for i, e in enumerate(entries))
+def knowledge_entries(messages: Any, where: str) -> tuple[Entry, ...]:
+    return tuple(_entry(e, f"{where}[{i}]") for i, e in enumerate(messages))
 
 
 def _entry(entry: pb.KnowledgeEntry, origin: str) -> Entry:
@@ -184,23 +195,23 @@ def _entry(entry: pb.KnowledgeEntry, origin: str) -> Entry:
         origin=origin)
 
 
-def _llm(request: Any) -> Llm | None:
+def llm_of(request: Any) -> Llm | None:
     if not request.HasField("llm"):
         return None
     llm = request.llm
     return Llm(llm.model, llm.input_window_tokens if llm.HasField("input_window_tokens") else None)
 
 
-def _usage(work: Work) -> common_pb2.Usage:
+def usage_of(work: Work) -> common_pb2.Usage:
     return common_pb2.Usage(pairs=work.pairs, tokens=work.tokens, cached_pairs=work.cached_pairs)
 
 
-def _timing(work: Work) -> common_pb2.Timing:
+def timing_of(work: Work) -> common_pb2.Timing:
     return common_pb2.Timing(queue_us=int(work.queue_s * 1e6), inference_us=int(work.inference_s * 1e6),
                              total_us=int(work.total_s * 1e6))
 
 
-def _stale(stale: StaleSource) -> pb.StaleFallback:
+def stale_fallback(stale: StaleSource) -> pb.StaleFallback:
     built = timestamp_pb2.Timestamp()
     built.FromDatetime(stale.built_at)
     return pb.StaleFallback(source=stale.source, reason=stale.reason, last_good_built_at=built)

@@ -13,6 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from ragsidecar import metrics
+from ragsidecar.api.chat_service import ChatKnowledgeService
 from ragsidecar.api.interceptors import AccessLogInterceptor, AuthInterceptor
 from ragsidecar.api.reranker_service import RerankerService
 from ragsidecar.api.retrieval_service import RetrievalService
@@ -62,9 +63,7 @@ class Sidecar:
         reranker_pb2_grpc.add_RerankerServiceServicer_to_server(RerankerService(self.registry, reranker), server)
         runtime = RetrievalRuntime(config, self.registry, reranker)
         retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalService(runtime), server)
-        # Implemented by a later milestone; until then every RPC answers UNIMPLEMENTED.
-        chat_knowledge_pb2_grpc.add_ChatKnowledgeServiceServicer_to_server(
-            chat_knowledge_pb2_grpc.ChatKnowledgeServiceServicer(), server)
+        chat_knowledge_pb2_grpc.add_ChatKnowledgeServiceServicer_to_server(ChatKnowledgeService(runtime), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         return server

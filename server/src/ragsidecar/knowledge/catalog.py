@@ -60,8 +60,10 @@ class Catalog:
         self._roots = config.knowledge_roots()
         self._index_dir = config.resolve(config.paths.data_dir) / "indexes"
         self.memory = MemoryStore(config.resolve(config.paths.data_dir) / "memory")
+        self.bindings = MemoryStore(None)  # chat bindings' live corpora: server memory only
         self._loaded: dict[str, LoadedSource] = {}           # index key -> source
         self._last_good: dict[tuple[str, str], LoadedSource] = {}  # (name, location) -> source
+        self._latest: dict[tuple[str, str], str] = {}  # (name, location) -> index key of its last good source
         self._vectors: ByteLRU[str, np.ndarray] = ByteLRU(256 * 1024 * 1024)
         self._building: dict[str, asyncio.Future[LoadedSource]] = {}
         # Called with (source name, chunks embedded, chunks to embed) as a build advances (the CLI's bar).
@@ -102,6 +104,8 @@ class Catalog:
             return inline_units(entry.inline_text)
         if entry.type is SourceType.MEMORY:
             return self.memory.units(scope, entry.name)
+        if entry.type is SourceType.BINDING:
+            return self.bindings.units(scope, entry.name)
         return await asyncio.to_thread(self._read_files, entry)
 
     def _read_files(self, entry: Entry) -> list[Unit]:
@@ -127,8 +131,17 @@ class Catalog:
                 raise
             log.warning("source %s failed to reload (%s); serving its last good index", entry.name, err)
             return LoadedSource(last.name, last.units, last.index, last.built_at, Stale(str(err), last.built_at))
-        self._last_good[identity] = source
+        # An index superseded by a newer one of the same source leaves memory (a live corpus changes often).
+        if self._latest.get(identity, key) != key:
+            self._loaded.pop(self._latest[identity], None)
+        self._latest[identity], self._last_good[identity] = key, source
         return source
+
+    def forget(self, entry: Entry, scope: Scope) -> None:
+        """Drops the source's index from memory; the next load rebuilds it (embeddings stay cached)."""
+        identity = (entry.name, self._location(entry, scope))
+        self._loaded.pop(self._latest.pop(identity, ""), None)
+        self._last_good.pop(identity, None)
 
     async def _build_once(self, key: str, entry: Entry, scope: Scope) -> LoadedSource:
         """Concurrent loads of one source share a single build."""
@@ -151,7 +164,7 @@ class Catalog:
     async def _build(self, key: str, entry: Entry, scope: Scope) -> LoadedSource:
         folder = self._index_dir / key
         units = await self.units(entry, scope)
-        persisted = entry.type is not SourceType.MEMORY
+        persisted = entry.type not in (SourceType.MEMORY, SourceType.BINDING)
         if persisted and folder.exists():
             try:
                 index = await asyncio.to_thread(HybridIndex.load, folder, self._config.retrieval.index_threads)
@@ -228,6 +241,8 @@ class Catalog:
     def _location(self, entry: Entry, scope: Scope) -> str:
         if entry.type is SourceType.MEMORY:
             return f"memory:{scope.tenant}\x00{scope.session}"
+        if entry.type is SourceType.BINDING:
+            return f"binding:{scope.tenant}\x00{scope.session}"
         if entry.type is SourceType.INLINE:
             return "inline:" + hashlib.sha256(entry.inline_text.encode()).hexdigest()
         return entry.path
@@ -243,6 +258,8 @@ class Catalog:
                 parts.append(f"{file}:{stat.st_size}:{stat.st_mtime_ns}")
         elif entry.type is SourceType.MEMORY:
             parts.append(str(self.memory.version(scope, entry.name)))
+        elif entry.type is SourceType.BINDING:
+            parts.append(str(self.bindings.version(scope, entry.name)))
         return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]
 
 

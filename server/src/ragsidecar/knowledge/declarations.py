@@ -15,6 +15,8 @@ class SourceType(enum.Enum):
     DIRECTORY = "DIRECTORY"
     MEMORY = "MEMORY"
     INLINE = "INLINE"
+    # A chat binding's live corpus, held in server memory; never declared by a host.
+    BINDING = "BINDING"
 
 
 class Use(enum.Enum):

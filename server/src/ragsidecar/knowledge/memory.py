@@ -1,7 +1,8 @@
 """MEMORY knowledge: documents the host upserts and deletes by id, partitioned by (tenant, session, source).
 
 Each partition is one JSON file under the data folder, rewritten atomically (temp file, fsync, rename)
-on every change, so a crash leaves either the old or the new document set, never a mix.
+on every change, so a crash leaves either the old or the new document set, never a mix. A store without
+a folder holds its partitions in memory only (the live corpora of chat bindings, lost on restart).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class DeleteOutcome:
 
 
 class MemoryStore:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path | None) -> None:
         self._folder = folder
         self._partitions: dict[tuple[str, str, str], dict[str, MemoryDocument]] = {}
         self._versions: dict[tuple[str, str, str], int] = {}
@@ -83,14 +84,29 @@ class MemoryStore:
                 await self._commit(key, partition)
             return DeleteOutcome(len(deleted), len(wanted) - len(deleted), len(partition))
 
+    async def clear(self, scope: Scope, name: str) -> None:
+        """Empties the partition (a new version, so its index rebuilds)."""
+        key = _key(scope, name)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            await self._commit(key, {})
+
+    async def drop(self, scope: Scope, name: str) -> None:
+        """Forgets the partition of an in-memory store entirely (a closed chat binding)."""
+        key = _key(scope, name)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            self._partitions.pop(key, None)
+            self._versions.pop(key, None)
+        self._locks.pop(key, None)
+
     def _partition(self, scope: Scope, name: str) -> dict[str, MemoryDocument]:
         key = _key(scope, name)
         if key not in self._partitions:
-            self._partitions[key] = self._read(self._file(key))
+            self._partitions[key] = self._read(self._file(key)) if self._folder else {}
         return self._partitions[key]
 
     async def _commit(self, key: tuple[str, str, str], partition: dict[str, MemoryDocument]) -> None:
-        await asyncio.to_thread(self._write, self._file(key), key, partition)
+        if self._folder:
+            await asyncio.to_thread(self._write, self._file(key), key, partition)
         self._partitions[key] = partition
         self._versions[key] = self._versions.get(key, 0) + 1
 

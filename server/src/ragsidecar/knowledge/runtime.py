@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from ragsidecar.config import Config
 from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
 from ragsidecar.inference.registry import ModelRegistry
@@ -174,7 +176,7 @@ class RetrievalRuntime:
         for entry in enabled:
             try:
                 if entry.use is Use.DIRECT:
-                    block = self._direct_block(direct.get(entry.name))
+                    block = self.direct_block(direct.get(entry.name))
                 elif entry.use is Use.SEQUENTIAL:
                     block = await self._next_unit(entry, target, scope)
                 elif not result.query:
@@ -269,8 +271,9 @@ class RetrievalRuntime:
     # -- Search ----------------------------------------------------------------------------------------
 
     async def search(self, target: Target, outer: tuple[Entry, ...], names: list[str], query: str, spec: SearchSpec,
-                     resolved_paths: dict[str, str], scope: Scope,
-                     deadline: float | None) -> tuple[list[Hit], list[StaleSource], Work]:
+                     resolved_paths: dict[str, str], scope: Scope, deadline: float | None,
+                     query_vector: np.ndarray | None = None) -> tuple[list[Hit], list[StaleSource], Work]:
+        """`query_vector`, when given, is the query's embedding (a chat turn embeds it once for all owners)."""
         started = time.perf_counter()
         if not query.strip():
             raise invalid([Violation("query", "must not be blank")])
@@ -281,7 +284,8 @@ class RetrievalRuntime:
         problems = [p for e in entries for p in self._entry_problems(self._override(e, spec), paths_per_run=True)]
         if problems:
             raise invalid(problems, "INVALID_CONFIGURATION")
-        query_vector = await self.catalog.query_vector(query)
+        if query_vector is None:
+            query_vector = await self.catalog.query_vector(query)
         hits: list[Hit] = []
         stale: list[StaleSource] = []
         work = Work()
@@ -356,7 +360,7 @@ class RetrievalRuntime:
                     problems.append(Violation(f"{entry.origin}.path", f"{entry.name!r} cannot be read: {err}", reason))
                 continue
             text = "\n\n".join(u.text for u in units)
-            tokens = self._count(text)
+            tokens = self.count_tokens(text)
             budget = entry.max_tokens or default_budget
             measures.append(DirectMeasure(entry, position, text, tokens, budget, entry.max_tokens is None, len(units)))
             if entry.max_tokens is not None and tokens > entry.max_tokens:
@@ -376,7 +380,7 @@ class RetrievalRuntime:
         return DirectPlan(measures, window, default_budget if shared else 0, used), problems
 
     @staticmethod
-    def _direct_block(measure: DirectMeasure | None) -> Block | None:
+    def direct_block(measure: DirectMeasure | None) -> Block | None:
         if measure is None or not measure.text.strip():
             return None
         entry = measure.entry
@@ -404,13 +408,13 @@ class RetrievalRuntime:
         remaining = max_tokens
         kept = []
         for block in result.blocks:
-            rendered = _render(block)
-            tokens = self._count(rendered)
+            rendered = render_block(block)
+            tokens = self.count_tokens(rendered)
             if tokens > remaining:
                 rendered = self._cut(rendered, remaining) if remaining > 0 else ""
                 block.truncated = result.truncated = True
                 block.hits = [h for h in block.hits if h.text[:40] in rendered] or block.hits[:0]
-                tokens = self._count(rendered) if rendered else 0
+                tokens = self.count_tokens(rendered) if rendered else 0
             if not rendered:
                 continue
             block.text, block.tokens = rendered, tokens
@@ -420,7 +424,7 @@ class RetrievalRuntime:
         result.context = "\n\n".join(b.text for b in kept)
         result.document_count = sum(len(b.hits) for b in kept)
 
-    def _count(self, text: str) -> int:
+    def count_tokens(self, text: str) -> int:
         tokenizer = self._registry.embedder(self._config.retrieval.embedder).encoder.tokenizer
         return len(tokenizer.encode(text, add_special_tokens=False).ids)
 
@@ -552,7 +556,7 @@ def _where(hit: Hit) -> str:
     return place
 
 
-def _render(block: Block) -> str:
+def render_block(block: Block) -> str:
     """One block of the action's context: a header naming the source and use, then its text."""
     header = f"### Knowledge: {block.source} ({block.use.value})"
     if block.use is not Use.SEARCH:

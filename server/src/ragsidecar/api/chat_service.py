@@ -1,0 +1,131 @@
+"""ChatKnowledgeService: proto <-> chat grounding and bindings."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+from google.protobuf import json_format
+
+from ragsidecar.api.retrieval_service import (caller, knowledge_entries, llm_of, memory_documents, require_principal,
+                                              stale_fallback, timing_of, usage_of)
+from ragsidecar.api.status import deadline_of, translates_errors
+from ragsidecar.chat.activity import (DEFAULT_MAX_ENTRIES, DEFAULT_MAX_ENTRY_CHARS, DEFAULT_MAX_TOTAL_CHARS, Activity,
+                                      ActivityEntry, ActivityKind)
+from ragsidecar.chat.bindings import Bindings
+from ragsidecar.chat.grounding import Grounder, Message, Owner, OwnerOutcome, RetrievalContext, Turn, TurnBinding
+from ragsidecar.errors import Violation, invalid
+from ragsidecar.knowledge.declarations import DEFAULT_TOP_K, Scope
+from ragsidecar.knowledge.runtime import RetrievalRuntime
+from ragsidecar.v1 import chat_knowledge_pb2 as pb, chat_knowledge_pb2_grpc, retrieval_pb2
+
+_KINDS = {pb.ACTIVITY_KIND_SENT: ActivityKind.SENT, pb.ACTIVITY_KIND_RECEIVED: ActivityKind.RECEIVED,
+          pb.ACTIVITY_KIND_ACTED: ActivityKind.ACTED, pb.ACTIVITY_KIND_NOTED: ActivityKind.NOTED}
+
+
+class ChatKnowledgeService(chat_knowledge_pb2_grpc.ChatKnowledgeServiceServicer):
+    def __init__(self, runtime: RetrievalRuntime) -> None:
+        self._bindings = Bindings(runtime.catalog)
+        self._grounder = Grounder(runtime, self._bindings)
+        self._max_documents = runtime.max_memory_documents
+
+    @translates_errors
+    async def GroundTurn(self, request: pb.GroundTurnRequest,
+                         context: grpc.aio.ServicerContext) -> pb.GroundTurnResponse:
+        require_principal(request)
+        now = asyncio.get_running_loop().time()
+        result = await self._grounder.ground(Turn(
+            conversation=tuple(_message(m) for m in request.conversation),
+            owners=tuple(Owner(o.owner_id, knowledge_entries(o.knowledge, f"owners[{i}].knowledge"), o.state_text)
+                         for i, o in enumerate(request.owners)),
+            bindings=tuple(TurnBinding(b.binding_id, b.owner_id) for b in request.bindings),
+            context=_context(request.context, now) if request.HasField("context") else None,
+            request_section=request.request_section,
+            activity=_activity(request.activity) if request.HasField("activity") else None,
+            llm=llm_of(request), call_deadline=deadline_of(context, now)))
+        return pb.GroundTurnResponse(
+            conversation=[_chat_message(m) for m in result.conversation],
+            grounding=pb.TurnGrounding.Value(f"TURN_GROUNDING_{result.grounding.name}"), detail=result.detail,
+            owners=[_outcome(o) for o in result.owners], stale_fallbacks=[stale_fallback(s) for s in result.stale],
+            usage=usage_of(result.work), timing=timing_of(result.work))
+
+    @translates_errors
+    async def OpenBinding(self, request: pb.OpenBindingRequest,
+                          context: grpc.aio.ServicerContext) -> pb.OpenBindingResponse:
+        scope = caller(request)
+        problems = [Violation(name, "required") for name in ("owner_id", "source")
+                    if not getattr(request, name).strip()]
+        if request.HasField("top_k") and request.top_k < 1:
+            problems.append(Violation("top_k", "must be at least 1 when set"))
+        if problems:
+            raise invalid(problems)
+        top_k = request.top_k if request.HasField("top_k") else DEFAULT_TOP_K
+        binding = self._bindings.open(request.owner_id, scope, request.source, top_k, request.declared)
+        return pb.OpenBindingResponse(binding_id=binding.id)
+
+    @translates_errors
+    async def AppendToBinding(self, request: pb.AppendToBindingRequest,
+                              context: grpc.aio.ServicerContext) -> pb.AppendToBindingResponse:
+        binding = self._bindings.get(request.binding_id, request.owner_id, caller(request))
+        outcome = await self._bindings.append(binding, memory_documents(request.documents, self._max_documents, []))
+        return pb.AppendToBindingResponse(appended=outcome.inserted, replaced=outcome.replaced + outcome.unchanged,
+                                          document_count=outcome.count)
+
+    @translates_errors
+    async def InvalidateBinding(self, request: pb.InvalidateBindingRequest,
+                                context: grpc.aio.ServicerContext) -> pb.InvalidateBindingResponse:
+        binding = self._bindings.get(request.binding_id, request.owner_id, caller(request))
+        return pb.InvalidateBindingResponse(document_count=await self._bindings.invalidate(binding, request.reset))
+
+    @translates_errors
+    async def CloseBinding(self, request: pb.CloseBindingRequest,
+                           context: grpc.aio.ServicerContext) -> pb.CloseBindingResponse:
+        scope = caller(request)
+        return pb.CloseBindingResponse(was_open=await self._bindings.close(request.binding_id, request.owner_id, scope))
+
+
+def _message(message: pb.ChatMessage) -> Message:
+    extra = json_format.MessageToDict(message.extra) if message.HasField("extra") else None
+    return Message(message.role, message.content if message.HasField("content") else None, message.name,
+                   message.tool_call_id, extra)
+
+
+def _chat_message(message: Message) -> pb.ChatMessage:
+    proto = pb.ChatMessage(role=message.role, content=message.content, name=message.name,
+                           tool_call_id=message.tool_call_id)
+    if message.extra is not None:
+        proto.extra.update(message.extra)
+    return proto
+
+
+def _context(context: pb.ChatRetrievalContext, now: float) -> RetrievalContext:
+    """The context's wall-clock deadline becomes event-loop time, like the call's own."""
+    deadline = now + (context.deadline.ToNanoseconds() / 1e9 - time.time()) if context.HasField("deadline") else None
+    metadata = {name: getattr(context, name) for name in ("run_id", "agent_name", "simulation_state", "episode",
+                                                          "source_revision") if getattr(context, name)}
+    return RetrievalContext(Scope(context.scope.tenant, context.scope.session), deadline, metadata)
+
+
+def _activity(record: pb.ActivityRecord) -> Activity:
+    def cap(name: str, default: int) -> int:
+        return getattr(record, name) if record.HasField(name) else default
+
+    return Activity(
+        entries=tuple(ActivityEntry(e.tick, _KINDS.get(e.kind), e.peer, e.type, e.text, e.failed)
+                      for e in record.entries),
+        max_entries=cap("max_entries", DEFAULT_MAX_ENTRIES),
+        max_total_chars=cap("max_total_chars", DEFAULT_MAX_TOTAL_CHARS),
+        max_entry_chars=cap("max_entry_chars", DEFAULT_MAX_ENTRY_CHARS),
+        redaction_roots=tuple((r.path, r.replacement) for r in record.redaction_roots))
+
+
+def _outcome(outcome: OwnerOutcome) -> pb.OwnerOutcome:
+    return pb.OwnerOutcome(
+        owner_id=outcome.owner_id, search=pb.OwnerSearch.Value(f"OWNER_SEARCH_{outcome.search.name}"),
+        document_count=outcome.document_count, detail=outcome.detail, searched_sources=outcome.searched_sources,
+        fail_open_reason=pb.FailOpenReason.Value(f"FAIL_OPEN_REASON_{outcome.fail_open.name}")
+        if outcome.fail_open else pb.FAIL_OPEN_REASON_UNSPECIFIED,
+        direct_blocks=[retrieval_pb2.DirectKnowledgeBlock(
+            source=m.entry.name, position=m.position, tokens=m.tokens, budget_tokens=m.budget,
+            shared_budget=m.shared, document_count=m.documents) for m in outcome.direct])
