@@ -10,6 +10,8 @@ import io.grpc.stub.StreamObserver;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Function;
+import java.util.function.Supplier;
 
 /**
  * What every service facade shares: the client's one channel (with its auth interceptor) and the default deadline.
@@ -82,5 +84,27 @@ final class ClientContext {
       }
     });
     return future;
+  }
+
+  /**
+   * Asynchronous unary call of a request built by {@code request} (a failure building it fails the future), its
+   * response converted by {@code convert}. Cancelling the returned future cancels the call.
+   */
+  <Q, R, T> CompletableFuture<T> callAsync(MethodDescriptor<Q, R> method, Supplier<Q> request, Duration timeout,
+      Function<R, T> convert) {
+    Q proto;
+    try {
+      proto = request.get();
+    } catch (RuntimeException invalid) {
+      return CompletableFuture.failedFuture(invalid);
+    }
+    CompletableFuture<R> call = callAsync(method, proto, timeout);
+    CompletableFuture<T> result = call.thenApply(convert);
+    result.whenComplete((value, failure) -> {
+      if (result.isCancelled()) {
+        call.cancel(false);
+      }
+    });
+    return result;
   }
 }

@@ -34,7 +34,12 @@ record ErrorDetails(
       case INVALID_ARGUMENT:
         return new ValidationException(details);
       case NOT_FOUND:
-        return "UNKNOWN_MODEL".equals(reason) ? new UnknownModelException(details) : new NotFoundException(details);
+        if ("UNKNOWN_MODEL".equals(reason)) {
+          return new UnknownModelException(details);
+        }
+        return UnknownBindingException.REASON.equals(reason)
+            ? new UnknownBindingException(details)
+            : new NotFoundException(details);
       case FAILED_PRECONDITION:
         return "KNOWLEDGE_NOT_READY".equals(reason)
             ? new KnowledgeNotReadyException(details)

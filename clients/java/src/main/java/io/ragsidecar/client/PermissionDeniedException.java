@@ -2,7 +2,8 @@ package io.ragsidecar.client;
 
 /**
  * Status {@code PERMISSION_DENIED}: the call carries no principal, or the principal may not use the resource (reason
- * {@value #PERMISSION_DENIED}), or a knowledge path resolves outside the sidecar's configured knowledge roots (reason
+ * {@value #PERMISSION_DENIED}; for example a chat binding used with another owner id, or in another tenant or session
+ * than it was opened in), or a knowledge path resolves outside the sidecar's configured knowledge roots (reason
  * {@value #PATH_OUTSIDE_ROOTS}). Nothing was read.
  */
 public class PermissionDeniedException extends RagSidecarException {

@@ -48,10 +48,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  * <p>Thread-safe: create one per sidecar and share it for the JVM's lifetime; every facade uses the same channel.
  * {@link #close()} shuts the channel and the background threads down.
  *
- * <p>Services: {@link #reranker()} ({@code RerankerService}), {@link #retrieval()} ({@code RetrievalService}).
- * {@code ChatKnowledgeService} gets its facade ({@code chat()}) as the sidecar implements it, a class built on the
- * same {@link ClientContext} as {@link SidecarReranker}; until then its generated stub can be used directly on
- * {@link #channel()}.
+ * <p>Services: {@link #reranker()} ({@code RerankerService}), {@link #retrieval()} ({@code RetrievalService}),
+ * {@link #chat()} ({@code ChatKnowledgeService}).
  */
 public final class RagSidecarClient implements AutoCloseable {
   /** The sidecar's default TCP port. */
@@ -65,6 +63,7 @@ public final class RagSidecarClient implements AutoCloseable {
   private final ClientContext context;
   private final SidecarReranker reranker;
   private final SidecarRetrieval retrieval;
+  private final SidecarChat chat;
   private final String target;
   private final AtomicBoolean closed = new AtomicBoolean();
 
@@ -112,6 +111,7 @@ public final class RagSidecarClient implements AutoCloseable {
     scheduler.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
     reranker = new SidecarReranker(context, scheduler, b.modelRefreshInterval);
     retrieval = new SidecarRetrieval(context);
+    chat = new SidecarChat(context);
     reranker.start();
   }
 
@@ -148,8 +148,17 @@ public final class RagSidecarClient implements AutoCloseable {
   }
 
   /**
+   * The chat knowledge service of this sidecar (grounding of chat turns, chat bindings). The same unscoped instance
+   * on every call; {@link SidecarChat#withScope(KnowledgeScope)} derives one that sets the principal and scope of
+   * every request.
+   */
+  public SidecarChat chat() {
+    return chat;
+  }
+
+  /**
    * The client's channel, with the bearer token attached, for calling generated stubs directly (for example
-   * {@code ChatKnowledgeServiceGrpc.newBlockingStub(client.channel())}). Owned by the client: do not shut it down.
+   * {@code RetrievalServiceGrpc.newBlockingStub(client.channel())}). Owned by the client: do not shut it down.
    */
   public Channel channel() {
     return context.channel();

@@ -1,0 +1,145 @@
+package io.ragsidecar.client;
+
+import java.util.List;
+import java.util.Objects;
+import java.util.Optional;
+import ragsidecar.v1.ChatKnowledge.ChatMessage;
+import ragsidecar.v1.ChatKnowledge.FailOpenReason;
+import ragsidecar.v1.ChatKnowledge.GroundTurnResponse;
+import ragsidecar.v1.ChatKnowledge.OwnerSearch;
+import ragsidecar.v1.ChatKnowledge.TurnGrounding;
+import ragsidecar.v1.Common.Timing;
+import ragsidecar.v1.Common.Usage;
+import ragsidecar.v1.Retrieval.DirectKnowledgeBlock;
+
+/**
+ * What {@link SidecarChat#groundTurn} gives a chat turn: the outbound conversation to send to the model as is, and
+ * what the sidecar did for the turn as a whole and for each owner.
+ *
+ * <p>The outbound conversation is a new list: the request's conversation is never changed. It carries this turn's
+ * request section, owners' state and fenced knowledge only (earlier sidecar-marked regions are stripped), so a host
+ * may store either the conversation it sent or this one: the next turn strips them again.
+ *
+ * @param conversation the outbound conversation, oldest first
+ * @param grounding whether the turn was grounded, as a whole
+ * @param detail human-readable detail for {@code TURN_GROUNDING_RENDER_FAILED}; empty otherwise
+ * @param owners one outcome per owner, in the request's owner order
+ * @param staleFallbacks sources served from their last good index; empty when none
+ * @param usage embedding and rerank work spent
+ * @param timing server-side timings
+ */
+public record GroundedTurn(
+    List<ChatMessage> conversation,
+    TurnGrounding grounding,
+    String detail,
+    List<OwnerOutcome> owners,
+    List<RetrievedContext.StaleFallback> staleFallbacks,
+    Usage usage,
+    Timing timing) {
+
+  /** Opening tag of the fence every piece of knowledge is written in. */
+  public static final String FENCE_OPEN = "<tnsai-memory>";
+  /** Closing tag of the fence. */
+  public static final String FENCE_CLOSE = "</tnsai-memory>";
+
+  public GroundedTurn {
+    conversation = List.copyOf(conversation);
+    Objects.requireNonNull(grounding, "grounding");
+    detail = detail == null ? "" : detail;
+    owners = List.copyOf(owners);
+    staleFallbacks = List.copyOf(staleFallbacks);
+  }
+
+  static GroundedTurn fromProto(GroundTurnResponse r) {
+    return new GroundedTurn(r.getConversationList(), r.getGrounding(), r.getDetail(),
+        r.getOwnersList().stream().map(OwnerOutcome::fromProto).toList(),
+        r.getStaleFallbacksList().stream().map(RetrievedContext.StaleFallback::fromProto).toList(),
+        r.getUsage(), r.getTiming());
+  }
+
+  /** Whether knowledge was given: at least one DIRECT block or one piece of evidence is in the fence. */
+  public boolean isGrounded() {
+    return grounding == TurnGrounding.TURN_GROUNDING_GROUNDED;
+  }
+
+  /** The outcome of this owner; empty when the turn did not list it. */
+  public Optional<OwnerOutcome> owner(String ownerId) {
+    return owners.stream().filter(o -> o.ownerId().equals(ownerId)).findFirst();
+  }
+
+  /** Pieces of SEARCH evidence given, over all owners. */
+  public int documentCount() {
+    return owners.stream().mapToInt(OwnerOutcome::documentCount).sum();
+  }
+
+  /**
+   * The content of the outbound conversation's last system message, where the sidecar writes the request section,
+   * the owners' state and the fenced knowledge; empty when there is none (a turn with nothing to add and no system
+   * message of its own).
+   */
+  public Optional<String> systemText() {
+    for (int i = conversation.size() - 1; i >= 0; i--) {
+      ChatMessage m = conversation.get(i);
+      if ("system".equals(m.getRole())) {
+        return Optional.of(m.getContent());
+      }
+    }
+    return Optional.empty();
+  }
+
+  /**
+   * The text inside the {@value #FENCE_OPEN} fence of the last system message (DIRECT blocks and evidence, every
+   * angle bracket escaped); empty when no knowledge was given.
+   */
+  public String knowledge() {
+    String text = systemText().orElse("");
+    int open = text.indexOf(FENCE_OPEN);
+    int close = text.lastIndexOf(FENCE_CLOSE);
+    return open < 0 || close < open ? "" : text.substring(open + FENCE_OPEN.length(), close);
+  }
+
+  /**
+   * What a turn did for one owner.
+   *
+   * @param ownerId the owner's id
+   * @param search what happened to its SEARCH knowledge
+   * @param documentCount pieces of evidence given for it; 0 unless {@code search} is {@code OWNER_SEARCH_GROUNDED}
+   * @param failOpenReason why it failed open; {@code FAIL_OPEN_REASON_UNSPECIFIED} unless it did
+   * @param detail human-readable detail of a failure (not a stable string); empty otherwise
+   * @param searchedSources the binding sources searched, in the order searched
+   * @param directBlocks the DIRECT blocks given, in declaration order (their text is in the conversation, not here)
+   */
+  public record OwnerOutcome(
+      String ownerId,
+      OwnerSearch search,
+      int documentCount,
+      FailOpenReason failOpenReason,
+      String detail,
+      List<String> searchedSources,
+      List<DirectKnowledgeBlock> directBlocks) {
+
+    public OwnerOutcome {
+      Objects.requireNonNull(ownerId, "ownerId");
+      Objects.requireNonNull(search, "search");
+      Objects.requireNonNull(failOpenReason, "failOpenReason");
+      detail = detail == null ? "" : detail;
+      searchedSources = List.copyOf(searchedSources);
+      directBlocks = List.copyOf(directBlocks);
+    }
+
+    static OwnerOutcome fromProto(ragsidecar.v1.ChatKnowledge.OwnerOutcome o) {
+      return new OwnerOutcome(o.getOwnerId(), o.getSearch(), o.getDocumentCount(), o.getFailOpenReason(),
+          o.getDetail(), o.getSearchedSourcesList(), o.getDirectBlocksList());
+    }
+
+    /** Whether its SEARCH evidence was given. */
+    public boolean isGrounded() {
+      return search == OwnerSearch.OWNER_SEARCH_GROUNDED;
+    }
+
+    /** Whether it was searched but failed open ({@link #failOpenReason()} says why). */
+    public boolean failedOpen() {
+      return search == OwnerSearch.OWNER_SEARCH_FAILED_OPEN;
+    }
+  }
+}

@@ -1,0 +1,59 @@
+package io.ragsidecar.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.List;
+import org.junit.jupiter.api.Test;
+import ragsidecar.v1.ChatKnowledge.ChatMessage;
+import ragsidecar.v1.ChatKnowledge.FailOpenReason;
+import ragsidecar.v1.ChatKnowledge.GroundTurnResponse;
+import ragsidecar.v1.ChatKnowledge.OwnerOutcome;
+import ragsidecar.v1.ChatKnowledge.OwnerSearch;
+import ragsidecar.v1.ChatKnowledge.TurnGrounding;
+
+/** {@link GroundedTurn} and {@link ChatRequests} without a sidecar. */
+class ChatMappingTest {
+
+  @Test
+  void aResponseMapsToATypedTurn() {
+    GroundTurnResponse response = GroundTurnResponse.newBuilder()
+        .addConversation(ChatRequests.system("Be kind.\n\n<!-- ragsidecar:knowledge -->\n<tnsai-memory>\nE1\n"
+            + "</tnsai-memory>\n<!-- /ragsidecar:knowledge -->"))
+        .addConversation(ChatRequests.user("Hi"))
+        .setGrounding(TurnGrounding.TURN_GROUNDING_GROUNDED)
+        .addOwners(OwnerOutcome.newBuilder().setOwnerId("ada").setSearch(OwnerSearch.OWNER_SEARCH_GROUNDED)
+            .setDocumentCount(2).addSearchedSources("orders"))
+        .addOwners(OwnerOutcome.newBuilder().setOwnerId("bob").setSearch(OwnerSearch.OWNER_SEARCH_FAILED_OPEN)
+            .setFailOpenReason(FailOpenReason.FAIL_OPEN_REASON_EMPTY_RESULT))
+        .build();
+    GroundedTurn turn = GroundedTurn.fromProto(response);
+    assertTrue(turn.isGrounded());
+    assertEquals("\nE1\n", turn.knowledge());
+    assertEquals(2, turn.documentCount());
+    assertTrue(turn.owner("ada").orElseThrow().isGrounded());
+    assertTrue(turn.owner("bob").orElseThrow().failedOpen());
+    assertFalse(turn.owner("carol").isPresent());
+    assertEquals(List.of("orders"), turn.owner("ada").orElseThrow().searchedSources());
+  }
+
+  @Test
+  void aTurnWithoutFenceOrSystemMessageHasNoKnowledge() {
+    GroundedTurn turn = GroundedTurn.fromProto(GroundTurnResponse.newBuilder()
+        .addConversation(ChatRequests.user("Hi")).setGrounding(TurnGrounding.TURN_GROUNDING_NO_OWNERS).build());
+    assertFalse(turn.isGrounded());
+    assertTrue(turn.systemText().isEmpty());
+    assertEquals("", turn.knowledge());
+  }
+
+  @Test
+  void messagesKeepNullContentAndToolCallIds() {
+    ChatMessage toolCall = ChatRequests.assistant(null);
+    assertFalse(toolCall.hasContent());
+    assertEquals("call-1", ChatRequests.tool("call-1", "shipped").getToolCallId());
+    KnowledgeScope scope = new KnowledgeScope("host", "acme", "s1");
+    assertEquals("acme", ChatRequests.context(scope).getScope().getTenant());
+    assertEquals("", ChatRequests.owner("ada", null).getStateText());
+  }
+}
