@@ -4,7 +4,10 @@ import { CancelledError, DeadlineExceededError } from "./errors.js";
 export interface CallOptions {
   /** Aborting it cancels the call; the promise rejects with CancelledError. */
   readonly signal?: AbortSignal | undefined;
-  /** Deadline of this call in milliseconds (DeadlineExceededError when it passes); overrides defaultTimeoutMs. */
+  /**
+   * Deadline of this call in milliseconds (DeadlineExceededError when it passes); overrides defaultTimeoutMs.
+   * 0 or less means no deadline at all.
+   */
   readonly timeoutMs?: number | undefined;
 }
 

@@ -7,7 +7,7 @@ import { CancelledError, DeadlineExceededError, toRagSidecarError } from "./erro
 import { callOptions, type CallOptions } from "./call.js";
 import { SidecarReranker, type Reranker, type SnapshotOptions } from "./reranker.js";
 import { retrievalClient, type RetrievalClient } from "./knowledge.js";
-import { typedServiceClient, type TypedServiceClient } from "./services.js";
+import { chatClient, type ChatClient } from "./chat.js";
 import { openTransport, type ConnectionOptions } from "./transport.js";
 
 export interface ClientOptions extends ConnectionOptions, SnapshotOptions {}
@@ -33,10 +33,11 @@ export interface RagSidecarClient {
    */
   readonly retrieval: RetrievalClient;
   /**
-   * ChatKnowledgeService, every RPC with the generated request/response messages and typed errors.
-   * Not served by the sidecar yet: every call rejects with UnimplementedError until the service lands.
+   * ChatKnowledgeService: groundTurn (the grounded outbound copy of a conversation, per-owner outcomes) and
+   * the chat bindings (openBinding returns a handle with append, invalidate, close and Symbol.asyncDispose),
+   * with plain typed requests and results and typed errors.
    */
-  readonly chat: TypedServiceClient<typeof ChatKnowledgeService>;
+  readonly chat: ChatClient;
   readonly health: HealthClient;
   /** The generated connect clients, for anything the facade does not cover (errors stay ConnectError). */
   readonly raw: {
@@ -101,7 +102,7 @@ export function createClient(options: ClientOptions): RagSidecarClient {
   return {
     reranker,
     retrieval: retrievalClient(raw.retrieval),
-    chat: typedServiceClient(ChatKnowledgeService, raw.chat),
+    chat: chatClient(raw.chat),
     health,
     raw,
     close() {

@@ -82,13 +82,23 @@ export class RagSidecarError extends Error {
   }
 }
 
+/** NOT_FOUND: the named resource does not exist (see the subclasses for the sidecar's reasons). */
+export class NotFoundError extends RagSidecarError {}
 /** NOT_FOUND, reason UNKNOWN_MODEL: the named model is not configured on this sidecar. */
-export class UnknownModelError extends RagSidecarError {}
+export class UnknownModelError extends NotFoundError {}
+/**
+ * NOT_FOUND, reason UNKNOWN_BINDING: the chat binding id is not open (closed, never opened, or lost when
+ * the sidecar restarted: bindings live in its memory). Open the binding again.
+ */
+export class UnknownBindingError extends NotFoundError {}
 /** INVALID_ARGUMENT: the request is malformed; `violations` names every field at fault. */
 export class ValidationError extends RagSidecarError {}
 /** UNAUTHENTICATED: the bearer token is missing or wrong. */
 export class UnauthenticatedError extends RagSidecarError {}
-/** PERMISSION_DENIED: no principal, or the principal may not use the resource. */
+/**
+ * PERMISSION_DENIED: no principal, a path outside the knowledge roots (reason PATH_OUTSIDE_ROOTS), or a chat
+ * binding used with another owner id, tenant or session than it was opened with (reason PERMISSION_DENIED).
+ */
 export class PermissionDeniedError extends RagSidecarError {}
 /** RESOURCE_EXHAUSTED: a full queue (reason QUEUE_FULL; retry with backoff) or a size limit. */
 export class ResourceExhaustedError extends RagSidecarError {}
@@ -116,11 +126,13 @@ type ErrorClass = new (message: string, init: RagSidecarErrorInit) => RagSidecar
 
 const BY_REASON: Record<string, ErrorClass> = {
   UNKNOWN_MODEL: UnknownModelError,
+  UNKNOWN_BINDING: UnknownBindingError,
   KNOWLEDGE_NOT_READY: KnowledgeNotReadyError,
 };
 
 const BY_CODE: Partial<Record<StatusCodeName, ErrorClass>> = {
   INVALID_ARGUMENT: ValidationError,
+  NOT_FOUND: NotFoundError,
   UNAUTHENTICATED: UnauthenticatedError,
   PERMISSION_DENIED: PermissionDeniedError,
   RESOURCE_EXHAUSTED: ResourceExhaustedError,

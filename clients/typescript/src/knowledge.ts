@@ -330,7 +330,7 @@ export interface RetrievalClient {
 // ---------------------------------------------------------------------------------------------------------
 // Conversions
 
-function enumValue<E extends number>(
+export function enumValue<E extends number>(
   enumObject: Record<string, string | number>,
   value: string | E | undefined,
   what: string,
@@ -342,14 +342,14 @@ function enumValue<E extends number>(
   return found as E;
 }
 
-function enumName(enumObject: Record<string | number, string | number>, value: number): string {
+export function enumName(enumObject: Record<string | number, string | number>, value: number): string {
   const name = enumObject[value];
   return typeof name === "string" ? name : "UNSPECIFIED";
 }
 
 type EntryInitShape = MessageInitShape<typeof KnowledgeEntrySchema>;
 
-function toEntry(entry: KnowledgeEntryInit): EntryInitShape {
+export function toEntry(entry: KnowledgeEntryInit): EntryInitShape {
   return {
     name: entry.name,
     type: enumValue<KnowledgeType>(KnowledgeType, entry.type, "knowledge type") ?? KnowledgeType.UNSPECIFIED,
@@ -386,7 +386,7 @@ function toTarget(target: TargetInit): MessageInitShape<typeof TargetSchema> {
   };
 }
 
-function toLlm(llm: LlmInit | undefined) {
+export function toLlm(llm: LlmInit | undefined) {
   if (!llm) return {};
   return {
     llm: {
@@ -396,7 +396,7 @@ function toLlm(llm: LlmInit | undefined) {
   };
 }
 
-function toCaller(request: CallerInit) {
+export function toCaller(request: CallerInit) {
   return {
     principal: { id: request.principal.id, roles: [...(request.principal.roles ?? [])] },
     scope: { tenant: request.scope.tenant, session: request.scope.session ?? "" },
@@ -443,7 +443,7 @@ function fromChunk(chunk: RetrievedChunkMessage): RetrievedChunk {
   };
 }
 
-function fromStale(stale: StaleFallbackMessage): StaleFallback {
+export function fromStale(stale: StaleFallbackMessage): StaleFallback {
   return {
     source: stale.source,
     reason: stale.reason,
@@ -466,7 +466,7 @@ function fromCounts(counts: readonly SourceCountMessage[]): SourceCount[] {
 }
 
 /** Sends a request built beforehand (a malformed init throws its TypeError, unwrapped); maps the failure. */
-async function send<Req, Res>(rpc: (request: Req, options: object) => Promise<Res>, request: Req, options: CallOptions): Promise<Res> {
+export async function send<Req, Res>(rpc: (request: Req, options: object) => Promise<Res>, request: Req, options: CallOptions): Promise<Res> {
   try {
     return await rpc(request, callOptions(options));
   } catch (error) {

@@ -1,5 +1,5 @@
 // Connection-level behaviour against the real sidecar: health, auth, AbortSignal, deadlines, Unix sockets,
-// a service that is not served yet (ChatKnowledgeService), an unreachable sidecar.
+// TLS, an unreachable sidecar.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, it } from "node:test";
@@ -9,7 +9,6 @@ import {
   RagSidecarError,
   UnauthenticatedError,
   UnavailableError,
-  UnimplementedError,
   type RagSidecarClient,
   type RerankRequest,
 } from "../src/index.ts";
@@ -134,18 +133,6 @@ describe("client", () => {
     // A call's own timeout overrides the default.
     const response = await impatient.reranker.rerank({ query: QUERY, documents: DOCS }, { timeoutMs: 30_000 });
     assert.equal(response.results[0]?.id, "paris");
-  });
-
-  it("maps RPCs the sidecar does not serve yet (ChatKnowledgeService) to UnimplementedError", async () => {
-    await assert.rejects(
-      client.chat.groundTurn({ principal: { id: "user-1" }, context: { scope: { tenant: "t" } } }),
-      (error: unknown) => {
-        assert.ok(error instanceof UnimplementedError, String(error));
-        assert.equal(error.code, "UNIMPLEMENTED");
-        return true;
-      },
-    );
-    await assert.rejects(client.chat.openBinding({}), UnimplementedError);
   });
 
   it("maps an unreachable sidecar to UnavailableError", async () => {

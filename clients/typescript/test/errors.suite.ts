@@ -8,10 +8,12 @@ import {
   CancelledError,
   FailedPreconditionError,
   KnowledgeNotReadyError,
+  NotFoundError,
   PermissionDeniedError,
   RagSidecarError,
   ResourceExhaustedError,
   UnavailableError,
+  UnknownBindingError,
   UnknownModelError,
   ValidationError,
   toRagSidecarError,
@@ -65,6 +67,11 @@ describe("error mapping", () => {
       assert.equal(failed.metadata.sources, "faq");
     }
     assert.ok(toRagSidecarError(wireError(Code.NotFound, "UNKNOWN_MODEL")) instanceof UnknownModelError);
+    const unknownBinding = toRagSidecarError(wireError(Code.NotFound, "UNKNOWN_BINDING"));
+    assert.equal(unknownBinding.constructor, UnknownBindingError);
+    assert.ok(unknownBinding instanceof NotFoundError && !(unknownBinding instanceof UnknownModelError));
+    assert.ok(toRagSidecarError(wireError(Code.NotFound, "UNKNOWN_MODEL")) instanceof NotFoundError);
+    assert.equal(toRagSidecarError(new ConnectError("gone", Code.NotFound)).constructor, NotFoundError);
     assert.ok(toRagSidecarError(wireError(Code.InvalidArgument, "LIMIT_EXCEEDED")) instanceof ValidationError);
     assert.ok(toRagSidecarError(wireError(Code.PermissionDenied, "PATH_OUTSIDE_ROOTS")) instanceof PermissionDeniedError);
     const full = toRagSidecarError(wireError(Code.ResourceExhausted, "QUEUE_FULL"));

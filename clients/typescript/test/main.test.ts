@@ -7,5 +7,6 @@ import "./reranker.suite.ts";
 import "./client.suite.ts";
 import "./lifecycle.suite.ts";
 import "./retrieval.suite.ts";
+import "./chat.suite.ts";
 
 after(stopServers);

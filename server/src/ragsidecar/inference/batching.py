@@ -154,10 +154,16 @@ class BatchQueue:
                 job.future.set_result(BatchResult(job.outputs, queue_s, job.inference_s))  # type: ignore[arg-type]
 
     def _next_batch(self, now: float) -> list[tuple[_Job, int]]:
-        """Takes inputs in arrival order until the token budget is spent, dropping abandoned jobs."""
+        """Takes inputs in arrival order until the token budget is spent, dropping abandoned jobs.
+
+        One sequence per run gains nothing from a large batch, so then a worker takes only its share of
+        what waits: the other workers run the rest of the same request in parallel."""
         batch: list[tuple[_Job, int]] = []
         tokens = 0
-        while self._jobs:
+        # Half a worker's share, so that whichever worker frees up first takes the next slice.
+        share = 2 * len(self._workers) if not self._backend.batch_invariant_padding else 0
+        most = max(1, -(-self._queued_inputs // share)) if share else None
+        while self._jobs and (most is None or len(batch) < most):
             job = self._jobs[0]
             why = job.abandoned(now)
             if why:
