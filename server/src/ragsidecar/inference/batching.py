@@ -43,7 +43,9 @@ class _Job:
     scheduled: int = 0
     remaining: int = 0
     started_at: float | None = None
-    inference_s: float = 0.0
+    # Wall-clock span of the job's runs (perf_counter): its batches may run on several workers at once.
+    first_run: float | None = None
+    last_run: float = 0.0
 
     def abandoned(self, now: float) -> str | None:
         """Why the job's inputs need not run any more ("deadline", "cancelled"), or None."""
@@ -108,23 +110,24 @@ class BatchQueue:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
+            started = time.perf_counter()
             for job, _ in batch:
                 job.started_at = job.started_at or loop.time()
+                job.first_run = job.first_run or started
             try:
-                outputs, elapsed = await loop.run_in_executor(self._executor, self._run_batch, batch)
+                outputs = await loop.run_in_executor(self._executor, self._run_batch, batch)
             except Exception as err:  # noqa: BLE001 - one failed run must fail its jobs, not the worker
                 log.exception("inference failed on model %s", self.model_id)
                 for job, _ in batch:
                     if not job.future.done():
                         job.future.set_exception(err)
                 continue
-            self._deliver(batch, outputs, elapsed)
+            self._deliver(batch, outputs, time.perf_counter())
 
-    def _run_batch(self, batch: list[tuple[_Job, int]]) -> tuple[list[np.ndarray | None], float]:
+    def _run_batch(self, batch: list[tuple[_Job, int]]) -> list[np.ndarray | None]:
         """Runs a batch on a worker thread. One sequence at a time, a job abandoned meanwhile is
         skipped between runs (reading a future's done flag from this thread is a benign race: at
         worst one more sequence runs)."""
-        started = time.perf_counter()
         if self._backend.batch_invariant_padding:
             outputs: list[np.ndarray | None] = list(self._backend.run([job.inputs[i] for job, i in batch], True))
         else:
@@ -139,11 +142,11 @@ class BatchQueue:
             if output is None:
                 metrics.SKIPPED_INPUTS.labels(self.model_id, job.abandoned(now) or "cancelled").inc()
         metrics.BATCH_SIZE.labels(self.model_id).observe(len(batch))
-        return outputs, time.perf_counter() - started
+        return outputs
 
-    def _deliver(self, batch: list[tuple[_Job, int]], outputs: list[np.ndarray | None], elapsed: float) -> None:
-        for job in {job for job, _ in batch}:
-            job.inference_s += elapsed
+    def _deliver(self, batch: list[tuple[_Job, int]], outputs: list[np.ndarray | None], finished: float) -> None:
+        for job, _ in batch:
+            job.last_run = max(job.last_run, finished)
         for (job, index), output in zip(batch, outputs):
             if job.future.done():
                 continue
@@ -151,7 +154,8 @@ class BatchQueue:
             job.remaining -= 1
             if job.remaining == 0 and not job.future.done():
                 queue_s = (job.started_at or job.enqueued_at) - job.enqueued_at
-                job.future.set_result(BatchResult(job.outputs, queue_s, job.inference_s))  # type: ignore[arg-type]
+                inference_s = job.last_run - (job.first_run or job.last_run)
+                job.future.set_result(BatchResult(job.outputs, queue_s, inference_s))  # type: ignore[arg-type]
 
     def _next_batch(self, now: float) -> list[tuple[_Job, int]]:
         """Takes inputs in arrival order until the token budget is spent, dropping abandoned jobs.

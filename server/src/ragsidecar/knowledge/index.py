@@ -14,11 +14,13 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Hashable, TypeVar
 
 import bm25s
 import numpy as np
 from usearch.index import Index
+
+Key = TypeVar("Key", bound=Hashable)
 
 FORMAT_VERSION = 1
 DTYPES = ("f16", "i8")
@@ -191,7 +193,7 @@ class HybridIndex:
         depth = min(max(candidates, k), len(self._chunks))
         dense = self._dense_top(query, depth)
         lexical = self._lexical.top(query_text or "", depth)
-        fused = _rrf([[p for p, _ in dense], [p for p, _ in lexical]], rrf_k)
+        fused = reciprocal_rank_fusion([[p for p, _ in dense], [p for p, _ in lexical]], rrf_k)
         cosines = dict(dense)
         missing = [p for p in fused if p not in cosines]
         if missing:  # BM25-only candidates still get an exact cosine
@@ -293,8 +295,9 @@ def _read_chunks(path: Path) -> list[IndexedChunk]:
     return [IndexedChunk(r["id"], r["text"], r["meta"]) for r in records]
 
 
-def _rrf(rankings: list[list[int]], rrf_k: int) -> dict[int, float]:
-    fused: dict[int, float] = {}
+def reciprocal_rank_fusion(rankings: list[list[Key]], rrf_k: int = 60) -> dict[Key, float]:
+    """Sum over the rankings of 1 / (rrf_k + rank), rank 1-based: items high in several lists win."""
+    fused: dict[Key, float] = {}
     for ranking in rankings:
         for rank, position in enumerate(ranking, start=1):
             fused[position] = fused.get(position, 0.0) + 1.0 / (rrf_k + rank)

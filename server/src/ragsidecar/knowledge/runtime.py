@@ -22,6 +22,7 @@ from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
 from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge.budget import BudgetPolicy
 from ragsidecar.knowledge.catalog import Catalog, LoadedSource, Stale, source_error
+from ragsidecar.knowledge.index import reciprocal_rank_fusion
 from ragsidecar.knowledge.declarations import Action, Entry, Llm, Reach, Scope, SourceType, Target, Use
 from ragsidecar.knowledge.sources import SourceError, Unit
 from ragsidecar.reranking import Candidate, Reranker, RerankQuery
@@ -323,7 +324,7 @@ class RetrievalRuntime:
         if entry.rerank:
             outcome = await self._reranker.rerank(
                 RerankQuery(entry.reranker_model, query, [Candidate(h.chunk_id, h.text) for h in hits]), deadline)
-            hits = [replace(hits[r.index], score=r.relevance_score, rerank=r.relevance_score) for r in outcome.results]
+            hits = _fuse_with_retrieval(hits, [(r.index, r.relevance_score) for r in outcome.results])
             work.pairs += outcome.pairs
             work.tokens += outcome.tokens
             work.cached_pairs += outcome.cached_pairs
@@ -529,6 +530,18 @@ class RetrievalRuntime:
                               f"knowledge {entry.name!r}: reranker model {entry.reranker_model!r} is not configured",
                               "UNKNOWN_MODEL")]
         return []
+
+
+def _fuse_with_retrieval(hits: list[Hit], reranked: list[tuple[int, float]]) -> list[Hit]:
+    """The reranker's order and the retrieval order, combined by reciprocal rank fusion.
+
+    A cross-encoder trained on web questions (ms-marco) and the hybrid retrieval err differently; fusing
+    their ranks beats either alone (SciFact nDCG@10: hybrid 0.697, rerank order 0.695, fused 0.718;
+    bench/beir.py). The score is the fused one; the reranker's relevance stays in `rerank`."""
+    fused = reciprocal_rank_fusion([[i for i, _ in reranked], list(range(len(hits)))])
+    relevance = dict(reranked)
+    order = sorted(relevance, key=lambda i: -fused[i])
+    return [replace(hits[i], score=fused[i], rerank=relevance[i]) for i in order]
 
 
 def _pick_query(action: Action, params: list[tuple[str, Any]]) -> str:
