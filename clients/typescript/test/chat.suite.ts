@@ -18,6 +18,7 @@ import {
   type ScopeInit,
 } from "../src/index.ts";
 import { Clients, servers } from "./support/fixture.ts";
+import { rejection } from "./support/assertions.ts";
 
 const principal = { id: "agent-host" };
 const llm = { model: "test-model", inputWindowTokens: 8000 };
@@ -64,23 +65,6 @@ function deepFreeze<T>(value: T): T {
     Object.freeze(value);
   }
   return value;
-}
-
-async function rejection<E extends RagSidecarError>(
-  promise: Promise<unknown>,
-  errorClass: new (...args: never[]) => E,
-  code: string,
-  reason: string,
-): Promise<E> {
-  let caught: unknown;
-  await assert.rejects(promise, (error: unknown) => {
-    caught = error;
-    return true;
-  });
-  assert.ok(caught instanceof errorClass, `expected ${errorClass.name}, got ${String(caught)}`);
-  assert.equal(caught.code, code);
-  assert.equal(caught.reason, reason);
-  return caught;
 }
 
 describe("chat", () => {

@@ -7,7 +7,6 @@ import {
   FailedPreconditionError,
   KnowledgeNotReadyError,
   PermissionDeniedError,
-  RagSidecarError,
   UnknownModelError,
   ValidationError,
   retrieval_pb,
@@ -18,6 +17,7 @@ import {
 } from "../src/index.ts";
 import { FAQ, STEPS } from "./support/knowledge.ts";
 import { Clients, servers } from "./support/fixture.ts";
+import { rejection } from "./support/assertions.ts";
 
 const principal = { id: "agent-host" };
 const scope: ScopeInit = { tenant: "acme", session: "s1" };
@@ -40,24 +40,6 @@ function target(knowledge: readonly KnowledgeEntryInit[], answer: readonly strin
     knowledge,
     actions: [{ name: "answer", knowledge: answer, ...(queryParameter ? { queryParameter } : {}) }],
   };
-}
-
-/** Asserts a rejection's class, code and reason; returns the error for further checks. */
-async function rejection<E extends RagSidecarError>(
-  promise: Promise<unknown>,
-  errorClass: new (...args: never[]) => E,
-  code: string,
-  reason: string,
-): Promise<E> {
-  let caught: unknown;
-  await assert.rejects(promise, (error: unknown) => {
-    caught = error;
-    return true;
-  });
-  assert.ok(caught instanceof errorClass, `expected ${errorClass.name}, got ${String(caught)}`);
-  assert.equal(caught.code, code);
-  assert.equal(caught.reason, reason);
-  return caught;
 }
 
 describe("retrieval", () => {
