@@ -113,7 +113,8 @@ class ModelRegistry:
         return serving + [s for s in self._pending.values() if s.spec.id not in self._serving.models]
 
     async def _build(self, config: Config, current: _ModelSet) -> _ModelSet:
-        fresh = _ModelSet(default_id=(config.default_model() or ModelConfig("", "cross-encoder", "")).id or None)
+        default = config.default_model()
+        fresh = _ModelSet(default_id=default.id if default else None)
         loaded: list[LoadedModel] = []
         try:
             for spec in config.models:
