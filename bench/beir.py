@@ -332,7 +332,8 @@ def report(prepared: list[Prepared], depth: int, latencies: list[float] | None, 
     lines += ["", "BM25 is the product's lexical side (bm25s defaults k1 1.5, b 0.75; English stopwords, no stemmer); "
               "hybrid = RRF(k=60) of dense and BM25 top-100; hybrid + rerank reranks Enforce's fused top-N "
               f"(candidates max(fusion_candidates, N)) with {RERANKER} through the sidecar ({clients} concurrent "
-              "clients, result cache off), the hybrid list after it."]
+              "clients, result cache off) and fuses the reranker's order with the retrieval order by RRF, as Enforce "
+              "ranks; the hybrid list follows the top N."]
     return "\n".join(lines) + "\n"
 
 
