@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import sys
+import threading
 from typing import Generic, Hashable, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -14,7 +15,10 @@ _ENTRY_OVERHEAD = 200
 
 
 class ByteLRU(Generic[K, V]):
+    """Thread-safe: the event loop and worker threads (file parsing) share instances."""
+
     def __init__(self, max_bytes: int) -> None:
+        self._lock = threading.Lock()
         self._max_bytes = max_bytes
         self._entries: collections.OrderedDict[K, tuple[V, int]] = collections.OrderedDict()
         self.bytes = 0
@@ -23,20 +27,22 @@ class ByteLRU(Generic[K, V]):
         return len(self._entries)
 
     def get(self, key: K) -> V | None:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        self._entries.move_to_end(key)
-        return entry[0]
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            return entry[0]
 
     def put(self, key: K, value: V, value_bytes: int = 0) -> None:
         if self._max_bytes <= 0:
             return
         size = sys.getsizeof(key) + _ENTRY_OVERHEAD + value_bytes
-        if key in self._entries:
-            self.bytes -= self._entries.pop(key)[1]
-        self._entries[key] = (value, size)
-        self.bytes += size
-        while self.bytes > self._max_bytes:
-            _, (_, evicted) = self._entries.popitem(last=False)
-            self.bytes -= evicted
+        with self._lock:
+            if key in self._entries:
+                self.bytes -= self._entries.pop(key)[1]
+            self._entries[key] = (value, size)
+            self.bytes += size
+            while self.bytes > self._max_bytes:
+                _, (_, evicted) = self._entries.popitem(last=False)
+                self.bytes -= evicted

@@ -65,6 +65,7 @@ class Catalog:
         self._last_good: dict[tuple[str, str], LoadedSource] = {}  # (name, location) -> source
         self._latest: dict[tuple[str, str], str] = {}  # (name, location) -> index key of its last good source
         self._vectors: ByteLRU[str, np.ndarray] = ByteLRU(256 * 1024 * 1024)
+        self._parsed: ByteLRU[tuple[str, int, int], list[Unit]] = ByteLRU(64 * 1024 * 1024)
         self._building: dict[str, asyncio.Future[LoadedSource]] = {}
         # Called with (source name, chunks embedded, chunks to embed) as a build advances (the CLI's bar).
         self.on_progress: Callable[[str, int, int], None] | None = None
@@ -109,10 +110,18 @@ class Catalog:
         return await asyncio.to_thread(self._read_files, entry)
 
     def _read_files(self, entry: Entry) -> list[Unit]:
+        """Units of every file; an unchanged file (same size and modification time) is not parsed again,
+        since DIRECT and SEQUENTIAL sources are read on every dispatch."""
         units: list[Unit] = []
         for file in self.files_of(entry):
-            root = next(r for r in self._roots if file.resolve().is_relative_to(r.resolve()))
-            units += read_units(file, root.resolve(), self._config.retrieval.max_file_bytes)
+            stat = file.stat()
+            key = (str(file), stat.st_size, stat.st_mtime_ns)
+            parsed = self._parsed.get(key)
+            if parsed is None:
+                root = next(r for r in self._roots if file.resolve().is_relative_to(r.resolve()))
+                parsed = read_units(file, root.resolve(), self._config.retrieval.max_file_bytes)
+                self._parsed.put(key, parsed, sum(len(u.text) for u in parsed))
+            units += parsed
         return units
 
     # -- indexes (SEARCH) ------------------------------------------------------------------------

@@ -223,20 +223,7 @@ public final class SidecarRetrieval {
 
   private <Q, R, T> CompletableFuture<T> async(MethodDescriptor<Q, R> method, Supplier<Q> request,
       Function<R, T> convert) {
-    Q proto;
-    try {
-      proto = request.get();
-    } catch (RuntimeException invalid) {
-      return CompletableFuture.failedFuture(invalid);
-    }
-    CompletableFuture<R> call = context.callAsync(method, proto, timeout);
-    CompletableFuture<T> result = call.thenApply(convert);
-    result.whenComplete((value, failure) -> {
-      if (result.isCancelled()) {
-        call.cancel(false);
-      }
-    });
-    return result;
+    return context.callAsync(method, request, timeout, convert);
   }
 
   static LinkedHashMap<String, Integer> counts(List<SourceCount> counts) {
