@@ -49,6 +49,7 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+import ir_collections  # noqa: E402
 from sidecar import Sidecar, default_config  # noqa: E402
 
 from ragsidecar.config import load_config  # noqa: E402
@@ -56,7 +57,6 @@ from ragsidecar.inference.models import load_model  # noqa: E402
 from ragsidecar.knowledge.index import HybridIndex, IndexedChunk, reciprocal_rank_fusion  # noqa: E402
 from ragsidecar.v1 import reranker_pb2  # noqa: E402
 
-IR_ROOT = Path(os.environ.get("RAGSIDECAR_IR_DATA", REPO.parent / "shared" / "data" / "ir"))
 RESULTS = REPO / "bench" / "results"
 RERANKER = "ms-marco-MiniLM-L-12-v2"
 DEPTH = 100  # Recall@100 needs 100 results per mode
@@ -86,7 +86,7 @@ class Collection:
 
 
 def read_collection(name: str) -> Collection:
-    folder = IR_ROOT / name
+    folder = ir_collections.folder(name)
     with gzip.open(folder / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
     ids = [r["_id"] for r in rows]

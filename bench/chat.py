@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import ir_data  # noqa: E402
+import ir_collections as ir_data  # noqa: E402
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, target  # noqa: E402
 from sidecar import Sidecar, default_config  # noqa: E402
 

@@ -25,6 +25,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+import ir_collections
 from ragsidecar.knowledge.index import (
     DEFAULT_CONNECTIVITY,
     DEFAULT_EXPANSION_ADD,
@@ -36,7 +37,6 @@ from ragsidecar.knowledge.index import (
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL_DIR = REPO / "models" / "bge-small-en-v1.5"
-SCIFACT = REPO.parent / "shared" / "data" / "ir" / "scifact"
 DIMENSIONS = 384
 CENTRES = 1000
 K = 10
@@ -149,7 +149,7 @@ class Embedder:
 
 def scifact(count: int) -> list[tuple[str, str]]:
     docs = []
-    with gzip.open(SCIFACT / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
+    with gzip.open(ir_collections.folder("scifact") / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
         for line in f:
             record = json.loads(line)
             docs.append((record["_id"], f"{record['title']} {record['text']}".strip()))
@@ -159,7 +159,7 @@ def scifact(count: int) -> list[tuple[str, str]]:
 
 
 def scifact_queries(count: int) -> list[str]:
-    with open(SCIFACT / "queries.jsonl", encoding="utf-8") as f:
+    with open(ir_collections.folder("scifact") / "queries.jsonl", encoding="utf-8") as f:
         return [json.loads(line)["text"] for line in f][:count]
 
 

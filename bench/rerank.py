@@ -33,7 +33,7 @@ from tokenizers import Tokenizer
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import ir_data  # noqa: E402
+import ir_collections as ir_data  # noqa: E402
 from sidecar import Sidecar, default_config  # noqa: E402
 
 from ragsidecar.v1 import reranker_pb2  # noqa: E402

@@ -1,4 +1,8 @@
-"""Readers for the real IR collections in ../shared/data/ir (BEIR layout)."""
+"""Readers for the IR fixtures vendored in tests/data (BEIR layout; see tests/data/README.md).
+
+Tests read only these small subsets, never a full collection: benchmarks have their own reader
+(bench/ir_collections.py).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,9 @@ import csv
 import functools
 import gzip
 import json
-import os
 from pathlib import Path
 
-IR_ROOT = Path(os.environ.get("RAGSIDECAR_IR_DATA", Path(__file__).resolve().parents[2] / "shared" / "data" / "ir"))
+IR_ROOT = Path(__file__).resolve().parent / "data"
 
 
 @functools.cache
