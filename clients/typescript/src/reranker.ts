@@ -56,9 +56,9 @@ export interface RankedDocument {
   readonly index: number;
   /** The document's id as sent ("" when it had none). */
   readonly id: string;
-  /** Relevance in 0..1. */
+  /** Relevance in 0..1 (NaN from the no-op reranker: unscored). */
   readonly relevanceScore: number;
-  /** Raw model output (logit for cross-encoders, cosine for bi-encoders). */
+  /** Raw model output (logit for cross-encoders, cosine for bi-encoders; NaN from the no-op reranker). */
   readonly rawScore: number;
   /** Window that scored best when the document was windowed; 0 otherwise. */
   readonly bestWindow: number;
@@ -116,9 +116,10 @@ export interface ModelSnapshot {
 /** The host's Reranker SPI, as the sidecar serves it. */
 export interface Reranker {
   /**
-   * Whether the sidecar serves `model` (case-sensitive; empty or unset means the default model), answered
-   * synchronously from the cached model list: true for a configured model that is ready or still loading,
-   * false for an unknown or failed one, and false until the first snapshot arrived.
+   * Whether the sidecar serves exactly this model identifier (case-sensitive), answered synchronously from the
+   * cached model list: true for a configured model that is ready or still loading, false for an unknown or
+   * failed one, and false until the first snapshot arrived. As in the host's Reranker SPI (and the Java
+   * client), "" and undefined are not identifiers and answer false; `snapshot()` names the default model.
    */
   supports(model?: string): boolean;
   /** Resolves once the first model snapshot is cached; rejects if the sidecar refuses ListModels outright (auth). */
@@ -168,8 +169,8 @@ export class SidecarReranker implements Reranker {
 
   supports(model?: string): boolean {
     const snapshot = this.current;
-    if (!snapshot) return false;
-    const info = model ? snapshot.models.find((m) => m.id === model) : snapshot.models.find((m) => m.isDefault);
+    if (!snapshot || !model) return false;
+    const info = snapshot.models.find((m) => m.id === model);
     return info !== undefined && info.state !== "failed";
   }
 
@@ -297,7 +298,11 @@ export class SidecarReranker implements Reranker {
   }
 }
 
-/** A reranker that supports no model and keeps the request order (scores 0): the host's fallback. */
+/**
+ * A reranker that supports no model and keeps the request order, cut to topN: the host's fallback. Its
+ * results are unscored: relevanceScore and rawScore are NaN (test with Number.isNaN), as in the Java client,
+ * so that no threshold or comparison mistakes them for a relevance.
+ */
 export function noOpReranker(): Reranker {
   return {
     supports: () => false,
@@ -319,8 +324,8 @@ export function noOpReranker(): Reranker {
       const results: RankedDocument[] = documents.map((d, index) => ({
         index,
         id: d.id,
-        relevanceScore: 0,
-        rawScore: 0,
+        relevanceScore: Number.NaN,
+        rawScore: Number.NaN,
         bestWindow: 0,
         ...(request.returnDocuments ? { document: { id: d.id, text: d.text, metadata: { ...d.metadata } } } : {}),
       }));

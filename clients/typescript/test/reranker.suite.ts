@@ -71,7 +71,9 @@ describe("reranker", () => {
   it("answers supports() synchronously from the model snapshot, case-sensitively", async () => {
     assert.equal(client.reranker.supports(CROSS_ENCODER), true);
     assert.equal(client.reranker.supports(BI_ENCODER), true);
-    assert.equal(client.reranker.supports(), true, "unset means the default model");
+    // As the Reranker SPI (and the Java client) say: "" and unset are not model identifiers.
+    assert.equal(client.reranker.supports(""), false);
+    assert.equal(client.reranker.supports(), false);
     assert.equal(client.reranker.supports(CROSS_ENCODER.toUpperCase()), false);
     assert.equal(client.reranker.supports("no-such-model"), false);
     const snapshot = client.reranker.snapshot();
@@ -178,9 +180,11 @@ describe("noOpReranker", () => {
     const reranker = noOpReranker();
     assert.equal(reranker.supports(CROSS_ENCODER), false);
     assert.equal(reranker.supports(), false);
+    assert.equal(reranker.supports(""), false);
     await reranker.ready();
     const response = await reranker.rerank({ query: QUERY, documents: DOCS, topN: 2, returnDocuments: true });
     assert.deepEqual(response.results.map((r) => [r.index, r.id]), [[0, "cooking"], [1, "paris"]]);
+    assert.ok(response.results.every((r) => Number.isNaN(r.relevanceScore) && Number.isNaN(r.rawScore)), "unscored");
     assert.deepEqual(response.results[1]?.document, DOCS[1]);
     await assert.rejects(reranker.rerank({ query: QUERY, documents: DOCS, topN: -1 }), ValidationError);
   });
