@@ -7,6 +7,7 @@ an outer entry (the agent's) replaces the target's entry of the same name.
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass, field, replace
 
 
@@ -26,6 +27,8 @@ class Use(enum.Enum):
 
 
 DEFAULT_TOP_K = 5
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,16 @@ class Entry:
 
     def with_path(self, path: str) -> Entry:
         return replace(self, path=path)
+
+    def skips(self, err: Exception) -> bool:
+        """Whether a load failure drops this entry out quietly: a missing WHEN_CONFIGURED source is
+        skipped; a CONTINUE entry drops out on any load failure."""
+        if self.when_configured and isinstance(err, FileNotFoundError):
+            return True
+        if self.continue_on_failure:
+            log.warning("knowledge %s failed and is skipped (on_failure CONTINUE): %s", self.name, err)
+            return True
+        return False
 
 
 @dataclass(frozen=True)
