@@ -45,8 +45,15 @@ class SidecarError(Exception):
         return self.message
 
 
+# The message names the first few problems; the status details list more (api.status bounds both).
+_SUMMARIZED_VIOLATIONS = 3
+
+
 def invalid(violations: list[Violation], reason: str = "INVALID_REQUEST") -> SidecarError:
-    summary = "; ".join(f"{v.field}: {v.description}" for v in violations)
+    summary = "; ".join(f"{v.field}: {v.description}" for v in violations[:_SUMMARIZED_VIOLATIONS])
+    rest = len(violations) - _SUMMARIZED_VIOLATIONS
+    if rest > 0:
+        summary += f"; and {rest} more"
     return SidecarError(ErrorKind.INVALID_ARGUMENT, reason, summary, violations)
 
 

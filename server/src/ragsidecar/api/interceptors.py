@@ -1,12 +1,14 @@
-"""Server interceptors: bearer-token authentication, and one log line plus metrics per request."""
+"""Server interceptors: undecodable requests, bearer-token authentication, one log line plus metrics per request."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -20,8 +22,9 @@ log = logging.getLogger("ragsidecar.requests")
 _HEALTH_PREFIX = "/grpc.health.v1.Health/"
 
 
-def _replace_behaviour(handler: grpc.RpcMethodHandler, wrap: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
-    """The same handler with its behaviour wrapped, whatever its streaming shape."""
+def _replace_behaviour(handler: grpc.RpcMethodHandler, wrap: Callable[[Any], Any],
+                       deserializer: Callable[[bytes], Any] | None = None) -> grpc.RpcMethodHandler:
+    """The same handler with its behaviour wrapped (and its request decoder replaced), whatever its shape."""
     shapes = (
         ("unary_unary", grpc.unary_unary_rpc_method_handler),
         ("unary_stream", grpc.unary_stream_rpc_method_handler),
@@ -31,25 +34,122 @@ def _replace_behaviour(handler: grpc.RpcMethodHandler, wrap: Callable[[Any], Any
     for attribute, build in shapes:
         behaviour = getattr(handler, attribute)
         if behaviour is not None:
-            return build(wrap(behaviour), handler.request_deserializer, handler.response_serializer)
+            return build(wrap(behaviour), deserializer or handler.request_deserializer, handler.response_serializer)
     return handler
 
 
+@dataclass(frozen=True)
+class _Undecodable:
+    """Stands in for a request message whose bytes did not parse."""
+
+    why: str
+
+
+def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def decode(raw: bytes) -> Any:
+        try:
+            return deserialize(raw)
+        except Exception as err:  # noqa: BLE001 - whatever the parser raises, the caller's bytes are at fault
+            return _Undecodable(f"{type(err).__name__}: {err}")
+
+    return decode
+
+
+def _undecodable_error(method: str, request: _Undecodable) -> SidecarError:
+    return SidecarError(ErrorKind.INVALID_ARGUMENT, "INVALID_REQUEST",
+                        f"the request to {method} could not be decoded: {request.why}")
+
+
+class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):
+    """Undecodable requests (corrupt bytes, invalid UTF-8, nesting too deep) get INVALID_ARGUMENT, not UNKNOWN.
+
+    grpc.aio answers a request whose deserializer raises with UNKNOWN and logs a traceback; instead the
+    decoder hands on a marker and the behaviour refuses it, on every method (health and reflection too).
+    """
+
+    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:
+        handler = await continuation(details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        method = details.method
+        # Unary-unary calls get their one line from the access log; the streaming ones get it here.
+        quiet = handler.unary_unary is not None
+
+        async def refuse(request: _Undecodable, context: grpc.aio.ServicerContext) -> None:
+            if not quiet:
+                log.info("method=%s code=INVALID_ARGUMENT undecodable request: %s", method, request.why)
+            await abort(context, _undecodable_error(method, request))
+
+        def wrap(behaviour: Any) -> Any:
+            streams_requests = handler.stream_unary is not None or handler.stream_stream is not None
+            if streams_requests:
+                return _checking_each_request(behaviour, refuse)
+            return _checking_the_request(behaviour, refuse)
+
+        return _replace_behaviour(handler, wrap, _tolerant(handler.request_deserializer))
+
+
+def _checking_the_request(behaviour: Any, refuse: Callable[[Any, Any], Awaitable[None]]) -> Any:
+    """Keeps the behaviour's kind (coroutine or async generator): grpc.aio serves the two differently."""
+    if inspect.isasyncgenfunction(behaviour):
+        async def checked_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if isinstance(request, _Undecodable):
+                await refuse(request, context)
+            async for response in behaviour(request, context):
+                yield response
+
+        return checked_stream
+
+    async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if isinstance(request, _Undecodable):
+            await refuse(request, context)
+        return await behaviour(request, context)
+
+    return checked
+
+
+def _checking_each_request(behaviour: Any, refuse: Callable[[Any, Any], Awaitable[None]]) -> Any:
+    """Client-streaming methods: each message is checked as the behaviour reads it."""
+
+    def requests_of(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def checked_requests() -> Any:
+            async for request in requests:
+                if isinstance(request, _Undecodable):
+                    await refuse(request, context)
+                yield request
+
+        return checked_requests()
+
+    if inspect.isasyncgenfunction(behaviour):
+        async def checked_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            async for response in behaviour(requests_of(requests, context), context):
+                yield response
+
+        return checked_stream
+
+    async def checked(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await behaviour(requests_of(requests, context), context)
+
+    return checked
+
+
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Requires `authorization: Bearer <token>` on every service but health."""
+    """Requires `authorization: Bearer <token>` on every service but health.
+
+    The scheme is case-insensitive (RFC 7235); two Authorization headers are refused rather than picking
+    one; the token is compared in constant time; a refused call's request bytes are never decoded.
+    """
 
     def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
 
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:
         handler = await continuation(details)
         if handler is None or details.method.startswith(_HEALTH_PREFIX):
             return handler
-        sent = dict(details.invocation_metadata or ()).get("authorization", "")
-        sent_bytes = sent.encode() if isinstance(sent, str) else sent
-        if hmac.compare_digest(sent_bytes, self._expected):
+        why = self._refusal(details.invocation_metadata or ())
+        if why is None:
             return handler
-        why = "missing bearer token" if not sent else "wrong bearer token"
 
         def refuse(_behaviour: Any) -> Any:
             async def denied(_request: Any, context: grpc.aio.ServicerContext) -> None:
@@ -57,7 +157,27 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
             return denied
 
-        return _replace_behaviour(handler, refuse)
+        return _replace_behaviour(handler, refuse, _ignored)
+
+    def _refusal(self, metadata: Any) -> str | None:
+        """Why the call's credentials are refused, or None when they are accepted."""
+        sent = [value for key, value in metadata if key == "authorization"]
+        if not sent:
+            return "missing bearer token"
+        if len(sent) > 1:
+            return "more than one authorization header"
+        credentials = sent[0].encode() if isinstance(sent[0], str) else sent[0]
+        scheme, _, token = credentials.partition(b" ")
+        if scheme.lower() != b"bearer":
+            return "the authorization header is not a bearer token"
+        if not hmac.compare_digest(token.strip(b" "), self._expected):
+            return "wrong bearer token"
+        return None
+
+
+def _ignored(_raw: bytes) -> None:
+    """Decoder of refused calls: an unauthenticated caller's bytes cost no parsing."""
+    return None
 
 
 class AccessLogInterceptor(grpc.aio.ServerInterceptor):

@@ -14,7 +14,7 @@ from grpc_reflection.v1alpha import reflection
 
 from ragsidecar import metrics
 from ragsidecar.api.chat_service import ChatKnowledgeService
-from ragsidecar.api.interceptors import AccessLogInterceptor, AuthInterceptor
+from ragsidecar.api.interceptors import AccessLogInterceptor, AuthInterceptor, DecodeGuardInterceptor
 from ragsidecar.api.reranker_service import RerankerService
 from ragsidecar.api.retrieval_service import RetrievalService
 from ragsidecar.config import Config, ConfigError, load_config
@@ -56,6 +56,8 @@ class Sidecar:
         token = config.bearer_token()
         if token:
             interceptors.append(AuthInterceptor(token))
+        # Innermost: authentication, when it refuses a call, replaces the decoder this one installs.
+        interceptors.append(DecodeGuardInterceptor())
         limit = config.server.max_message_bytes
         server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)])
