@@ -51,11 +51,16 @@ def context(at: common_pb2.Scope, deadline_s: float | None = None) -> pb.ChatRet
     return ctx
 
 
+# The handle of every binding the tests opened, by id: what each owner holds privately, as a host would.
+HANDLES: dict[str, str] = {}
+
+
 def open_binding(server: Sidecar, at: common_pb2.Scope, owner_id: str, source: str, documents=(),
                  declared: bool = True, **fields) -> str:
     chat = stub(server)
-    binding = chat.OpenBinding(pb.OpenBindingRequest(principal=PRINCIPAL, scope=at, owner_id=owner_id, source=source,
-                                                     declared=declared, **fields), timeout=30).binding_id
+    opened = chat.OpenBinding(pb.OpenBindingRequest(principal=PRINCIPAL, scope=at, owner_id=owner_id, source=source,
+                                                    declared=declared, **fields), timeout=30)
+    binding, HANDLES[opened.binding_id] = opened.binding_id, opened.binding_handle
     if documents:
         append(server, at, binding, owner_id, documents)
     return binding
@@ -63,8 +68,9 @@ def open_binding(server: Sidecar, at: common_pb2.Scope, owner_id: str, source: s
 
 def append(server: Sidecar, at: common_pb2.Scope, binding: str, owner_id: str, documents) -> pb.AppendToBindingResponse:
     docs = [rpb.MemoryDocument(id=i, text=t) for i, t in documents]
-    return stub(server).AppendToBinding(pb.AppendToBindingRequest(principal=PRINCIPAL, scope=at, binding_id=binding,
-                                                                  owner_id=owner_id, documents=docs), timeout=30)
+    return stub(server).AppendToBinding(pb.AppendToBindingRequest(
+        principal=PRINCIPAL, scope=at, binding_id=binding, owner_id=owner_id, documents=docs,
+        binding_handle=HANDLES.get(binding, "")), timeout=30)
 
 
 def ground(server: Sidecar, messages=None, **fields) -> pb.GroundTurnResponse:
@@ -74,7 +80,7 @@ def ground(server: Sidecar, messages=None, **fields) -> pb.GroundTurnResponse:
 
 
 def bound(binding: str, owner_id: str) -> pb.TurnBinding:
-    return pb.TurnBinding(binding_id=binding, owner_id=owner_id)
+    return pb.TurnBinding(binding_id=binding, owner_id=owner_id, binding_handle=HANDLES.get(binding, ""))
 
 
 def system_text(response: pb.GroundTurnResponse) -> str:
@@ -108,7 +114,7 @@ def test_no_owners_no_state_no_context_no_knowledge(retrieval_sidecar: Sidecar) 
     oversized = entry("manual", "INLINE", "DIRECT", inline_text="word " * 200, max_tokens=5)
     response = ground(retrieval_sidecar, owners=[owner("ada", [PERSONA, oversized, entry("orders", "MEMORY", "SEARCH")],
                                                        "## Current State\n- mood: calm")],
-                      bindings=[bound(binding, "ada")], llm=llm())
+                      bindings=[bound(binding, "ada")], scope=at, llm=llm())
     assert response.grounding == pb.TURN_GROUNDING_NO_CONTEXT
     assert [(o.owner_id, o.search) for o in response.owners] == [("ada", pb.OWNER_SEARCH_NOT_ATTEMPTED)]
     text = system_text(response)
@@ -281,9 +287,11 @@ def test_bindings_belong_to_their_owner_tenant_and_session(retrieval_sidecar: Si
         assert err.code() == grpc.StatusCode.PERMISSION_DENIED and error_details(err)[0].reason == "PERMISSION_DENIED"
     for call in (lambda: append(retrieval_sidecar, globex, acme_binding, "ada", [("x", "injected")]),
                  lambda: chat.InvalidateBinding(pb.InvalidateBindingRequest(
-                     principal=PRINCIPAL, scope=globex, binding_id=acme_binding, owner_id="ada", reset=True)),
+                     principal=PRINCIPAL, scope=globex, binding_id=acme_binding, owner_id="ada", reset=True,
+                     binding_handle=HANDLES[acme_binding])),
                  lambda: chat.CloseBinding(pb.CloseBindingRequest(principal=PRINCIPAL, scope=globex,
-                                                                  binding_id=acme_binding, owner_id="ada"))):
+                                                                  binding_id=acme_binding, owner_id="ada",
+                                                                  binding_handle=HANDLES[acme_binding]))):
         assert raised(call).code() == grpc.StatusCode.PERMISSION_DENIED
     # The same owner id and source name in another tenant is another corpus.
     globex_binding = open_binding(retrieval_sidecar, globex, "ada", "orders",
@@ -294,7 +302,8 @@ def test_bindings_belong_to_their_owner_tenant_and_session(retrieval_sidecar: Si
     # Unknown ids are NOT_FOUND; closing is idempotent and the binding is then unknown.
     err = raised(turn(acme, "no-such-binding"))
     assert err.code() == grpc.StatusCode.NOT_FOUND and error_details(err)[0].reason == "UNKNOWN_BINDING"
-    close = pb.CloseBindingRequest(principal=PRINCIPAL, scope=acme, binding_id=acme_binding, owner_id="ada")
+    close = pb.CloseBindingRequest(principal=PRINCIPAL, scope=acme, binding_id=acme_binding, owner_id="ada",
+                                   binding_handle=HANDLES[acme_binding])
     assert chat.CloseBinding(close, timeout=30).was_open
     assert not chat.CloseBinding(close, timeout=30).was_open
     assert raised(turn(acme, acme_binding)).code() == grpc.StatusCode.NOT_FOUND
@@ -320,7 +329,8 @@ def test_append_invalidate_and_reset_change_what_the_next_turn_sees(retrieval_si
     assert (second.appended, second.replaced, second.document_count) == (1, 1, 3)
     inside = fenced(ground(retrieval_sidecar, conversation("what happened to the kettle"), **turn))
     assert "kettle was replaced" in inside and "kettle was dropped" not in inside
-    invalidate = pb.InvalidateBindingRequest(principal=PRINCIPAL, scope=at, binding_id=binding, owner_id="ada")
+    invalidate = pb.InvalidateBindingRequest(principal=PRINCIPAL, scope=at, binding_id=binding, owner_id="ada",
+                                             binding_handle=HANDLES[binding])
     assert chat.InvalidateBinding(invalidate, timeout=30).document_count == 3
     assert "toaster" in fenced(ground(retrieval_sidecar, conversation("did a toaster arrive"), **turn))
     invalidate.reset = True

@@ -5,6 +5,11 @@ stripped, then the request section, each owner's state and (with a retrieval con
 knowledge appended to the last system message. Knowledge goes only inside the <tnsai-memory> fence.
 Per owner, a recoverable retrieval failure, an empty result, oversized evidence or a spent deadline
 fails open; DIRECT budget failures, configuration errors and cancellation surface.
+
+Hostile turns: the sizes that drive work (messages, owners, bindings, characters of a text, markers in a
+system message, activity entries and redaction roots) are capped and refused before any work, and
+everything proportional to the turn's size (stripping, neutralising, redacting, rendering, counting
+tokens) is linear and runs in a worker thread, so the event loop keeps serving other calls meanwhile.
 """
 
 from __future__ import annotations
@@ -22,14 +27,25 @@ import numpy as np
 
 from ragsidecar.chat.activity import Activity
 from ragsidecar.chat.bindings import Binding, Bindings
-from ragsidecar.chat.markup import (REQUEST, STATE, fence, neutralise_fenced, neutralise_host_text, region,
-                                    strip_regions)
+from ragsidecar.chat.markup import (REQUEST, STATE, fence, marker_count, neutralise_fenced, neutralise_host_text,
+                                    region, strip_regions)
 from ragsidecar.errors import SidecarError, Violation, invalid
+from ragsidecar.identifiers import id_problems
 from ragsidecar.knowledge.declarations import Entry, Llm, Scope, Target, Use
 from ragsidecar.knowledge.runtime import (Block, DirectMeasure, DirectPlan, Hit, RetrievalRuntime, SearchSpec,
                                           StaleSource, Work, render_block)
 
 log = logging.getLogger(__name__)
+
+# Caps on the sizes that drive a turn's work, refused (INVALID_ARGUMENT) before any of it; in the proto comments.
+MAX_MESSAGES, MAX_OWNERS, MAX_BINDINGS = 2000, 64, 256
+# Characters of one message's content, one owner's state_text, or the request section.
+MAX_TEXT_CHARS = 1_000_000
+# Sidecar markers ("<!-- ragsidecar:" / "<!-- /ragsidecar:") in one system message.
+MAX_MARKERS = 1000
+# Errors met while searching that are the configuration's, not the retrieval's: they surface, as in Enforce.
+_CONFIGURATION_REASONS = frozenset({"UNKNOWN_MODEL", "MODEL_NOT_READY", "INVALID_CONFIGURATION", "UNKNOWN_KNOWLEDGE",
+                                    "UNKNOWN_MODEL_WINDOW", "PATH_OUTSIDE_ROOTS"})
 
 
 @dataclass(frozen=True)
@@ -58,6 +74,7 @@ class Owner:
 class TurnBinding:
     binding_id: str
     owner_id: str
+    handle: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -80,6 +97,8 @@ class Turn:
     llm: Llm | None = None
     # The call's own deadline (event-loop time), or None.
     call_deadline: float | None = None
+    # The turn's own scope, for checking its bindings without a context; None: the context's.
+    scope: Scope | None = None
 
 
 class Grounding(enum.Enum):
@@ -156,20 +175,21 @@ class Grounder:
 
     async def ground(self, turn: Turn) -> TurnResult:
         started = time.perf_counter()
-        _check_shape(turn)
-        owned = self._resolve(turn)
-        conversation = _stripped(turn.conversation)
-        host_text = _host_regions(turn)
+        problems = shape_problems(turn)
+        if problems:
+            raise invalid(problems)
+        owned = await self._resolve(turn)
+        conversation, host_text = await asyncio.to_thread(_prepared, turn)
         result = TurnResult(conversation, Grounding.GROUNDED, [OwnerOutcome(o.owner_id) for o in turn.owners])
         knowledge = await self._knowledge(turn, owned, host_text, result)
-        result.conversation = _appended(conversation, host_text + knowledge)
+        result.conversation = await asyncio.to_thread(_appended, conversation, host_text + knowledge)
         result.work.total_s = time.perf_counter() - started
         return result
 
-    def _resolve(self, turn: Turn) -> list[list[Binding]]:
+    async def _resolve(self, turn: Turn) -> list[list[Binding]]:
         """Each owner's bindings, in the turn's order; NOT_FOUND, PERMISSION_DENIED or the declaration rules."""
-        scope = turn.context.scope if turn.context else None
-        resolved = [self._bindings.get(b.binding_id, b.owner_id, scope) for b in turn.bindings]
+        scope = turn.context.scope if turn.context else turn.scope
+        resolved = [await self._bindings.get(b.binding_id, b.owner_id, scope, b.handle) for b in turn.bindings]
         problems = _declaration_problems(turn.owners, resolved)
         if problems:
             raise invalid(problems)
@@ -178,7 +198,7 @@ class Grounder:
     async def _knowledge(self, turn: Turn, owned: list[list[Binding]], host_text: list[str],
                          result: TurnResult) -> list[str]:
         """The fenced knowledge region (or nothing), and the turn's grounding as a whole."""
-        query, context = _latest_user_text(result.conversation), turn.context
+        query, context = await asyncio.to_thread(_latest_user_text, result.conversation), turn.context
         if not turn.owners or context is None or not query:
             result.grounding = (Grounding.NO_OWNERS if not turn.owners else
                                 Grounding.NO_CONTEXT if context is None else Grounding.NO_USER_MESSAGE)
@@ -191,7 +211,7 @@ class Grounder:
         searched = [await self._search(owner, bindings, shared, outcome, result)
                     for owner, bindings, outcome in zip(turn.owners, owned, result.owners)]
         try:
-            blocks = self._render(turn.owners, plan, searched, result, host_text)
+            blocks = await asyncio.to_thread(self._render, turn.owners, plan, searched, result, host_text)
         except Exception as err:  # the seed: a failure while rendering dispatches the whole turn ungrounded
             log.exception("rendering a grounded turn failed; it goes out ungrounded")
             result.grounding, result.detail = Grounding.RENDER_FAILED, f"{type(err).__name__}: {err}"
@@ -226,6 +246,8 @@ class Grounder:
             outcome.failed_open(FailOpen.DEADLINE_EXCEEDED, "the deadline was spent during this owner's searches")
             return searched
         except SidecarError as err:
+            if err.reason in _CONFIGURATION_REASONS:
+                raise
             outcome.failed_open(FailOpen.RETRIEVAL_FAILED, str(err))
             return searched
         except asyncio.CancelledError:
@@ -335,6 +357,17 @@ def _add_work(total: Work, work: Work) -> None:
 # -- the conversation ------------------------------------------------------------------------------------
 
 
+def _prepared(turn: Turn) -> tuple[list[Message], list[str]]:
+    """The stripped copy and the host regions (worker thread: linear in the turn's size). System messages
+    over the marker cap are refused first, before any is stripped."""
+    problems = [Violation(f"conversation[{i}].content", f"{count} sidecar markers; at most {MAX_MARKERS}")
+                for i, m in enumerate(turn.conversation) if m.role == "system" and m.content
+                and (count := marker_count(m.content)) > MAX_MARKERS]
+    if problems:
+        raise invalid(problems)
+    return _stripped(turn.conversation), _host_regions(turn)
+
+
 def _stripped(conversation: tuple[Message, ...]) -> list[Message]:
     """A deep copy without the sidecar's earlier regions; a system message that held nothing else goes."""
     copies = []
@@ -377,13 +410,16 @@ def _latest_user_text(conversation: list[Message]) -> str:
 # -- validation ------------------------------------------------------------------------------------------
 
 
-def _check_shape(turn: Turn) -> None:
-    """The turn's shape, before any binding is looked up: every problem at once."""
-    problems: list[Violation] = []
+def shape_problems(turn: Turn) -> list[Violation]:
+    """The turn's shape, checked before any binding is looked up: every problem at once. The size caps come
+    first, and alone when exceeded, so that nothing is walked whose length is not yet bounded."""
+    problems = _size_problems(turn)
+    if problems:
+        return problems
     owners: dict[str, int] = {}
     for i, owner in enumerate(turn.owners):
-        if not owner.owner_id.strip():
-            problems.append(Violation(f"owners[{i}].owner_id", "required"))
+        if id_problems(owner.owner_id, f"owners[{i}].owner_id"):
+            problems += id_problems(owner.owner_id, f"owners[{i}].owner_id")
         elif owner.owner_id in owners:
             problems.append(Violation(f"owners[{i}].owner_id", f"owner {owner.owner_id!r} is listed twice "
                                       f"(also owners[{owners[owner.owner_id]}])"))
@@ -391,8 +427,8 @@ def _check_shape(turn: Turn) -> None:
         problems += _duplicate_knowledge(owner, f"owners[{i}]")
     ids: set[str] = set()
     for j, binding in enumerate(turn.bindings):
-        if not binding.binding_id.strip():
-            problems.append(Violation(f"bindings[{j}].binding_id", "required"))
+        if id_problems(binding.binding_id, f"bindings[{j}].binding_id"):
+            problems += id_problems(binding.binding_id, f"bindings[{j}].binding_id")
         elif binding.binding_id in ids:
             problems.append(Violation(f"bindings[{j}].binding_id", "the binding is listed twice"))
         ids.add(binding.binding_id)
@@ -401,14 +437,33 @@ def _check_shape(turn: Turn) -> None:
     if turn.context is not None:
         if not turn.owners:
             problems.append(Violation("context", "a retrieval context needs at least one owner"))
-        if not turn.context.scope.tenant.strip():
-            problems.append(Violation("context.scope.tenant", "required"))
-    if turn.llm is not None and turn.llm.input_window_tokens is not None and turn.llm.input_window_tokens < 1:
-        problems.append(Violation("llm.input_window_tokens", "must be at least 1 when set"))
+        problems += _scope_problems(turn.context.scope, "context.scope")
+        if turn.scope is not None and turn.scope != turn.context.scope:
+            problems.append(Violation("scope", "differs from context.scope"))
+    elif turn.scope is not None:
+        problems += _scope_problems(turn.scope, "scope")
+    elif turn.bindings:
+        problems.append(Violation("scope", "a turn that lists bindings needs a scope (its own or its context's)"))
     if turn.activity is not None:
         problems += turn.activity.problems("activity")
+    return problems
+
+
+def _size_problems(turn: Turn) -> list[Violation]:
+    counts = (("conversation", len(turn.conversation), MAX_MESSAGES), ("owners", len(turn.owners), MAX_OWNERS),
+              ("bindings", len(turn.bindings), MAX_BINDINGS))
+    problems = [Violation(name, f"{count} items; at most {cap}") for name, count, cap in counts if count > cap]
     if problems:
-        raise invalid(problems)
+        return problems
+    texts = [(f"conversation[{i}].content", m.content or "") for i, m in enumerate(turn.conversation)]
+    texts += [(f"owners[{i}].state_text", o.state_text) for i, o in enumerate(turn.owners)]
+    texts.append(("request_section", turn.request_section))
+    return [Violation(name, f"{len(text)} characters; at most {MAX_TEXT_CHARS}")
+            for name, text in texts if len(text) > MAX_TEXT_CHARS]
+
+
+def _scope_problems(scope: Scope, at: str) -> list[Violation]:
+    return id_problems(scope.tenant, f"{at}.tenant") + id_problems(scope.session, f"{at}.session", required=False)
 
 
 def _duplicate_knowledge(owner: Owner, at: str) -> list[Violation]:
