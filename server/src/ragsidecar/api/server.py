@@ -65,7 +65,8 @@ class Sidecar:
         reranker_pb2_grpc.add_RerankerServiceServicer_to_server(RerankerService(self.registry, reranker), server)
         runtime = RetrievalRuntime(config, self.registry, reranker)
         retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalService(runtime), server)
-        chat_knowledge_pb2_grpc.add_ChatKnowledgeServiceServicer_to_server(ChatKnowledgeService(runtime), server)
+        chat = ChatKnowledgeService(runtime, config.retrieval)
+        chat_knowledge_pb2_grpc.add_ChatKnowledgeServiceServicer_to_server(chat, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         return server
