@@ -41,8 +41,9 @@ log = logging.getLogger(__name__)
 MAX_MESSAGES, MAX_OWNERS, MAX_BINDINGS = 2000, 64, 256
 # Characters of one message's content, one owner's state_text, or the request section.
 MAX_TEXT_CHARS = 1_000_000
-# Sidecar markers ("<!-- ragsidecar:" / "<!-- /ragsidecar:") in one system message.
-MAX_MARKERS = 1000
+# Sidecar markers ("<!-- ragsidecar:" / "<!-- /ragsidecar:") in one system message. Stripping is linear, so
+# this only refuses what no real conversation holds (a turn adds a handful) well before the character cap.
+MAX_MARKERS = 20_000
 # Errors met while searching that are the configuration's, not the retrieval's: they surface, as in Enforce.
 _CONFIGURATION_REASONS = frozenset({"UNKNOWN_MODEL", "MODEL_NOT_READY", "INVALID_CONFIGURATION", "UNKNOWN_KNOWLEDGE",
                                     "UNKNOWN_MODEL_WINDOW", "PATH_OUTSIDE_ROOTS"})
