@@ -131,59 +131,69 @@ class PathRedactor:
     """Replaces folders, each in the form given, in absolute normalised form and in real form when it
     exists, matched only as a whole path (never inside a longer name); a filesystem root is never replaced.
 
-    All forms are matched in one pass by one regex shaped as a trie of the forms: at each place in the text
-    the engine follows the one branch the next characters select instead of trying every form in turn, so
-    the cost is linear in the text (times the depth of the longest match), whatever the number of roots. At
-    a place where several forms match, the longest whose end is a whole-path boundary wins, so a folder
-    inside another is named by its own replacement."""
+    The forms are held in a trie, and one small regex finds where a path may start (not after a path or word
+    character, on a character some form starts with). From each such place the trie is walked as far as the
+    text follows it, and the longest form whose end is a whole-path boundary is replaced, so a folder inside
+    another is named by its own replacement. Nothing is compiled per root (a regex alternation of thousands
+    of roots costs a second to compile) and the cost is the text's length plus the walks, whatever the
+    number of roots."""
 
     def __init__(self, roots: tuple[tuple[str, str], ...]) -> None:
-        replacements: dict[str, str] = {}
+        self._trie: dict[str, dict] = {}
         for folder, replacement in roots:
             for form in _forms(folder):
-                replacements.setdefault(form, replacement)
-        self._replacements = replacements
-        self._pattern = _uncached(r"(?<![\w.~/-])" + _trie_pattern(list(replacements))) if replacements else None
+                node = self._trie
+                for char in form:
+                    node = node.setdefault(char, {})
+                node.setdefault(_FORM_END, replacement)
+        starts = "".join(sorted(self._trie))
+        # A bare character class, so the regex engine scans for it at C speed.
+        self._starts = re.compile(f"[{re.escape(starts)}]") if starts else None
 
     def redact(self, text: str) -> str:
-        if self._pattern is None:
+        if self._starts is None:
             return text
-        return self._pattern.sub(lambda m: self._replacements[m.group(0)], text)
+        pieces, done = [], 0
+        for start in self._starts.finditer(text):
+            at = start.start()
+            if at < done or (at and _in_path(text[at - 1])):  # inside a path: replaced, or a longer name
+                continue
+            end, replacement = self._longest(text, at)
+            if end:
+                pieces += [text[done:at], replacement]
+                done = end
+        pieces.append(text[done:])
+        return "".join(pieces)
+
+    def _longest(self, text: str, start: int) -> tuple[int, str]:
+        """(end, replacement) of the longest form at `start` that ends a whole path; (0, "") when none."""
+        found, node, at = (0, ""), self._trie, start
+        while node is not None:
+            if _FORM_END in node and _ends_path(text, at):
+                found = (at, node[_FORM_END])
+            node = node.get(text[at]) if at < len(text) else None
+            at += 1
+        return found
 
 
-def _uncached(pattern: str) -> re.Pattern[str]:
-    """Compiles outside re's module cache (512 patterns): a redaction pattern is built from a caller's roots
-    and may be large, and hundreds of them kept there would hold memory nothing bounds."""
-    return re._compiler.compile(pattern, 0)  # type: ignore[attr-defined]
+# The trie key that marks the end of a form (no character is the empty string).
+_FORM_END = ""
 
 
-# After a whole path: not inside a longer name (a word character, "~", "-", or a "." that starts an extension).
-_PATH_END = r"(?![\w~-]|\.[\w-])"
+def _in_path(char: str) -> bool:
+    """Whether a character before a form puts it inside a longer path or name (a word character, ".~/-")."""
+    return char.isalnum() or char in "_.~/-"
 
 
-def _trie_pattern(forms: list[str]) -> str:
-    """A regex matching exactly the forms, each followed by a path end, longest first, as a compressed trie
-    (chains of single children are one literal, so nesting grows with branch points, not path length)."""
-    ends = [f for f in forms if not f]
-    branches: dict[str, list[str]] = {}
-    for form in forms:
-        if form:
-            branches.setdefault(form[0], []).append(form)
-    alternatives = []
-    for group in branches.values():
-        prefix = _common_prefix(group)
-        alternatives.append(re.escape(prefix) + _trie_pattern([f[len(prefix):] for f in group]))
-    if ends:  # tried after every longer continuation
-        alternatives.append(_PATH_END)
-    return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
-
-
-def _common_prefix(texts: list[str]) -> str:
-    first, last = min(texts), max(texts)
-    size = 0
-    while size < len(first) and first[size] == last[size]:
-        size += 1
-    return first[:size]
+def _ends_path(text: str, at: int) -> bool:
+    """Whether a path may end before `at`: not inside a longer name, i.e. not followed by a word character,
+    "~", "-", or a "." that starts an extension."""
+    if at == len(text):
+        return True
+    follower = text[at]
+    if follower.isalnum() or follower in "_~-":
+        return False
+    return not (follower == "." and at + 1 < len(text) and (text[at + 1].isalnum() or text[at + 1] in "_-"))
 
 
 def _forms(folder: str) -> list[str]:
