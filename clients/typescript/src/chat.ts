@@ -34,6 +34,7 @@ import {
   type StaleFallback,
 } from "./knowledge.js";
 import { toTiming, toUsage } from "./reranker.js";
+import { CHAT_DEFAULT_TOP_K, type ChatTurn } from "./turn.js";
 
 // ---------------------------------------------------------------------------------------------------------
 // Requests
@@ -64,10 +65,18 @@ export interface ChatOwnerInit {
   readonly state?: string;
 }
 
-/** A binding a turn searches through: an id OpenBinding returned and its owner. A `ChatBinding` handle is one. */
+/**
+ * A binding a turn searches through: an id OpenBinding returned and its owner. A `ChatBinding` handle is one,
+ * and presents the binding's secret handle itself; a plain object must carry `bindingHandle`.
+ */
 export interface TurnBindingInit {
   readonly bindingId: string;
   readonly ownerId: string;
+  /**
+   * The secret OpenBinding returned with the id (PERMISSION_DENIED without it). Leave it out for a
+   * ChatBinding handle, which keeps its own out of sight (not a property, not in toJSON or inspection).
+   */
+  readonly bindingHandle?: string;
 }
 
 /** Request-local retrieval context: with it, the owners' knowledge is given and searched. */
@@ -121,6 +130,11 @@ export interface GroundTurnInput {
   readonly bindings?: readonly TurnBindingInit[];
   /** Unset: no knowledge is read (state and request section only). Set with no owners: ValidationError. */
   readonly context?: ChatRetrievalContextInit;
+  /**
+   * Tenant and session of a turn without a context, which its bindings must belong to (a turn that lists
+   * bindings needs this or a context); with a context, unset or equal to the context's scope.
+   */
+  readonly scope?: ScopeInit;
   /** Added at the end of the last system message, before the owners' state. Blank adds nothing. */
   readonly requestSection?: string;
   /** Rendered and appended to the request section. */
@@ -143,10 +157,19 @@ export interface OpenBindingInput extends CallerInit {
   readonly declared?: boolean;
 }
 
-/** Addresses an open binding: the scope, owner and id it was opened with. */
+/** What a binding searches, as it was opened. */
+export interface BindingShape {
+  readonly source?: string;
+  readonly topK?: number;
+  readonly declared?: boolean;
+}
+
+/** Addresses an open binding: the scope, owner, id and handle it was opened with. */
 export interface BindingRefInit extends CallerInit {
   readonly bindingId: string;
   readonly ownerId: string;
+  /** The secret OpenBinding returned with the id; required for an open binding (PERMISSION_DENIED otherwise). */
+  readonly bindingHandle: string;
 }
 
 export interface AppendToBindingInput extends BindingRefInit {
@@ -243,6 +266,10 @@ export interface ChatBinding extends TurnBindingInit, AsyncDisposable {
   readonly bindingId: string;
   readonly ownerId: string;
   readonly source: string;
+  /** Most hits a search gives (5 when opened without one); undefined for an attached handle that did not say. */
+  readonly topK: number | undefined;
+  /** Whether it serves a declared SEARCH entry; undefined for an attached handle that did not say. */
+  readonly declared: boolean | undefined;
   readonly scope: Readonly<Required<ScopeInit>>;
   /** True once close() (or disposal) has closed it through this handle. */
   readonly closed: boolean;
@@ -257,6 +284,11 @@ export interface ChatBinding extends TurnBindingInit, AsyncDisposable {
   close(options?: CallOptions): Promise<boolean>;
   /** close(), for `await using`. */
   [Symbol.asyncDispose](): Promise<void>;
+  /**
+   * What `attachBinding` needs to use this binding elsewhere (another process of the owner), its secret
+   * handle included: hand it only to code that may act as the owner, and never log it.
+   */
+  reference(): BindingRefInit & Required<BindingShape>;
 }
 
 /**
@@ -266,12 +298,18 @@ export interface ChatBinding extends TurnBindingInit, AsyncDisposable {
  * UnknownBindingError (a binding id that is not open), FailedPreconditionError (DIRECT budgets, window).
  */
 export interface ChatClient {
-  /** Builds the outbound conversation of one turn; the input is never changed. */
-  groundTurn(request: GroundTurnInput, options?: CallOptions): Promise<GroundTurnResult>;
+  /**
+   * Builds the outbound conversation of one turn; the input is never changed. A turn from chatTurn() was
+   * checked where it was built; a plain input is checked by the sidecar (the same rules and violations).
+   */
+  groundTurn(request: GroundTurnInput | ChatTurn, options?: CallOptions): Promise<GroundTurnResult>;
   /** Opens a binding with an empty corpus and returns its handle. */
   openBinding(request: OpenBindingInput, options?: CallOptions): Promise<ChatBinding>;
-  /** A handle for a binding opened earlier (no call is made; the id is checked when used). */
-  attachBinding(ref: BindingRefInit & { readonly source?: string }): ChatBinding;
+  /**
+   * A handle for a binding opened earlier (no call is made; the id is checked when used). With source, topK
+   * and declared, chatTurn() checks it against its owner's declarations too.
+   */
+  attachBinding(ref: BindingRefInit & BindingShape): ChatBinding;
   appendToBinding(request: AppendToBindingInput, options?: CallOptions): Promise<AppendResult>;
   invalidateBinding(request: InvalidateBindingInput, options?: CallOptions): Promise<InvalidateResult>;
   /** Idempotent: `{ wasOpen: false }` for an id that is not open. */
@@ -357,7 +395,7 @@ function fromOutcome(outcome: OwnerOutcomeMessage): OwnerOutcome {
 }
 
 function toRef(ref: BindingRefInit) {
-  return { ...toCaller(ref), bindingId: ref.bindingId, ownerId: ref.ownerId };
+  return { ...toCaller(ref), bindingId: ref.bindingId, ownerId: ref.ownerId, bindingHandle: ref.bindingHandle };
 }
 
 function toDocuments(documents: readonly MemoryDocumentInit[]) {
@@ -368,28 +406,46 @@ class Binding implements ChatBinding {
   readonly bindingId: string;
   readonly ownerId: string;
   readonly source: string;
+  readonly topK: number | undefined;
+  readonly declared: boolean | undefined;
   readonly scope: Readonly<Required<ScopeInit>>;
   readonly #principal: PrincipalInit;
   readonly #chat: ChatClient;
+  /** The secret OpenBinding returned: presented on every call, never shown. */
+  readonly #handle: string;
   /** The close in flight or done; cleared when it fails, so close() can be retried. */
   #closing: Promise<boolean> | undefined;
   #closed = false;
 
-  constructor(chat: ChatClient, ref: BindingRefInit, source: string) {
+  constructor(chat: ChatClient, ref: BindingRefInit, shape: BindingShape) {
     this.#chat = chat;
     this.#principal = { id: ref.principal.id, roles: [...(ref.principal.roles ?? [])] };
     this.scope = Object.freeze({ tenant: ref.scope.tenant, session: ref.scope.session ?? "" });
     this.bindingId = ref.bindingId;
     this.ownerId = ref.ownerId;
-    this.source = source;
+    this.#handle = ref.bindingHandle;
+    this.source = shape.source ?? "";
+    this.topK = shape.topK;
+    this.declared = shape.declared;
   }
 
   get closed(): boolean {
     return this.#closed;
   }
 
+  /** The handle a turn binding presents: a ChatBinding's own, or the one a plain object carries. */
+  static handleOf(binding: TurnBindingInit): string {
+    return binding instanceof Binding ? binding.#handle : (binding.bindingHandle ?? "");
+  }
+
   #ref(): BindingRefInit {
-    return { principal: this.#principal, scope: this.scope, bindingId: this.bindingId, ownerId: this.ownerId };
+    return {
+      principal: this.#principal,
+      scope: this.scope,
+      bindingId: this.bindingId,
+      ownerId: this.ownerId,
+      bindingHandle: this.#handle,
+    };
   }
 
   append(documents: readonly MemoryDocumentInit[], options: CallOptions = {}): Promise<AppendResult> {
@@ -419,6 +475,10 @@ class Binding implements ChatBinding {
     await this.close();
   }
 
+  reference(): BindingRefInit & Required<BindingShape> {
+    return { ...this.#ref(), source: this.source, topK: this.topK ?? CHAT_DEFAULT_TOP_K, declared: this.declared ?? true };
+  }
+
   toJSON(): TurnBindingInit & { source: string } {
     return { bindingId: this.bindingId, ownerId: this.ownerId, source: this.source };
   }
@@ -435,8 +495,13 @@ export function chatClient(rpc: Client<typeof ChatKnowledgeService>): ChatClient
           knowledge: (owner.knowledge ?? []).map(toEntry),
           stateText: owner.state ?? "",
         })),
-        bindings: (request.bindings ?? []).map((b) => ({ bindingId: b.bindingId, ownerId: b.ownerId })),
+        bindings: (request.bindings ?? []).map((b) => ({
+          bindingId: b.bindingId,
+          ownerId: b.ownerId,
+          bindingHandle: Binding.handleOf(b),
+        })),
         ...(request.context ? { context: toContext(request.context) } : {}),
+        ...(request.scope ? { scope: { tenant: request.scope.tenant, session: request.scope.session ?? "" } } : {}),
         requestSection: request.requestSection ?? "",
         ...(request.activity ? { activity: toActivity(request.activity) } : {}),
         ...toLlm(request.llm),
@@ -461,12 +526,16 @@ export function chatClient(rpc: Client<typeof ChatKnowledgeService>): ChatClient
         ...(request.topK !== undefined ? { topK: request.topK } : {}),
         declared: request.declared ?? true,
       };
-      const { bindingId } = await send(rpc.openBinding, message, options);
-      return new Binding(chat, { ...request, bindingId }, request.source);
+      const { bindingId, bindingHandle } = await send(rpc.openBinding, message, options);
+      return new Binding(chat, { ...request, bindingId, bindingHandle }, {
+        source: request.source,
+        topK: request.topK ?? CHAT_DEFAULT_TOP_K,
+        declared: message.declared,
+      });
     },
 
     attachBinding(ref) {
-      return new Binding(chat, ref, ref.source ?? "");
+      return new Binding(chat, ref, ref);
     },
 
     async appendToBinding(request, options = {}) {

@@ -20,6 +20,8 @@ export type {
   SnapshotOptions,
 } from "./reranker.js";
 export type { TypedServiceClient } from "./services.js";
+export { chatTurn } from "./turn.js";
+export type { ChatTurn } from "./turn.js";
 export type {
   ActivityEntryInit,
   ActivityKindName,
@@ -27,6 +29,7 @@ export type {
   AppendResult,
   AppendToBindingInput,
   BindingRefInit,
+  BindingShape,
   ChatBinding,
   ChatClient,
   ChatMessage,

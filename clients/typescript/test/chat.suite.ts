@@ -2,6 +2,7 @@
 // binding's live corpus, fencing of hostile evidence, binding ownership, idempotent close, typed errors.
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { inspect } from "node:util";
 import {
   CancelledError,
   DeadlineExceededError,
@@ -9,6 +10,7 @@ import {
   RagSidecarError,
   UnknownBindingError,
   ValidationError,
+  chatTurn,
   type ChatBinding,
   type ChatMessageInit,
   type GroundTurnInput,
@@ -209,7 +211,8 @@ describe("chat", () => {
         principal,
         conversation: conversation("blender order vault code"),
         owners: [{ ownerId, knowledge }],
-        bindings: [{ bindingId, ownerId }],
+        // The handle itself where it is the owner's binding: the scope alone must make the difference.
+        bindings: [ownerId === "ada" && bindingId === secret.bindingId ? secret : { ...secret.reference(), bindingId, ownerId }],
         context: { scope },
         llm,
       });
@@ -217,12 +220,34 @@ describe("chat", () => {
       await rejection(turn(scope, ownerId), PermissionDeniedError, "PERMISSION_DENIED", "PERMISSION_DENIED");
     }
     // The binding's own calls, addressed from another tenant.
-    const foreign = client.chat.attachBinding({ principal, scope: globex, bindingId: secret.bindingId, ownerId: "ada" });
+    const foreign = client.chat.attachBinding({ ...secret.reference(), scope: globex });
     await rejection(foreign.append([{ id: "x", text: "injected" }]), PermissionDeniedError, "PERMISSION_DENIED", "PERMISSION_DENIED");
     await rejection(foreign.invalidate({ reset: true }), PermissionDeniedError, "PERMISSION_DENIED", "PERMISSION_DENIED");
     await rejection(foreign.close(), PermissionDeniedError, "PERMISSION_DENIED", "PERMISSION_DENIED");
     assert.equal(foreign.closed, false);
     // Nothing leaked and nothing was reset: the owner's own turn still finds the secret.
+    assert.match(fenced(await turn(acme)), /4417/);
+    // Owner, tenant and session are not enough: every call must present the handle OpenBinding returned, which
+    // the ChatBinding keeps out of sight.
+    const { bindingHandle } = secret.reference();
+    assert.equal(bindingHandle.length, 43, "256 random bits, URL-safe base64");
+    for (const shown of [JSON.stringify(secret), inspect(secret, { showHidden: true, depth: 5 }), Object.keys(secret).join()]) {
+      assert.ok(!shown.includes(bindingHandle), shown);
+    }
+    const forged = (bindingHandle.startsWith("A") ? "B" : "A") + bindingHandle.slice(1);
+    for (const wrong of ["", forged]) {
+      const guessed = client.chat.attachBinding({ ...secret.reference(), bindingHandle: wrong });
+      await rejection(guessed.append([{ id: "x", text: "injected" }]), PermissionDeniedError, "PERMISSION_DENIED", "PERMISSION_DENIED");
+      await rejection(guessed.invalidate({ reset: true }), PermissionDeniedError, "PERMISSION_DENIED", "PERMISSION_DENIED");
+      await rejection(guessed.close(), PermissionDeniedError, "PERMISSION_DENIED", "PERMISSION_DENIED");
+      await rejection(
+        client.chat.groundTurn({
+          principal, conversation: conversation("vault code"), owners: [{ ownerId: "ada", knowledge }],
+          bindings: [{ bindingId: secret.bindingId, ownerId: "ada", bindingHandle: wrong }], context: { scope: acme }, llm,
+        }),
+        PermissionDeniedError, "PERMISSION_DENIED", "PERMISSION_DENIED",
+      );
+    }
     assert.match(fenced(await turn(acme)), /4417/);
     // An id that is not open is UnknownBindingError (NOT_FOUND).
     const unknown = await rejection(turn(acme, "ada", "no-such-binding"), UnknownBindingError, "NOT_FOUND", "UNKNOWN_BINDING");
@@ -245,9 +270,13 @@ describe("chat", () => {
     assert.equal(binding.closed, true);
     assert.equal(await binding.close(), false);
     // The sidecar is idempotent too: another handle on the closed id closes nothing.
-    const stale = client.chat.attachBinding({ principal, scope, bindingId: binding.bindingId, ownerId: "ada" });
+    const stale = client.chat.attachBinding(binding.reference());
     assert.equal(await stale.close(), false);
-    assert.deepEqual(await client.chat.closeBinding({ principal, scope, bindingId: binding.bindingId, ownerId: "ada" }), { wasOpen: false });
+    // An id that is not open closes nothing, whatever the handle.
+    assert.deepEqual(
+      await client.chat.closeBinding({ principal, scope, bindingId: binding.bindingId, ownerId: "ada", bindingHandle: "" }),
+      { wasOpen: false },
+    );
     await rejection(binding.append([{ id: "e3", text: "late" }]), UnknownBindingError, "NOT_FOUND", "UNKNOWN_BINDING");
 
     let disposed: ChatBinding | undefined;
@@ -283,7 +312,7 @@ describe("chat", () => {
       ValidationError, "INVALID_ARGUMENT", "INVALID_REQUEST",
     );
     assert.deepEqual(new Set(error.violations.map((v) => v.field)), new Set([
-      "owners[1].owner_id", "bindings[0].binding_id", "activity.entries[0].kind",
+      "owners[1].owner_id", "bindings[0].binding_id", "scope", "activity.entries[0].kind",
     ]));
     assert.ok(error.violations.every((v) => v.description.length > 0));
     // A context needs an owner; an empty principal is refused before anything is read.
@@ -305,6 +334,98 @@ describe("chat", () => {
     );
   });
 
+  // chatTurn() holds no client and sends nothing; what it refuses, the sidecar refuses with the same violations.
+  async function refusedLikeTheSidecar(input: GroundTurnInput): Promise<string[]> {
+    let local: unknown;
+    assert.throws(() => chatTurn(input), (e: unknown) => {
+      local = e;
+      return true;
+    });
+    assert.ok(local instanceof ValidationError, `expected ValidationError, got ${String(local)}`);
+    const remote = await rejection(client.chat.groundTurn(input), ValidationError, "INVALID_ARGUMENT", "INVALID_REQUEST");
+    assert.equal(local.code, remote.code);
+    assert.equal(local.reason, remote.reason);
+    assert.deepEqual(local.violations, remote.violations);
+    return local.violations.map((v) => v.field);
+  }
+
+  it("refuses a malformed turn where chatTurn() builds it, with the sidecar's violations", async () => {
+    const scope = { tenant: "acme-ts-built", session: "s1" };
+    await using orders = await open(scope, "ada", "orders", [], ORDERS_ENTRY.topK);
+    await using bobs = await open(scope, "bob", "orders", []);
+    await using shortList = await open(scope, "ada", "orders", [], 3);
+    await using persona = await open(scope, "ada", "persona", [], 5);
+    await using undeclared = await client.chat.openBinding({ principal, scope, ownerId: "ada", source: "orders", declared: false });
+    assert.deepEqual([shortList.topK, shortList.declared, undeclared.topK, undeclared.declared], [3, true, 5, false]);
+    const base = { principal, conversation: conversation(), context: { scope }, llm };
+    const shape = await refusedLikeTheSidecar({
+      ...base,
+      owners: [
+        { ownerId: "ada", knowledge: [ORDERS_ENTRY, PERSONA, { ...ORDERS_ENTRY, topK: 9 }] },
+        { ownerId: "ada" },
+        { ownerId: " \u00a0" },
+        { ownerId: "x".repeat(257) },
+        { ownerId: "bell\u0007" },
+      ],
+      bindings: [orders, orders, bobs],
+      llm: { model: "test-model", inputWindowTokens: 0 },
+      activity: {
+        entries: [{ tick: 1, kind: 0, text: "no kind" }],
+        maxTotalChars: 10,
+        maxEntryChars: 20,
+        redactionRoots: [{ path: " ", replacement: "x" }],
+      },
+    });
+    assert.deepEqual(shape, [
+      "llm.input_window_tokens", "owners[0].knowledge[2].name", "owners[1].owner_id", "owners[2].owner_id",
+      "owners[3].owner_id", "owners[4].owner_id", "bindings[1].binding_id", "bindings[2].owner_id",
+      "activity.entries[0].kind", "activity.max_entry_chars", "activity.redaction_roots[0].path",
+    ]);
+    // Size caps are reported alone, before anything is walked; scopes are checked like ids.
+    const crowd = Array.from({ length: 65 }, (_, i) => ({ ownerId: `o${i}` }));
+    assert.deepEqual(await refusedLikeTheSidecar({ ...base, owners: crowd }), ["owners"]);
+    assert.deepEqual(
+      await refusedLikeTheSidecar({
+        ...base,
+        conversation: [{ role: "system", content: SYSTEM }, { role: "user", content: "y".repeat(1_000_001) }],
+        owners: [{ ownerId: "ada" }],
+      }),
+      ["conversation[1].content"],
+    );
+    assert.deepEqual(
+      await refusedLikeTheSidecar({ principal, conversation: conversation(), owners: [{ ownerId: "ada" }], bindings: [orders] }),
+      ["scope"],
+    );
+    assert.deepEqual(
+      await refusedLikeTheSidecar({ ...base, owners: [{ ownerId: "ada" }], scope: { tenant: scope.tenant, session: "s2" } }),
+      ["scope"],
+    );
+    assert.deepEqual(
+      await refusedLikeTheSidecar({ principal, conversation: conversation(), scope: { tenant: "t\n", session: "s".repeat(300) } }),
+      ["scope.tenant", "scope.session"],
+    );
+    // Declarations of handles: a second declared binding, another topK, a DIRECT entry, an undeclared binding
+    // on a declared name that a declared binding already searches.
+    const declarations = await refusedLikeTheSidecar({
+      ...base,
+      owners: [{ ownerId: "ada", knowledge: [ORDERS_ENTRY, PERSONA] }],
+      bindings: [shortList, persona, undeclared],
+    });
+    assert.deepEqual(declarations, ["bindings[0]", "bindings[1]", "bindings[1]", "bindings[2]", "bindings[2]"]);
+    assert.throws(() => chatTurn({ principal, conversation: [], context: { scope: { tenant: " " } } }), (e: unknown) => {
+      assert.ok(e instanceof ValidationError);
+      assert.deepEqual(e.violations.map((v) => v.field), ["context", "context.scope.tenant"]);
+      return true;
+    });
+    // A well-formed turn is frozen and grounds as it is.
+    await orders.append(ORDERS);
+    const turn = chatTurn({ ...base, owners: [{ ownerId: "ada", knowledge: [ORDERS_ENTRY] }], bindings: [orders] });
+    assert.ok(Object.isFrozen(turn) && Object.isFrozen(turn.bindings));
+    const result = await client.chat.groundTurn(turn);
+    assert.equal(result.owners[0]?.search, "GROUNDED");
+    assert.match(fenced(result), /Order 1001/);
+  });
+
   it("gives an owner with no retrieval context its state only, and renders the activity record", async () => {
     const scope = { tenant: "acme-ts-nocontext" };
     await using binding = await open(scope, "ada", "orders", ORDERS, ORDERS_ENTRY.topK);
@@ -313,6 +434,7 @@ describe("chat", () => {
       conversation: conversation(),
       owners: [{ ownerId: "ada", knowledge: [ORDERS_ENTRY, PERSONA], state: "## Current State\n- mood: calm" }],
       bindings: [binding],
+      scope, // without a context, the turn's own scope is the one its bindings are checked against
       activity: {
         entries: [
           { tick: 2, kind: "RECEIVED", peer: "carpenter", type: "request", text: "Bend the plank in /srv/run/planks.txt" },

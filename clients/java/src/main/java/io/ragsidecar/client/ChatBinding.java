@@ -29,8 +29,10 @@ import ragsidecar.v1.Retrieval.MemoryDocument;
  * }   // CloseBinding: the sidecar releases the corpus
  * }</pre>
  *
- * <p>Every call carries the principal, scope and owner id the binding was opened with, so a binding object can only be
- * used as its owner, in its tenant and session. Thread-safe.
+ * <p>Every call carries the principal, scope and owner id the binding was opened with, and the binding's handle: the
+ * secret OpenBinding returned, the out-of-process stand-in for the host's reference identity of its owner. Only this
+ * object holds it (no accessor, not in {@link #toString()}), so only the code that opened the binding, or code it
+ * hands this object to, can use the binding, as its owner, in its tenant and session. Thread-safe.
  *
  * <p>{@link #close()} is idempotent: the first call closes the binding on the sidecar, later ones (and concurrent
  * ones) wait for that call and send nothing. Bindings live in the sidecar's memory: after {@code close} or a sidecar
@@ -43,26 +45,32 @@ public final class ChatBinding implements AutoCloseable {
   private final Principal principal;
   private final Scope scope;
   private final String id;
+  // The secret OpenBinding returned: presented on every call, never shown (not in toString, not by an accessor).
+  private final String handle;
   private final String ownerId;
   private final String source;
   private final int topK;
   private final boolean declared;
   private final AtomicReference<CompletableFuture<Boolean>> closing = new AtomicReference<>();
 
-  ChatBinding(ClientContext context, Duration timeout, Principal principal, Scope scope, String id, String ownerId,
-      String source, int topK, boolean declared) {
+  ChatBinding(ClientContext context, Duration timeout, Principal principal, Scope scope, String id, String handle,
+      String ownerId, String source, int topK, boolean declared) {
     this.context = context;
     this.timeout = timeout;
     this.principal = principal;
     this.scope = scope;
     this.id = id;
+    this.handle = handle;
     this.ownerId = ownerId;
     this.source = source;
     this.topK = topK;
     this.declared = declared;
   }
 
-  /** The binding's id: opaque, unguessable, unique for the sidecar's life. */
+  /**
+   * The binding's id: opaque, unique for the sidecar's life. Not a secret (the sidecar logs it): using the binding
+   * also takes the handle OpenBinding returned, which this object keeps to itself and presents on every call.
+   */
   public String id() {
     return id;
   }
@@ -92,9 +100,12 @@ public final class ChatBinding implements AutoCloseable {
     return scope;
   }
 
-  /** The turn's reference to this binding, for {@code GroundTurnRequest.Builder.addBindings}. */
+  /**
+   * The turn's reference to this binding, for {@code GroundTurnRequest.Builder.addBindings}. It carries the binding's
+   * secret handle: send it, do not log it. A {@link ChatTurn} takes the binding itself instead.
+   */
   public TurnBinding turnBinding() {
-    return TurnBinding.newBuilder().setBindingId(id).setOwnerId(ownerId).build();
+    return TurnBinding.newBuilder().setBindingId(id).setOwnerId(ownerId).setBindingHandle(handle).build();
   }
 
   // ---- AppendToBinding ------------------------------------------------------------------------------------------
@@ -124,7 +135,7 @@ public final class ChatBinding implements AutoCloseable {
 
   private AppendToBindingRequest appendRequest(Collection<MemoryDocument> documents) {
     return AppendToBindingRequest.newBuilder().setPrincipal(principal).setScope(scope).setBindingId(id)
-        .setOwnerId(ownerId).addAllDocuments(Objects.requireNonNull(documents, "documents")).build();
+        .setBindingHandle(handle).setOwnerId(ownerId).addAllDocuments(Objects.requireNonNull(documents, "documents")).build();
   }
 
   // ---- InvalidateBinding ----------------------------------------------------------------------------------------
@@ -156,7 +167,7 @@ public final class ChatBinding implements AutoCloseable {
 
   private InvalidateBindingRequest invalidateRequest(boolean reset) {
     return InvalidateBindingRequest.newBuilder().setPrincipal(principal).setScope(scope).setBindingId(id)
-        .setOwnerId(ownerId).setReset(reset).build();
+        .setBindingHandle(handle).setOwnerId(ownerId).setReset(reset).build();
   }
 
   // ---- CloseBinding ---------------------------------------------------------------------------------------------
@@ -212,7 +223,7 @@ public final class ChatBinding implements AutoCloseable {
 
   private CloseBindingRequest closeRequest() {
     return CloseBindingRequest.newBuilder().setPrincipal(principal).setScope(scope).setBindingId(id)
-        .setOwnerId(ownerId).build();
+        .setBindingHandle(handle).setOwnerId(ownerId).build();
   }
 
   private static void await(CompletableFuture<Boolean> close) {

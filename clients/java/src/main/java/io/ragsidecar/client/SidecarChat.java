@@ -37,16 +37,16 @@ import ragsidecar.v1.ChatKnowledgeServiceGrpc;
  *
  * <p>Requests are the generated messages of {@code ragsidecar.v1.ChatKnowledge} ({@link ChatRequests} builds the
  * common parts). Every request needs a principal, and most a scope: {@link #withScope(KnowledgeScope)} returns a
- * facade that sets the principal of every request and its scope (for {@code GroundTurn}: the scope of the turn's
- * {@code context}, when it has one), replacing what the request carried. A {@link ChatBinding} keeps the principal
+ * facade that sets the principal of every request and its scope (for {@code GroundTurn}: the turn's own scope and the
+ * scope of its {@code context}, when it has one), replacing what the request carried. A {@link ChatBinding} keeps the principal
  * and scope it was opened with.
  *
  * <p>Immutable and thread-safe: {@code withScope} and {@code withTimeout} return new facades on the same channel.
  * Every method has an {@code ...Async} variant whose future fails with the same {@link RagSidecarException} the
  * blocking one throws; cancelling the future cancels the call.
  *
- * <p>Errors: {@link PermissionDeniedException} (no principal, or a binding used with another owner id or in another
- * tenant or session than it was opened in), {@link UnknownBindingException} (a binding id that is not open: closed,
+ * <p>Errors: {@link PermissionDeniedException} (no principal, or a binding used with another owner id, in another
+ * tenant or session than it was opened in, or without its handle), {@link UnknownBindingException} (a binding id that is not open: closed,
  * never opened, or lost in a sidecar restart), {@link ValidationException} (a malformed turn or request, with one
  * {@linkplain ValidationException#violations() violation} per problem, such as an owner listed twice or a binding
  * that does not match its owner's declared entry; {@code LIMIT_EXCEEDED} for too many appended documents),
@@ -73,8 +73,8 @@ public final class SidecarChat {
   }
 
   /**
-   * A facade that sets this principal on every request and this scope on every request (and on the {@code context}
-   * of a turn that has one), replacing the request's own.
+   * A facade that sets this principal on every request and this scope on every request (a turn's own scope, and the
+   * scope of its {@code context} when it has one), replacing the request's own.
    */
   public SidecarChat withScope(KnowledgeScope scope) {
     return new SidecarChat(context, Objects.requireNonNull(scope, "scope"), timeout);
@@ -111,6 +111,33 @@ public final class SidecarChat {
   public CompletableFuture<GroundedTurn> groundTurnAsync(GroundTurnRequest request) {
     return context.callAsync(ChatKnowledgeServiceGrpc.getGroundTurnMethod(), () -> scoped(request), timeout,
         GroundedTurn::fromProto);
+  }
+
+  /**
+   * {@link #groundTurn(GroundTurnRequest)} of a turn already checked when it was {@linkplain ChatTurn.Builder#build()
+   * built}, with this facade's principal (a scoped facade is required, or use {@link #groundTurn(ChatTurn,
+   * ragsidecar.v1.Common.Principal)}).
+   */
+  public GroundedTurn groundTurn(ChatTurn turn) {
+    return groundTurn(request(turn, null));
+  }
+
+  /** {@link #groundTurn(ChatTurn)} as this principal (an unscoped facade). */
+  public GroundedTurn groundTurn(ChatTurn turn, ragsidecar.v1.Common.Principal principal) {
+    return groundTurn(request(turn, Objects.requireNonNull(principal, "principal")));
+  }
+
+  /** Asynchronous {@link #groundTurn(ChatTurn)}. */
+  public CompletableFuture<GroundedTurn> groundTurnAsync(ChatTurn turn) {
+    return groundTurnAsync(request(turn, null));
+  }
+
+  private GroundTurnRequest request(ChatTurn turn, ragsidecar.v1.Common.Principal principal) {
+    GroundTurnRequest.Builder b = Objects.requireNonNull(turn, "turn").request();
+    if (principal != null) {
+      b.setPrincipal(principal);
+    }
+    return b.build();
   }
 
   // ---- OpenBinding ----------------------------------------------------------------------------------------------
@@ -153,7 +180,7 @@ public final class SidecarChat {
 
   private ChatBinding binding(OpenBindingRequest sent, OpenBindingResponse response) {
     return new ChatBinding(context, timeout, sent.getPrincipal(), sent.getScope(), response.getBindingId(),
-        sent.getOwnerId(), sent.getSource(), sent.hasTopK() ? sent.getTopK() : DEFAULT_TOP_K, sent.getDeclared());
+        response.getBindingHandle(), sent.getOwnerId(), sent.getSource(), sent.hasTopK() ? sent.getTopK() : DEFAULT_TOP_K, sent.getDeclared());
   }
 
   // ---- Binding calls by id --------------------------------------------------------------------------------------
@@ -206,7 +233,7 @@ public final class SidecarChat {
     if (scope == null) {
       return r;
     }
-    GroundTurnRequest.Builder b = r.toBuilder().setPrincipal(scope.principal());
+    GroundTurnRequest.Builder b = r.toBuilder().setPrincipal(scope.principal()).setScope(scope.scope());
     if (r.hasContext()) {
       b.getContextBuilder().setScope(scope.scope());
     }

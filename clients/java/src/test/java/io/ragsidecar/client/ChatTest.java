@@ -32,13 +32,18 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.extension.ExtendWith;
+import ragsidecar.v1.ChatKnowledge.ActivityEntry;
+import ragsidecar.v1.ChatKnowledge.ActivityRecord;
 import ragsidecar.v1.ChatKnowledge.AppendToBindingRequest;
 import ragsidecar.v1.ChatKnowledge.ChatMessage;
+import ragsidecar.v1.ChatKnowledge.ChatOwner;
 import ragsidecar.v1.ChatKnowledge.CloseBindingRequest;
 import ragsidecar.v1.ChatKnowledge.FailOpenReason;
 import ragsidecar.v1.ChatKnowledge.GroundTurnRequest;
+import ragsidecar.v1.ChatKnowledge.InvalidateBindingRequest;
 import ragsidecar.v1.ChatKnowledge.OpenBindingRequest;
 import ragsidecar.v1.ChatKnowledge.OwnerSearch;
+import ragsidecar.v1.ChatKnowledge.RedactionRoot;
 import ragsidecar.v1.ChatKnowledge.TurnBinding;
 import ragsidecar.v1.ChatKnowledge.TurnGrounding;
 import ragsidecar.v1.Retrieval.KnowledgeEntry;
@@ -231,6 +236,23 @@ class ChatTest {
       CompletionException async = assertThrows(CompletionException.class, () -> globex.closeBindingAsync(
           CloseBindingRequest.newBuilder().setBindingId(secret.id()).setOwnerId("ada").build()).join());
       assertInstanceOf(PermissionDeniedException.class, async.getCause());
+      // Owner, tenant and session are not enough: every call must present the handle OpenBinding returned, which
+      // only the binding object holds (its toString does not show it).
+      String handle = secret.turnBinding().getBindingHandle();
+      assertEquals(43, handle.length(), "256 random bits, URL-safe base64");
+      assertFalse(secret.toString().contains(handle), secret.toString());
+      String forged = (handle.charAt(0) == 'A' ? "B" : "A") + handle.substring(1);
+      for (String wrong : List.of("", forged)) {
+        assertThrows(PermissionDeniedException.class, () -> acme.groundTurn(turn("vault code",
+            secret.turnBinding().toBuilder().setBindingHandle(wrong).build())));
+        assertThrows(PermissionDeniedException.class, () -> acme.appendToBinding(AppendToBindingRequest.newBuilder()
+            .setBindingId(secret.id()).setOwnerId("ada").setBindingHandle(wrong).addDocuments(document("x", "injected"))
+            .build()));
+        assertThrows(PermissionDeniedException.class, () -> acme.invalidateBinding(InvalidateBindingRequest
+            .newBuilder().setBindingId(secret.id()).setOwnerId("ada").setBindingHandle(wrong).setReset(true).build()));
+        assertThrows(PermissionDeniedException.class, () -> acme.closeBinding(CloseBindingRequest.newBuilder()
+            .setBindingId(secret.id()).setOwnerId("ada").setBindingHandle(wrong).build()));
+      }
       // No principal at all: refused before anything is read.
       assertThrows(PermissionDeniedException.class, () -> client.chat().groundTurn(
           GroundTurnRequest.newBuilder().addAllConversation(conversation("hi")).build()));
@@ -284,6 +306,93 @@ class ChatTest {
           () -> chat.openBinding(OpenBindingRequest.newBuilder().setTopK(0).build()));
       assertEquals(Set.of("owner_id", "source", "top_k"),
           e.violations().stream().map(ValidationException.FieldViolation::field).collect(Collectors.toSet()));
+    }
+  }
+
+  /**
+   * A malformed {@link ChatTurn} fails in {@code build()}, which holds no channel and sends nothing, with exactly the
+   * violations the sidecar answers for the same turn sent as a raw request.
+   */
+  @Test
+  void malformedTurnsAreRefusedWhereTheyAreBuiltWithTheSidecarsViolations() {
+    SidecarChat chat = chat("chat-built");
+    try (ChatBinding orders = chat.openBinding("ada", "orders");
+        ChatBinding bobs = chat.openBinding("bob", "orders");
+        ChatBinding shortList = chat.openBinding("ada", "orders", 3);
+        ChatBinding undeclared = chat.openBinding(OpenBindingRequest.newBuilder().setOwnerId("ada")
+            .setSource("orders").setDeclared(false).build());
+        ChatBinding persona = chat.openBinding("ada", "persona")) {
+      KnowledgeEntry ordersAgain = memory("orders", SEARCH).setTopK(9).build();
+      List<ChatOwner> shapeOwners = List.of(owner("ada", "", ORDERS_ENTRY, PERSONA, ordersAgain), owner("ada", ""),
+          owner(" \u00a0", ""), owner("x".repeat(257), ""), owner("bell\u0007", ""));
+      ActivityRecord activity = ActivityRecord.newBuilder()
+          .addEntries(ActivityEntry.newBuilder().setTick(1).setText("no kind"))
+          .setMaxTotalChars(10).setMaxEntryChars(20).addRedactionRoots(RedactionRoot.newBuilder().setPath(" "))
+          .build();
+      List<String> shape = assertRefusedLikeTheSidecar(chat, conversation("Where is my blender?"), shapeOwners,
+          List.of(orders, orders, bobs), llm("test-model", 0), activity);
+      assertEquals(List.of("llm.input_window_tokens", "owners[0].knowledge[2].name", "owners[1].owner_id",
+          "owners[2].owner_id", "owners[3].owner_id", "owners[4].owner_id", "bindings[1].binding_id",
+          "bindings[2].owner_id", "activity.entries[0].kind", "activity.max_entry_chars",
+          "activity.redaction_roots[0].path"), shape);
+      // Size caps are reported alone, before anything is walked.
+      List<ChatOwner> crowd = java.util.stream.IntStream.range(0, 65).mapToObj(i -> owner("o" + i, "")).toList();
+      assertEquals(List.of("owners"), assertRefusedLikeTheSidecar(chat, conversation("hi"), crowd, List.of(),
+          llm("test-model", 8000), null));
+      assertEquals(List.of("conversation[1].content"), assertRefusedLikeTheSidecar(chat,
+          List.of(system(SYSTEM), user("y".repeat(1_000_001))), shapeOwners, List.of(), llm("test-model", 8000), null));
+      // Declarations: a second declared binding, another top_k, a DIRECT entry, an undeclared binding on a
+      // declared name that a declared binding already searches.
+      List<String> declarations = assertRefusedLikeTheSidecar(chat, conversation("Where is my blender?"),
+          List.of(owner("ada", "", ORDERS_ENTRY, PERSONA)), List.of(shortList, persona, undeclared),
+          llm("test-model", 8000), null);
+      assertEquals(List.of("bindings[0]", "bindings[1]", "bindings[1]", "bindings[2]", "bindings[2]"), declarations);
+    }
+    ValidationException noOwner = assertThrows(ValidationException.class, () -> ChatTurn.builder(conversation("hi"))
+        .context(ChatRequests.context(new KnowledgeScope("agent-host", " ", "s1"))).build());
+    assertEquals(List.of(new ValidationException.FieldViolation("context", "a retrieval context needs at least one owner"),
+        new ValidationException.FieldViolation("context.scope.tenant", "required")), noOwner.violations());
+    ValidationException otherScope = assertThrows(ValidationException.class, () -> ChatTurn.builder(conversation("hi"))
+        .owners(owner("ada", "")).context(ChatRequests.context(new KnowledgeScope("agent-host", "t1", "s1")))
+        .scope(new KnowledgeScope("agent-host", "t1", "s2")).build());
+    assertEquals(List.of(new ValidationException.FieldViolation("scope", "differs from context.scope")),
+        otherScope.violations());
+    assertThrows(NullPointerException.class, () -> ChatTurn.builder(conversation("hi")).owners(owner("ada", ""), null));
+  }
+
+  /** The fields the turn's violations name, once {@code build()} and the sidecar agreed on every violation. */
+  private static List<String> assertRefusedLikeTheSidecar(SidecarChat chat, List<ChatMessage> conversation,
+      List<ChatOwner> owners, List<ChatBinding> bindings, ragsidecar.v1.Retrieval.Llm model, ActivityRecord activity) {
+    ChatTurn.Builder built = ChatTurn.builder(conversation).owners(owners).bindings(bindings)
+        .context(ChatRequests.context()).llm(model).activity(activity);
+    ValidationException local = assertThrows(ValidationException.class, built::build);
+    assertEquals("", local.domain(), "refused by the client, not answered by the sidecar");
+    assertEquals(null, local.trailers());
+    GroundTurnRequest.Builder raw = GroundTurnRequest.newBuilder().addAllConversation(conversation)
+        .addAllOwners(owners).setContext(ChatRequests.context()).setLlm(model);
+    bindings.forEach(b -> raw.addBindings(b.turnBinding()));
+    if (activity != null) {
+      raw.setActivity(activity);
+    }
+    ValidationException remote = assertThrows(ValidationException.class, () -> chat.groundTurn(raw.build()));
+    assertEquals(RagSidecarException.DOMAIN, remote.domain());
+    assertEquals(remote.violations(), local.violations());
+    assertEquals(remote.reason(), local.reason());
+    assertEquals(remote.code(), local.code());
+    return local.violations().stream().map(ValidationException.FieldViolation::field).toList();
+  }
+
+  @Test
+  void aBuiltTurnIsGrounded() {
+    SidecarChat chat = chat("chat-built-grounded");
+    try (ChatBinding orders = chat.openBinding("ada", "orders")) {
+      orders.append(ORDERS);
+      ChatTurn turn = ChatTurn.builder(conversation("Where is my blender order?"))
+          .owners(owner("ada", "", ORDERS_ENTRY)).bindings(orders).context(ChatRequests.context().setRunId("r1"))
+          .llm(llm("test-model", 8000)).build();
+      GroundedTurn grounded = chat.groundTurn(turn);
+      assertEquals(OwnerSearch.OWNER_SEARCH_GROUNDED, grounded.owner("ada").orElseThrow().search());
+      assertTrue(grounded.knowledge().contains("Order 1001"), grounded.knowledge());
     }
   }
 
