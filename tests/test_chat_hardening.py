@@ -38,6 +38,8 @@ def test_sizes_over_the_caps_are_refused_and_sizes_under_them_answered(retrieval
     over = {
         "conversation": dict(messages=[message("user", "hi")] * 2001),
         "owners": dict(owners=[owner(f"o{i}") for i in range(65)]),
+        "owners[0].knowledge": dict(owners=[owner("ada", [entry(f"k{i}", "INLINE", "DIRECT", inline_text="x")
+                                                          for i in range(257)])]),
         "bindings": dict(owners=[owner("ada")], bindings=[bound(f"b{i}", "ada") for i in range(257)],
                          scope=scope("acme-caps")),
         "conversation[1].content": dict(messages=[message("system", "x"), message("user", "y" * 1_000_001)]),

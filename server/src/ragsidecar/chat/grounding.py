@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 # Caps on the sizes that drive a turn's work, refused (INVALID_ARGUMENT) before any of it; in the proto comments.
 MAX_MESSAGES, MAX_OWNERS, MAX_BINDINGS = 2000, 64, 256
+# Knowledge entries one owner lists (every kind: they are all walked to find its chat knowledge).
+MAX_OWNER_KNOWLEDGE = 256
 # Characters of one message's content, one owner's state_text, or the request section.
 MAX_TEXT_CHARS = 1_000_000
 # Sidecar markers ("<!-- ragsidecar:" / "<!-- /ragsidecar:") in one system message. Stripping is linear, so
@@ -219,7 +221,7 @@ class Grounder:
             result.owners = [OwnerOutcome(o.owner_id) for o in turn.owners]
             return []
         result.grounding = Grounding.GROUNDED if blocks else Grounding.NOTHING_GIVEN
-        return [fence(blocks)] if blocks else []
+        return [await asyncio.to_thread(fence, blocks)] if blocks else []
 
     # -- searching -------------------------------------------------------------------------------------
 
@@ -454,6 +456,8 @@ def _size_problems(turn: Turn) -> list[Violation]:
     counts = (("conversation", len(turn.conversation), MAX_MESSAGES), ("owners", len(turn.owners), MAX_OWNERS),
               ("bindings", len(turn.bindings), MAX_BINDINGS))
     problems = [Violation(name, f"{count} items; at most {cap}") for name, count, cap in counts if count > cap]
+    problems += [Violation(f"owners[{i}].knowledge", f"{len(o.knowledge)} entries; at most {MAX_OWNER_KNOWLEDGE}")
+                 for i, o in enumerate(turn.owners[:MAX_OWNERS]) if len(o.knowledge) > MAX_OWNER_KNOWLEDGE]
     if problems:
         return problems
     texts = [(f"conversation[{i}].content", m.content or "") for i, m in enumerate(turn.conversation)]
