@@ -111,6 +111,9 @@ class RetrievalConfig:
     index_threads: int = 1
     # Most documents one UpsertDocuments call may carry.
     max_memory_documents_per_request: int = 1000
+    # SEQUENTIAL cursors kept in memory (least recently used forgotten: its next dispatch starts again from
+    # the first unit, as after a restart).
+    max_sequential_cursors: int = 100_000
     # Input windows (tokens) of LLMs by model id, added to the built-in table; used when a request
     # names a model without giving its window.
     model_windows: dict[str, int] = field(default_factory=dict)

@@ -23,6 +23,8 @@ BATCH_SIZE = Histogram(
 )
 CACHE_HITS = Counter("ragsidecar_rerank_cache_hits_total", "Rerank pairs answered from the result cache", ["model"])
 MODEL_RELOADS = Counter("ragsidecar_model_reloads_total", "Configuration reloads by outcome", ["outcome"])
+SEQUENTIAL_CURSORS = Gauge("ragsidecar_sequential_cursors",
+                           "SEQUENTIAL cursors held in memory (bounded by retrieval.max_sequential_cursors)")
 
 
 def serve_metrics(host: str, port: int) -> int:

@@ -10,7 +10,7 @@ from google.protobuf import json_format, timestamp_pb2
 
 from ragsidecar.api.status import deadline_of, translates_errors
 from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
-from ragsidecar.knowledge.declarations import Action, Entry, Llm, Scope, SourceType, Target, Use
+from ragsidecar.knowledge.declarations import Action, Entry, Llm, RerankOrder, Scope, SourceType, Target, Use
 from ragsidecar.knowledge.memory import MemoryDocument
 from ragsidecar.knowledge.runtime import Block, Hit, RetrievalRuntime, SearchSpec, StaleSource, Work
 from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc
@@ -20,6 +20,11 @@ _TYPES = {pb.KNOWLEDGE_TYPE_FILE: SourceType.FILE, pb.KNOWLEDGE_TYPE_DIRECTORY: 
 _USES = {pb.KNOWLEDGE_USE_DIRECT: Use.DIRECT, pb.KNOWLEDGE_USE_SEARCH: Use.SEARCH,
          pb.KNOWLEDGE_USE_SEQUENTIAL: Use.SEQUENTIAL}
 _USE_PROTO = {v: k for k, v in _USES.items()}
+_RERANK_ORDERS = {pb.RERANK_ORDER_UNSPECIFIED: RerankOrder.FUSED, pb.RERANK_ORDER_FUSED: RerankOrder.FUSED,
+                  pb.RERANK_ORDER_RERANKER: RerankOrder.RERANKER}
+# The enum fields of a KnowledgeEntry, by path, with their enum: a number the enum does not define is refused.
+_ENTRY_ENUMS = (("type", pb.KnowledgeType), ("use", pb.KnowledgeUse), ("readiness", pb.KnowledgeReadiness),
+                ("on_failure", pb.KnowledgeOnFailure), ("search.rerank_order", pb.RerankOrder))
 
 
 class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
@@ -33,7 +38,7 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
         problems = await self._runtime.validate(
             _target(request.target), knowledge_entries(request.outer, "outer"), llm_of(request), 
             {name: tuple(names.names) for name, names in request.action_knowledge.items()},
-            request.paths_per_run, scope)
+            request.paths_per_run, scope, declarations_only=request.declarations_only)
         return pb.ValidateConfigurationResponse(valid=not problems, violations=[
             pb.Violation(field=p.field, reason=common_pb2.ErrorReason.Value(f"ERROR_REASON_{p.reason}"),
                          description=p.description) for p in problems])
@@ -41,9 +46,11 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
     @translates_errors
     async def Enforce(self, request: pb.EnforceRequest, context: grpc.aio.ServicerContext) -> pb.EnforceResponse:
         scope = caller(request)
+        if request.HasField("max_context_tokens") and request.max_context_tokens < 1:
+            raise invalid([Violation("max_context_tokens", "must be at least 1 when set")])
         result = await self._runtime.enforce(
             _target(request.target), knowledge_entries(request.outer, "outer"), request.action,
-            [(p.name, json_format.MessageToDict(p.value)) for p in request.params], dict(request.resolved_paths),
+            _params(request.params), dict(request.resolved_paths),
             llm_of(request), tuple(request.action_knowledge.names) if request.HasField("action_knowledge") else None,
             request.max_context_tokens if request.HasField("max_context_tokens") else None, scope,
             deadline_of(context, asyncio.get_running_loop().time()))
@@ -89,11 +96,14 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
         if request.HasField("top_k") and request.top_k < 1:
             raise invalid([Violation("top_k", "must be at least 1 when set")])
         options = request.search if request.HasField("search") else None
+        if problems := _enum_problems(request.search, (("rerank_order", pb.RerankOrder),), "search"):
+            raise invalid(problems)
         spec = SearchSpec(
             top_k=request.top_k if request.HasField("top_k") else None,
             min_score=request.min_score if request.HasField("min_score") else None,
             rerank=options.rerank if options else None, reranker_model=options.reranker_model if options else None,
-            candidates=options.candidates if options and options.HasField("candidates") else None)
+            candidates=options.candidates if options and options.HasField("candidates") else None,
+            rerank_order=_RERANK_ORDERS[options.rerank_order] if options else None)
         hits, stale, work = await self._runtime.search(
             _target(request.target), knowledge_entries(request.outer, "outer"), list(request.knowledge), request.query,
             spec, dict(request.resolved_paths), scope, deadline_of(context, asyncio.get_running_loop().time()))
@@ -176,7 +186,41 @@ def _target(target: pb.Target) -> Target:
 
 
 def knowledge_entries(messages: Any, where: str) -> tuple[Entry, ...]:
+    """The entries, after refusing any enum number their enums do not define (a newer or corrupt client)."""
+    problems = [p for i, e in enumerate(messages) for p in _enum_problems(e, _ENTRY_ENUMS, f"{where}[{i}]")]
+    if problems:
+        raise invalid(problems)
     return tuple(_entry(e, f"{where}[{i}]") for i, e in enumerate(messages))
+
+
+def _enum_problems(message: Any, fields: tuple[tuple[str, Any], ...], where: str) -> list[Violation]:
+    """A violation for each enum field (by dotted path) holding a number its enum does not define."""
+    problems = []
+    for path, enum in fields:
+        number = message
+        for name in path.split("."):
+            number = getattr(number, name)
+        if number not in enum.values():
+            problems.append(Violation(f"{where}.{path}", f"{number} is not a value of {enum.DESCRIPTOR.name}"))
+    return problems
+
+
+def _params(params: Any) -> list[tuple[str, Any]]:
+    """The action's parameters as (name, JSON value): names required and unique, numbers finite."""
+    problems, seen, values = [], set(), []
+    for i, param in enumerate(params):
+        if not param.name.strip():
+            problems.append(Violation(f"params[{i}].name", "required"))
+        elif param.name in seen:
+            problems.append(Violation(f"params[{i}].name", f"parameter {param.name!r} is given twice"))
+        seen.add(param.name)
+        try:
+            values.append((param.name, json_format.MessageToDict(param.value)))
+        except ValueError:  # NaN and infinities have no JSON form
+            problems.append(Violation(f"params[{i}].value", "holds a NaN or infinite number"))
+    if problems:
+        raise invalid(problems)
+    return values
 
 
 def _entry(entry: pb.KnowledgeEntry, origin: str) -> Entry:
@@ -192,13 +236,15 @@ def _entry(entry: pb.KnowledgeEntry, origin: str) -> Entry:
         continue_on_failure=entry.on_failure == pb.KNOWLEDGE_ON_FAILURE_CONTINUE,
         rerank=search.rerank, reranker_model=search.reranker_model,
         candidates=search.candidates if search.HasField("candidates") else None,
-        origin=origin)
+        rerank_order=_RERANK_ORDERS[search.rerank_order], origin=origin)
 
 
 def llm_of(request: Any) -> Llm | None:
     if not request.HasField("llm"):
         return None
     llm = request.llm
+    if llm.HasField("input_window_tokens") and llm.input_window_tokens < 1:
+        raise invalid([Violation("llm.input_window_tokens", "must be at least 1 when set")])
     return Llm(llm.model, llm.input_window_tokens if llm.HasField("input_window_tokens") else None)
 
 

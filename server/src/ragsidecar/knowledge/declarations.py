@@ -26,6 +26,13 @@ class Use(enum.Enum):
     SEQUENTIAL = "SEQUENTIAL"
 
 
+class RerankOrder(enum.Enum):
+    # The reranker's order fused with the retrieval order (reciprocal rank fusion): the measured default.
+    FUSED = "FUSED"
+    # The reranker's own relevance order, cut to top k: the host's Reranker SPI order.
+    RERANKER = "RERANKER"
+
+
 DEFAULT_TOP_K = 5
 
 log = logging.getLogger(__name__)
@@ -47,6 +54,7 @@ class Entry:
     rerank: bool = False
     reranker_model: str = ""
     candidates: int | None = None
+    rerank_order: RerankOrder = RerankOrder.FUSED
     # Where the entry sits in the request, for violations ("target.knowledge[2]", "outer[0]").
     origin: str = ""
 
@@ -57,10 +65,16 @@ class Entry:
     @property
     def located(self) -> bool:
         """Whether the entry has content to read (a path, inline text, or memory)."""
-        return self.type in (SourceType.MEMORY, SourceType.INLINE) or bool(self.path)
+        return self.type in (SourceType.MEMORY, SourceType.INLINE, SourceType.BINDING) or bool(self.path)
 
     def with_path(self, path: str) -> Entry:
         return replace(self, path=path)
+
+    def require_location(self) -> None:
+        """Raises FileNotFoundError for an entry with nothing to read: a FILE or DIRECTORY entry with neither a
+        declared nor a resolved path (never the whole knowledge root)."""
+        if not self.located:
+            raise FileNotFoundError("(no location declared or resolved)")
 
     def skips(self, err: Exception) -> bool:
         """Whether a load failure drops this entry out quietly: a missing WHEN_CONFIGURED source is

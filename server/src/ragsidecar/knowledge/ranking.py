@@ -9,7 +9,7 @@ import numpy as np
 
 from ragsidecar.config import Config
 from ragsidecar.knowledge.catalog import LoadedSource
-from ragsidecar.knowledge.declarations import Entry
+from ragsidecar.knowledge.declarations import Entry, RerankOrder
 from ragsidecar.knowledge.index import reciprocal_rank_fusion
 from ragsidecar.knowledge.results import Hit, Work
 from ragsidecar.reranking import Candidate, Reranker, RerankQuery
@@ -24,10 +24,12 @@ class SearchSpec:
     rerank: bool | None = None
     reranker_model: str | None = None
     candidates: int | None = None
+    rerank_order: RerankOrder | None = None
 
     def applied_to(self, entry: Entry) -> Entry:
         changes = {k: v for k, v in (("top_k", self.top_k), ("min_score", self.min_score), ("rerank", self.rerank),
-                                     ("reranker_model", self.reranker_model), ("candidates", self.candidates))
+                                     ("reranker_model", self.reranker_model), ("candidates", self.candidates),
+                                     ("rerank_order", self.rerank_order))
                    if v is not None}
         return replace(entry, **changes)
 
@@ -51,7 +53,9 @@ class Ranker:
         if entry.rerank:
             outcome = await self._reranker.rerank(
                 RerankQuery(entry.reranker_model, query, [Candidate(h.chunk_id, h.text) for h in hits]), deadline)
-            hits = _fuse_with_retrieval(hits, [(r.index, r.relevance_score) for r in outcome.results])
+            reranked = [(r.index, r.relevance_score) for r in outcome.results]
+            hits = (_fuse_with_retrieval(hits, reranked) if entry.rerank_order is RerankOrder.FUSED
+                    else _reranker_order(hits, reranked))
             work.pairs += outcome.pairs
             work.tokens += outcome.tokens
             work.cached_pairs += outcome.cached_pairs
@@ -60,6 +64,12 @@ class Ranker:
         if entry.min_score is not None:
             hits = [h for h in hits if (h.rerank if entry.rerank else h.dense) >= entry.min_score]
         return hits[: entry.k]
+
+
+def _reranker_order(hits: list[Hit], reranked: list[tuple[int, float]]) -> list[Hit]:
+    """The reranker's own order (the host's Reranker SPI): descending relevance, which is also the score."""
+    order = sorted(reranked, key=lambda r: -r[1])
+    return [replace(hits[i], score=relevance, rerank=relevance) for i, relevance in order]
 
 
 def _fuse_with_retrieval(hits: list[Hit], reranked: list[tuple[int, float]]) -> list[Hit]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ragsidecar.knowledge.declarations import Use
 from ragsidecar.knowledge.sources import Unit
+from ragsidecar.knowledge.tokens import Measured
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class Block:
     text: str = ""
     tokens: int = 0
     truncated: bool = False
+    # The one hit's text of a DIRECT or SEQUENTIAL block, measured where it was read, so that assembly
+    # does not tokenize it again.
+    body: Measured | None = None
 
 
 @dataclass(frozen=True)
@@ -79,12 +83,20 @@ def _where(hit: Hit) -> str:
     return place
 
 
+def _title(block: Block) -> str:
+    return f"### Knowledge: {block.source} ({block.use.value})"
+
+
+def block_head(block: Block) -> str:
+    """What a DIRECT or SEQUENTIAL block's text follows in the context: its title line."""
+    return _title(block) + "\n"
+
+
 def render_block(block: Block) -> str:
     """One block of the action's context: a header naming the source and use, then its text."""
-    header = f"### Knowledge: {block.source} ({block.use.value})"
     if block.use is not Use.SEARCH:
-        return header + "\n" + "\n\n".join(h.text for h in block.hits)
-    lines = [header]
+        return block_head(block) + "\n\n".join(h.text for h in block.hits)
+    lines = [_title(block)]
     for rank, hit in enumerate(block.hits, 1):
         lines.append(f"[{rank}] {_where(hit)} (score {hit.score:.3f})\n{hit.text}")
     return "\n\n".join(lines)

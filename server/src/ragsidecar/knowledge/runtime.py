@@ -8,6 +8,7 @@ back), validation (entry checks), direct (DIRECT budgets), ranking (SEARCH), seq
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import replace
 from typing import Any
@@ -20,14 +21,18 @@ from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge.budget import BudgetPolicy
 from ragsidecar.knowledge.catalog import Catalog, source_error
 from ragsidecar.knowledge.declarations import Action, Entry, Llm, Reach, Scope, Target, Use
-from ragsidecar.knowledge.direct import DirectBudgets, DirectMeasure, DirectPlan, budget_error, direct_block
+from ragsidecar.knowledge.direct import DirectBudgets, DirectMeasure, DirectPlan, direct_block
 from ragsidecar.knowledge.ranking import Ranker, SearchSpec
-from ragsidecar.knowledge.results import Block, EnforceResult, Hit, StaleSource, Work, render_block
+from ragsidecar.knowledge.results import Block, EnforceResult, Hit, StaleSource, Work, block_head, render_block
 from ragsidecar.knowledge.sequential import Cursors
 from ragsidecar.knowledge.sources import SourceError
 from ragsidecar.knowledge.tokens import Tokens
-from ragsidecar.knowledge.validation import EntryChecks, duplicate_names, named
+from ragsidecar.knowledge.validation import EntryChecks, action_problems, duplicate_names, named
 from ragsidecar.reranking import Reranker
+
+# Failures of the retrieval itself, not of its configuration: an entry whose on_failure is CONTINUE
+# drops out on these as on a load failure. Configuration errors (unknown or unready model) always surface.
+_RETRIEVAL_FAILURES = (ErrorKind.RESOURCE_EXHAUSTED, ErrorKind.DEADLINE_EXCEEDED)
 
 # What callers of the runtime (the servicers, chat grounding) use of its parts.
 __all__ = ["Block", "DirectMeasure", "DirectPlan", "EnforceResult", "Hit", "RetrievalRuntime", "SearchSpec",
@@ -44,16 +49,18 @@ class RetrievalRuntime:
             self.catalog, BudgetPolicy(config.retrieval.direct_budget_fraction, config.retrieval.model_windows),
             self._tokens)
         self._ranker = Ranker(config, reranker)
-        self._cursors = Cursors(self.catalog, self._tokens)
+        self._cursors = Cursors(self.catalog, self._tokens, config.retrieval.max_sequential_cursors)
         self.max_memory_documents = config.retrieval.max_memory_documents_per_request
 
     # -- ValidateConfiguration ----------------------------------------------------------------------
 
     async def validate(self, target: Target, outer: tuple[Entry, ...], llm: Llm | None,
                        action_knowledge: dict[str, tuple[str, ...]], paths_per_run: bool,
-                       scope: Scope) -> list[Violation]:
+                       scope: Scope, declarations_only: bool = False) -> list[Violation]:
+        """Every problem of the declarations; unless `declarations_only`, enabled DIRECT sources are also read
+        and measured against their budgets (the SPI's one-argument form reads nothing)."""
         reach = Reach.of(target, outer)
-        problems = duplicate_names(target.knowledge, outer)
+        problems = duplicate_names(target.knowledge, outer) + action_problems(target)
         measurable = []
         for entry in reach:
             own = self._checks.entry_problems(entry, paths_per_run) + self._checks.reranker_problems(entry)
@@ -69,7 +76,8 @@ class RetrievalRuntime:
         actions = {a.name for a in target.actions}
         problems += [Violation(f'action_knowledge["{name}"]', f"{name!r} is not an action of {target.name!r}")
                      for name in action_knowledge if name not in actions]
-        problems += (await self._direct.measure(measurable, llm, scope))[1]
+        if not declarations_only:
+            problems += (await self._direct.measure(measurable, llm, scope)).problems
         return problems
 
     # -- Enforce -------------------------------------------------------------------------------------
@@ -78,6 +86,9 @@ class RetrievalRuntime:
                       resolved_paths: dict[str, str], llm: Llm | None, action_knowledge: tuple[str, ...] | None,
                       max_context_tokens: int | None, scope: Scope, deadline: float | None) -> EnforceResult:
         started = time.perf_counter()
+        problems = action_problems(target)
+        if problems:
+            raise invalid(problems, "INVALID_CONFIGURATION")
         action = target.action(action_name)
         if action is None:
             raise invalid([Violation("action", f"{action_name!r} is not an action of {target.name!r}")])
@@ -91,12 +102,13 @@ class RetrievalRuntime:
         if problems:
             raise invalid(problems, "INVALID_CONFIGURATION")
         enabled = [e for e in entries if e.enabled]
-        plan, problems = await self._direct.measure([e for e in enabled if e.use is Use.DIRECT], llm, scope,
-                                                    at_dispatch=True)
-        if problems:
-            raise budget_error(problems)
-        direct = {m.entry.name: m for m in plan.blocks}
         result.query = _pick_query(action, params)
+        if not result.query and any(e.use is Use.SEARCH for e in enabled):
+            return result  # the host's silent skip: no query for its SEARCH knowledge, no retrieved text at all
+        check = await self._direct.measure([e for e in enabled if e.use is Use.DIRECT], llm, scope, at_dispatch=True)
+        if check.problems:
+            raise check.error()
+        direct = {m.entry.name: m for m in check.plan.blocks}
         query_vector = None
         for entry in enabled:
             try:
@@ -104,25 +116,33 @@ class RetrievalRuntime:
                     block = direct_block(direct.get(entry.name))
                 elif entry.use is Use.SEQUENTIAL:
                     block = await self._cursors.next_unit(entry, target, scope)
-                elif not result.query:
-                    continue  # a blank or unpickable query skips SEARCH entries: benign
                 else:
                     if query_vector is None:
                         query_vector = await self.catalog.query_vector(result.query)
-                    source = await self.catalog.load(entry, scope)
-                    if source.stale:
-                        result.stale.append(StaleSource(entry.name, source.stale.reason, source.stale.built_at))
-                    block = Block(entry.name, Use.SEARCH, await self._ranker.search(
-                        entry, source, result.query, query_vector, result.work, deadline))
+                    block = Block(entry.name, Use.SEARCH,
+                                  await self._searched(entry, scope, result.query, query_vector, result, deadline))
             except (SourceError, OSError) as err:
                 if entry.skips(err):
                     continue
                 raise source_error(entry.name, err) from None
+            except SidecarError as err:
+                if err.kind in _RETRIEVAL_FAILURES and entry.skips(err):
+                    continue
+                raise
             if block is not None and block.hits:
                 result.blocks.append(block)
-        self._assemble(result, max_context_tokens or self._config.retrieval.context_window_tokens)
+        limit = self._config.retrieval.context_window_tokens if max_context_tokens is None else max_context_tokens
+        await asyncio.to_thread(self._assemble, result, limit)
         result.work.total_s = time.perf_counter() - started
         return result
+
+    async def _searched(self, entry: Entry, scope: Scope, query: str, query_vector: np.ndarray,
+                        result: EnforceResult, deadline: float | None) -> list[Hit]:
+        entry.require_location()
+        source = await self.catalog.load(entry, scope)
+        if source.stale:
+            result.stale.append(StaleSource(entry.name, source.stale.reason, source.stale.built_at))
+        return await self._ranker.search(entry, source, query, query_vector, result.work, deadline)
 
     # -- RequireLoaded / RequireReady ---------------------------------------------------------------
 
@@ -138,9 +158,8 @@ class RetrievalRuntime:
             raise invalid(wrong)
         counts = []
         for entry in entries:
-            if not entry.located:
-                raise source_error(entry.name, FileNotFoundError("no location declared or resolved"))
             try:
+                entry.require_location()
                 source = await self.catalog.load(entry, scope)
             except (SourceError, OSError) as err:
                 raise source_error(entry.name, err) from None
@@ -172,17 +191,17 @@ class RetrievalRuntime:
     # -- PrepareChatKnowledge -----------------------------------------------------------------------
 
     async def prepare_chat(self, entries: tuple[Entry, ...], llm: Llm | None, scope: Scope) -> DirectPlan:
-        problems = [p for e in entries if e.enabled and e.use is Use.DIRECT
-                    for p in self._checks.entry_problems(e, paths_per_run=False)]
+        direct = [e for e in entries if e.enabled and e.use is Use.DIRECT]
+        self._checks.require_inside_roots(direct)
+        problems = [p for e in direct for p in self._checks.entry_problems(e, paths_per_run=False)]
         if problems:
             raise invalid(problems, "INVALID_CONFIGURATION")
-        direct = [e for e in entries if e.enabled and e.use is Use.DIRECT]
-        plan, problems = await self._direct.measure(direct, llm, scope)
-        if problems:
-            raise budget_error(problems)
+        check = await self._direct.measure(direct, llm, scope)
+        if check.problems:
+            raise check.error()
         positions = {e.name: i for i, e in enumerate(entries)}
-        plan.blocks = [replace(m, position=positions[m.entry.name]) for m in plan.blocks]
-        return plan
+        check.plan.blocks = [replace(m, position=positions[m.entry.name]) for m in check.plan.blocks]
+        return check.plan
 
     # -- Search ----------------------------------------------------------------------------------------
 
@@ -207,6 +226,7 @@ class RetrievalRuntime:
         work = Work()
         for entry in entries:
             try:
+                entry.require_location()
                 source = await self.catalog.load(entry, scope)
             except (SourceError, OSError) as err:
                 if entry.skips(err):
@@ -222,17 +242,14 @@ class RetrievalRuntime:
     # -- assembly -----------------------------------------------------------------------------------
 
     def _assemble(self, result: EnforceResult, max_tokens: int) -> None:
-        """Renders the blocks in order; what does not fit the window is cut and flagged."""
+        """Renders the blocks in order; what does not fit the window is cut and flagged (runs off the loop)."""
         remaining = max_tokens
         kept = []
         for block in result.blocks:
-            rendered = render_block(block)
-            tokens = self.count_tokens(rendered)
-            if tokens > remaining:
-                rendered = self._tokens.cut(rendered, remaining) if remaining > 0 else ""
+            rendered, tokens, cut = self._rendered(block, remaining)
+            if cut:
                 block.truncated = result.truncated = True
                 block.hits = [h for h in block.hits if h.text[:40] in rendered] or block.hits[:0]
-                tokens = self.count_tokens(rendered) if rendered else 0
             if not rendered:
                 continue
             block.text, block.tokens = rendered, tokens
@@ -241,6 +258,20 @@ class RetrievalRuntime:
         result.blocks = kept
         result.context = "\n\n".join(b.text for b in kept)
         result.document_count = sum(len(b.hits) for b in kept)
+
+    def _rendered(self, block: Block, room: int) -> tuple[str, int, bool]:
+        """The block's text cut to `room` tokens, its tokens, and whether it was cut. A DIRECT or SEQUENTIAL
+        body was measured where it was read: only its title line is tokenized here."""
+        if block.body is None:
+            whole = self._tokens.measure(render_block(block))
+            kept = whole.first(room)
+            return kept.text, kept.tokens, kept.tokens < whole.tokens
+        head = block_head(block)
+        head_tokens = self._tokens.count(head)
+        body = block.body.first(room - head_tokens)
+        if head_tokens > room or not body.text:
+            return "", 0, True
+        return head + body.text, head_tokens + body.tokens, body.tokens < block.body.tokens
 
     def count_tokens(self, text: str) -> int:
         return self._tokens.count(text)

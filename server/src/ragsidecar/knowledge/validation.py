@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from ragsidecar.errors import SidecarError, Violation, invalid
 from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge.catalog import Catalog
-from ragsidecar.knowledge.declarations import Entry, Reach, SourceType
+from ragsidecar.knowledge.declarations import Entry, Reach, SourceType, Target
 
 
 class EntryChecks:
@@ -28,10 +28,14 @@ class EntryChecks:
                                          f"knowledge; only FILE and DIRECTORY sources take a path")])
             self._catalog.resolve_path(path)
             entries[name] = entry.with_path(path)
-        for entry in entries.values():
+        self.require_inside_roots(entries.values())
+        return Reach(entries)
+
+    def require_inside_roots(self, entries: Iterable[Entry]) -> None:
+        """PERMISSION_DENIED (PATH_OUTSIDE_ROOTS) for the first FILE or DIRECTORY path outside the roots."""
+        for entry in entries:
             if entry.path and entry.type in (SourceType.FILE, SourceType.DIRECTORY):
                 self._catalog.resolve_path(entry.path)
-        return Reach(entries)
 
     def entry_problems(self, entry: Entry, paths_per_run: bool) -> list[Violation]:
         at = entry.origin
@@ -88,17 +92,33 @@ class EntryChecks:
 
 
 def named(reach: Reach, names: Iterable[str], field_name: str) -> list[Entry]:
-    """The entries the names pick, in the names' order; any name not in reach is UNKNOWN_KNOWLEDGE."""
-    entries, unknown = [], []
+    """The entries the names pick, in the names' order; any name not in reach is UNKNOWN_KNOWLEDGE.
+
+    A name listed again picks nothing more: repeats must not multiply the work (a request naming one
+    source 5,000 times would search it 5,000 times)."""
+    entries, unknown, picked = [], [], set()
     for i, name in enumerate(names):
         entry = reach.get(name)
         if entry is None:
             unknown.append(Violation(f"{field_name}[{i}]", f"{name!r} is not knowledge in reach", "UNKNOWN_KNOWLEDGE"))
-        else:
+        elif name not in picked:
+            picked.add(name)
             entries.append(entry)
     if unknown:
         raise invalid(unknown, "UNKNOWN_KNOWLEDGE")
     return entries
+
+
+def action_problems(target: Target) -> list[Violation]:
+    """Action names are required and unique within the target (they key action_knowledge and Enforce)."""
+    problems, seen = [], set()
+    for i, action in enumerate(target.actions):
+        if not action.name.strip():
+            problems.append(Violation(f"target.actions[{i}].name", "an action name is required"))
+        elif action.name in seen:
+            problems.append(Violation(f"target.actions[{i}].name", f"action {action.name!r} is declared twice"))
+        seen.add(action.name)
+    return problems
 
 
 def duplicate_names(own: tuple[Entry, ...], outer: tuple[Entry, ...]) -> list[Violation]:
