@@ -39,18 +39,19 @@ def corpora() -> list[list[rpb.MemoryDocument]]:
             for o in range(OWNERS)]
 
 
-def open_bindings(chat, documents: list[list[rpb.MemoryDocument]]) -> list[str]:
-    ids = []
+def open_bindings(chat, documents: list[list[rpb.MemoryDocument]]) -> list[pb.OpenBindingResponse]:
+    opened = []
     for o, docs in enumerate(documents):
         binding = chat.OpenBinding(pb.OpenBindingRequest(principal=PRINCIPAL, scope=SCOPE, owner_id=f"owner-{o}",
-                                                         source="log", top_k=TOP_K, declared=True)).binding_id
-        chat.AppendToBinding(pb.AppendToBindingRequest(principal=PRINCIPAL, scope=SCOPE, binding_id=binding,
-                                                       owner_id=f"owner-{o}", documents=docs), timeout=600)
-        ids.append(binding)
-    return ids
+                                                         source="log", top_k=TOP_K, declared=True))
+        chat.AppendToBinding(pb.AppendToBindingRequest(principal=PRINCIPAL, scope=SCOPE, binding_id=binding.binding_id,
+                                                       binding_handle=binding.binding_handle, owner_id=f"owner-{o}",
+                                                       documents=docs), timeout=600)
+        opened.append(binding)
+    return opened
 
 
-def turn_request(bindings: list[str], claim: str) -> pb.GroundTurnRequest:
+def turn_request(bindings: list[pb.OpenBindingResponse], claim: str) -> pb.GroundTurnRequest:
     owners = [pb.ChatOwner(owner_id=f"owner-{o}", state_text=f"## Current State\n- turn: {o}", knowledge=[
         entry("log", "MEMORY", "SEARCH", top_k=TOP_K),
         entry("persona", "INLINE", "DIRECT", inline_text=f"You are reviewer {o}; cite the abstracts.", max_tokens=50)])
@@ -59,7 +60,8 @@ def turn_request(bindings: list[str], claim: str) -> pb.GroundTurnRequest:
         principal=PRINCIPAL, owners=owners, llm=llm(window=128_000),
         conversation=[pb.ChatMessage(role="system", content="You review scientific claims."),
                       pb.ChatMessage(role="user", content=claim)],
-        bindings=[pb.TurnBinding(binding_id=b, owner_id=f"owner-{o}") for o, b in enumerate(bindings)],
+        bindings=[pb.TurnBinding(binding_id=b.binding_id, binding_handle=b.binding_handle, owner_id=f"owner-{o}")
+                  for o, b in enumerate(bindings)],
         context=pb.ChatRetrievalContext(scope=SCOPE))
 
 
