@@ -354,7 +354,57 @@ def cases(seed: int, count: int, binding: Opened) -> list[Case]:
             continue
         mutator.message(request, 0)
         made.append(Case(number, chosen.path, request.SerializeToString(), request))
+    for number, (chosen, request) in enumerate(hostile_classics(binding), start=count):
+        made.append(Case(number, chosen.path, request.SerializeToString(), request))
     return made
+
+
+def value_of(number: float, depth: int = 0) -> struct_pb2.Value:
+    value = struct_pb2.Value(number_value=number)
+    for _ in range(depth):
+        value = struct_pb2.Value(list_value=struct_pb2.ListValue(values=[value]))
+    return value
+
+
+HOSTILE_PATHS = ["guide/\x00x.md", "loop_a", "guide/again/again/again", "escape/hosts", "passwd", "../outside",
+                 "/" + "p" * 9000]
+HOSTILE_VALUES = [value_of(math.nan), value_of(math.inf), value_of(-math.inf), value_of(math.nan, depth=30),
+                  struct_pb2.Value(struct_value=struct_pb2.Struct(fields={"k": value_of(math.inf)}))]
+HOSTILE_STAMPS = [(-(1 << 63), 0), ((1 << 63) - 1, 0), (253402300800, 0), (1_700_000_000, -1),
+                  (1_700_000_000, 1_000_000_000)]
+
+
+def hostile_classics(binding: Opened) -> Iterator[tuple[Rpc, proto_message.Message]]:
+    """The classes the random mutations may seldom draw, always sent: each aimed where it hurt before."""
+    by_name = {r.path.rsplit("/", 1)[1]: r for r in RPCS}
+    for path in HOSTILE_PATHS:
+        for type_ in (rpb.KNOWLEDGE_TYPE_FILE, rpb.KNOWLEDGE_TYPE_DIRECTORY):
+            for use, rpc_name in ((rpb.KNOWLEDGE_USE_SEARCH, "Search"), (rpb.KNOWLEDGE_USE_SEARCH, "RequireReady"),
+                                  (rpb.KNOWLEDGE_USE_DIRECT, "PrepareChatKnowledge"),
+                                  (rpb.KNOWLEDGE_USE_SEARCH, "ValidateConfiguration")):
+                request = by_name[rpc_name].base(binding)
+                entries = request.entries if rpc_name == "PrepareChatKnowledge" else request.target.knowledge
+                entries.append(entry("hostile", type_, use, path))
+                if rpc_name == "Search":
+                    request.knowledge[:] = ["hostile"]
+                yield by_name[rpc_name], request
+        request = by_name["Search"].base(binding)
+        request.resolved_paths["guide"] = path
+        yield by_name["Search"], request
+    for value in HOSTILE_VALUES:
+        request = by_name["Enforce"].base(binding)
+        request.params[0].value.CopyFrom(value)
+        yield by_name["Enforce"], request
+        request = by_name["GroundTurn"].base(binding)
+        request.conversation[1].extra.fields["hostile"].CopyFrom(value)
+        yield by_name["GroundTurn"], request
+    for seconds, nanos in HOSTILE_STAMPS:
+        request = by_name["GroundTurn"].base(binding)
+        request.context.deadline.seconds, request.context.deadline.nanos = seconds, nanos
+        yield by_name["GroundTurn"], request
+    request = by_name["Enforce"].base(binding)
+    request.max_context_tokens = 0
+    yield by_name["Enforce"], request
 
 
 @dataclass(frozen=True)
