@@ -1,4 +1,5 @@
 # One-command set-up: `make run` serves, `make test` runs every test suite. Both create what they need.
+# `make dist` builds the sdist and wheel into dist/ (see README.md, "Install from the wheel").
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -8,7 +9,7 @@ PROTOS := $(wildcard proto/ragsidecar/v1/*.proto)
 GEN_STAMP := server/src/ragsidecar/v1/.generated
 BUF := clients/typescript/node_modules/.bin/buf
 
-.PHONY: setup run test test-python test-java test-typescript lint models bench doctor clean
+.PHONY: setup run test test-python test-java test-typescript lint models bench doctor dist clean
 
 setup: $(VENV)/.installed $(GEN_STAMP) models
 
@@ -23,8 +24,9 @@ $(GEN_STAMP): $(PROTOS) $(VENV)/.installed
 		--pyi_out=server/src $(PROTOS)
 	touch $@
 
+# The checkout is the ragsidecar home here: models in ./models, their download cache in ./.cache.
 models: $(VENV)/.installed
-	$(VENV)/bin/ragsidecar models install
+	RAGSIDECAR_HOME=$(CURDIR) $(VENV)/bin/ragsidecar models install
 
 run: setup
 	$(VENV)/bin/ragsidecar serve --config $(CONFIG)
@@ -58,5 +60,8 @@ bench: setup
 	$(PY) bench/enforce.py
 	$(PY) bench/chat.py
 
+dist: $(VENV)/.installed
+	$(PY) -m build -o dist
+
 clean:
-	rm -rf $(VENV) server/src/ragsidecar/v1 .cache
+	rm -rf $(VENV) server/src/ragsidecar/v1 .cache dist build

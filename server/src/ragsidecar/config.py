@@ -3,11 +3,15 @@
 Every key is declared by a frozen dataclass below; an unknown key, a wrong type or a missing model
 path is a ConfigError that names the key. Relative paths resolve against the config file's folder,
 so a config file works wherever the server is started from.
+
+Without a config file the built-in defaults (default_config.toml, shipped inside the package) apply; their
+relative paths resolve against the ragsidecar home: $RAGSIDECAR_HOME, or the user's data folder.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tomllib
 import types
@@ -16,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-DEFAULT_CONFIG_PATH = Path("config/ragsidecar.toml")
+# The built-in defaults: used when neither --config nor $RAGSIDECAR_CONFIG names a file.
+BUILT_IN_CONFIG = Path(__file__).with_name("default_config.toml")
 
 # Environment overrides, applied after the file is read: (variable, section, key).
 ENV_OVERRIDES: tuple[tuple[str, str, str], ...] = (
@@ -111,6 +116,20 @@ class RetrievalConfig:
     index_threads: int = 1
     # Most documents one UpsertDocuments call may carry.
     max_memory_documents_per_request: int = 1000
+    # Most UTF-8 bytes (ids, texts, metadata) one UpsertDocuments or AppendToBinding call may carry.
+    max_memory_bytes_per_request: int = 16 * 1024 * 1024
+    # Estimated bytes of loaded indexes (with their last-good copies) kept in memory, least recently used
+    # evicted first; an evicted persisted index is read back from disk, a MEMORY one rebuilt from cached vectors.
+    index_cache_bytes: int = 1024 * 1024 * 1024
+    # Bytes of persisted MEMORY partitions kept in memory (least recently used evicted; read back on demand).
+    memory_cache_bytes: int = 256 * 1024 * 1024
+    # Bytes all open chat bindings' live corpora may hold together (server memory only); an append past it
+    # is RESOURCE_EXHAUSTED.
+    binding_store_bytes: int = 256 * 1024 * 1024
+    # Chat bindings open at once across all tenants; opening one more closes the least recently used.
+    max_open_bindings: int = 10_000
+    # A chat binding unused this long (seconds) is closed, as if its host had closed it.
+    binding_idle_seconds: float = 86_400.0
     # SEQUENTIAL cursors kept in memory (least recently used forgotten: its next dispatch starts again from
     # the first unit, as after a restart).
     max_sequential_cursors: int = 100_000
@@ -180,18 +199,69 @@ class Config:
         return os.environ.get(self.auth.token_env) or None if self.auth.token_env else None
 
 
-def load_config(path: Path, environ: typing.Mapping[str, str] | None = None) -> Config:
-    """Reads, overrides from the environment, and validates a config file."""
+def ragsidecar_home(environ: typing.Mapping[str, str] | None = None) -> Path:
+    """Where models, the download cache, indexes and knowledge live when no config file says otherwise."""
+    home = (os.environ if environ is None else environ).get("RAGSIDECAR_HOME")
+    if home:
+        return Path(home).expanduser().resolve()
+    import platformdirs  # only needed when no home is given
+
+    return platformdirs.user_data_path("ragsidecar", appauthor=False)
+
+
+def load_config(path: Path, environ: typing.Mapping[str, str] | None = None, check_files: bool = True) -> Config:
+    """Reads, overrides from the environment, and validates a config file.
+
+    check_files=False skips the checks that model files exist (to show a configuration before installing).
+    """
+    environ = os.environ if environ is None else environ
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
-    _apply_env_overrides(raw, os.environ if environ is None else environ)
-    config = _build(Config, {**raw, "base_dir": path.resolve().parent}, "")
-    _validate(config)
+    _apply_env_overrides(raw, environ)
+    base_dir = ragsidecar_home(environ) if path.resolve() == BUILT_IN_CONFIG.resolve() else path.resolve().parent
+    config = _build(Config, {**raw, "base_dir": base_dir}, "")
+    _validate(config, check_files)
     return config
+
+
+def to_toml(config: Config) -> str:
+    """The configuration as a TOML file that loads back to the same settings, wherever it is saved.
+
+    Paths are written resolved (absolute), since a saved copy no longer sits where they were relative to.
+    """
+    resolved = dataclasses.replace(config, paths=dataclasses.replace(
+        config.paths, models_dir=str(config.resolve(config.paths.models_dir)),
+        data_dir=str(config.resolve(config.paths.data_dir)),
+        knowledge_roots=tuple(str(root) for root in config.knowledge_roots())))
+    lines: list[str] = []
+    for section in dataclasses.fields(Config):
+        value = getattr(resolved, section.name)
+        if dataclasses.is_dataclass(value):
+            lines += ["", f"[{section.name}]", *_toml_pairs(value)]
+        elif section.name == "models":
+            for model in value:
+                lines += ["", "[[models]]", *_toml_pairs(model)]
+    return "\n".join(lines).lstrip() + "\n"
+
+
+def _toml_pairs(table: Any) -> list[str]:
+    return [f"{f.name} = {_toml_value(getattr(table, f.name))}" for f in dataclasses.fields(table)]
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    return repr(value)
 
 
 def _apply_env_overrides(raw: dict[str, Any], environ: typing.Mapping[str, str]) -> None:
@@ -260,7 +330,7 @@ def _key(where: str, name: str) -> str:
     return f"{where}.{name}" if where else name
 
 
-def _validate(config: Config) -> None:
+def _validate(config: Config, check_files: bool) -> None:
     positive = {
         "server.max_message_bytes": config.server.max_message_bytes,
         "inference.intra_op_threads": config.inference.intra_op_threads,
@@ -281,6 +351,12 @@ def _validate(config: Config) -> None:
                        ("retrieval.context_window_tokens", retrieval.context_window_tokens),
                        ("retrieval.index_threads", retrieval.index_threads),
                        ("retrieval.max_memory_documents_per_request", retrieval.max_memory_documents_per_request),
+                       ("retrieval.max_memory_bytes_per_request", retrieval.max_memory_bytes_per_request),
+                       ("retrieval.index_cache_bytes", retrieval.index_cache_bytes),
+                       ("retrieval.memory_cache_bytes", retrieval.memory_cache_bytes),
+                       ("retrieval.binding_store_bytes", retrieval.binding_store_bytes),
+                       ("retrieval.max_open_bindings", retrieval.max_open_bindings),
+                       ("retrieval.binding_idle_seconds", retrieval.binding_idle_seconds),
                        *((f"retrieval.model_windows.{k}", v) for k, v in retrieval.model_windows.items())):
         if value <= 0:
             raise ConfigError(f"{key}: must be positive, got {value}")
@@ -309,7 +385,7 @@ def _validate(config: Config) -> None:
             raise ConfigError(f"{where}.max_chunks_per_document: must be at least 1")
         folder = config.model_dir(model)
         for name in ("model.onnx", "tokenizer.json"):
-            if not (folder / name).is_file():
+            if check_files and not (folder / name).is_file():
                 raise ConfigError(f"{where}.path: {folder / name} does not exist (run `ragsidecar models install`)")
     embedders = [m.id for m in config.models if m.kind == "bi-encoder"]
     if config.retrieval.embedder and config.retrieval.embedder not in embedders:
