@@ -35,14 +35,37 @@ class ByteLRU(Generic[K, V]):
             return entry[0]
 
     def put(self, key: K, value: V, value_bytes: int = 0) -> None:
+        """Stores the value, evicting the least recently used entries (this one too) beyond the bound."""
         if self._max_bytes <= 0:
             return
         size = sys.getsizeof(key) + _ENTRY_OVERHEAD + value_bytes
         with self._lock:
-            if key in self._entries:
-                self.bytes -= self._entries.pop(key)[1]
-            self._entries[key] = (value, size)
-            self.bytes += size
+            self._replace(key, value, size)
             while self.bytes > self._max_bytes:
                 _, (_, evicted) = self._entries.popitem(last=False)
                 self.bytes -= evicted
+
+    def put_within_bound(self, key: K, value: V, value_bytes: int = 0) -> bool:
+        """Stores the value only if everything then fits the bound, evicting nothing (a store of record,
+        whose entries cannot be read back elsewhere); False, and nothing changed, when it would not fit."""
+        size = sys.getsizeof(key) + _ENTRY_OVERHEAD + value_bytes
+        with self._lock:
+            current = self._entries[key][1] if key in self._entries else 0
+            if self.bytes - current + size > self._max_bytes:
+                return False
+            self._replace(key, value, size)
+            return True
+
+    def pop(self, key: K) -> V | None:
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is None:
+                return None
+            self.bytes -= entry[1]
+            return entry[0]
+
+    def _replace(self, key: K, value: V, size: int) -> None:
+        if key in self._entries:
+            self.bytes -= self._entries.pop(key)[1]
+        self._entries[key] = (value, size)
+        self.bytes += size

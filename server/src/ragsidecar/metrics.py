@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 REQUESTS = Counter("ragsidecar_requests_total", "gRPC requests by method and status code", ["method", "code"])
@@ -34,3 +36,17 @@ def serve_metrics(host: str, port: int) -> int:
 INDEX_LOADS = Counter("ragsidecar_index_loads_total",
                       "Knowledge indexes made ready, by how: built (embedded) or read from disk", ["how"])
 EMBEDDED_CHUNKS = Counter("ragsidecar_embedded_chunks_total", "Knowledge chunks run through the embedder")
+CACHE_BYTES = Gauge("ragsidecar_cache_bytes",
+                    "Estimated bytes held by a bounded in-memory cache or store, by name", ["cache"])
+CACHE_ENTRIES = Gauge("ragsidecar_cache_entries", "Entries held by a bounded in-memory cache or store, by name",
+                      ["cache"])
+INDEX_BUILDS_JOINED = Counter("ragsidecar_index_builds_joined_total",
+                              "Index loads that awaited a build of the same index already in flight")
+LEFTOVERS_SWEPT = Counter("ragsidecar_leftovers_swept_total",
+                          "Files and folders left by killed writes or superseded indexes, removed at start-up")
+
+
+def track_size(cache: str, sized: Any) -> None:
+    """Exposes a bounded cache's `len()` and `.bytes` as ragsidecar_cache_entries/_bytes{cache=...}."""
+    CACHE_ENTRIES.labels(cache).set_function(lambda: len(sized))
+    CACHE_BYTES.labels(cache).set_function(lambda: sized.bytes)

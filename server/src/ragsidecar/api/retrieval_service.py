@@ -10,6 +10,7 @@ from google.protobuf import json_format, timestamp_pb2
 
 from ragsidecar.api.status import deadline_of, translates_errors
 from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
+from ragsidecar.identifiers import id_problems
 from ragsidecar.knowledge.declarations import Action, Entry, Llm, RerankOrder, Scope, SourceType, Target, Use
 from ragsidecar.knowledge.memory import MemoryDocument
 from ragsidecar.knowledge.runtime import Block, Hit, RetrievalRuntime, SearchSpec, StaleSource, Work
@@ -133,46 +134,53 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
 
 
 def require_principal(request: Any) -> None:
-    """Checked first, before anything is read."""
+    """Checked first, before anything is read: a principal is required, and its id must be a valid id."""
     if not request.principal.id.strip():
         raise SidecarError(ErrorKind.PERMISSION_DENIED, "PERMISSION_DENIED",
                            "the request carries no principal; knowledge is read only on behalf of a caller")
+    if problems := id_problems(request.principal.id, "principal.id"):
+        raise invalid(problems)
 
 
 def caller(request: Any) -> Scope:
-    """Every request names its principal and tenant."""
+    """Every request names its principal and tenant; ids with control characters or over
+    identifiers.MAX_ID_CHARS are refused before anything is read or written."""
     require_principal(request)
-    if not request.scope.tenant.strip():
-        raise invalid([Violation("scope.tenant", "required")])
+    problems = id_problems(request.scope.tenant, "scope.tenant") + \
+        id_problems(request.scope.session, "scope.session", required=False)
+    if problems:
+        raise invalid(problems)
     return Scope(request.scope.tenant, request.scope.session)
 
 
 def memory_documents(documents: Any, limit: int, problems: list[Violation]) -> list[MemoryDocument]:
-    """The documents of a MEMORY write (an upsert, or an append to a chat binding), checked: ids given and
-    unique, text not blank, at most the limit per call. `problems` are the request's other ones."""
+    """The documents of a MEMORY write (an upsert, or an append to a chat binding), checked: at most the
+    limit per call, ids valid and unique, text not blank (the store checks bytes). `problems` are the
+    request's other ones."""
+    if len(documents) > limit:
+        raise invalid([Violation("documents", f"{len(documents)} documents exceed the limit of {limit} per call",
+                                 "LIMIT_EXCEEDED")], "LIMIT_EXCEEDED")
     problems = problems + _id_problems([d.id for d in documents], "documents", repeats_allowed=False)
     problems += [Violation(f"documents[{i}].text", "must not be blank")
                  for i, d in enumerate(documents) if not d.text.strip()]
     if problems:
         raise invalid(problems)
-    if len(documents) > limit:
-        raise invalid([Violation("documents", f"{len(documents)} documents exceed the limit of {limit} per call")],
-                      "LIMIT_EXCEEDED")
     return [MemoryDocument(d.id, d.text, dict(d.metadata)) for d in documents]
 
 
 def _knowledge_problems(knowledge: str) -> list[Violation]:
-    return [] if knowledge.strip() else [Violation("knowledge", "a MEMORY knowledge name is required")]
+    return id_problems(knowledge, "knowledge")
 
 
 def _id_problems(ids: list[str], field: str, repeats_allowed: bool) -> list[Violation]:
     problems = [] if ids else [Violation(field, "at least one is required")]
     seen: set[str] = set()
     for i, doc_id in enumerate(ids):
-        if not doc_id.strip():
-            problems.append(Violation(f"{field}[{i}]" + ("" if field == "ids" else ".id"), "must not be empty"))
+        where = f"{field}[{i}]" + ("" if field == "ids" else ".id")
+        if found := id_problems(doc_id, where):
+            problems += found
         elif doc_id in seen and not repeats_allowed:
-            problems.append(Violation(f"{field}[{i}].id", f"duplicate id {doc_id!r}"))
+            problems.append(Violation(where, f"duplicate id {doc_id!r}"))
         seen.add(doc_id)
     return problems
 

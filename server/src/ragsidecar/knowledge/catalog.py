@@ -1,18 +1,28 @@
 """Knowledge sources, loaded and indexed: cached by content (never by caller) and persisted.
 
-A source's identity is its name and location; its index key hashes what went into it (files with their
-sizes and modification times, chunking settings, embedder). An unchanged source is served from memory,
-or from its persisted index after a restart; a changed one is rebuilt, embedding only chunks whose text
-is new. A source whose reload fails is served from its last good index and says so (stale fallback).
+A source's identity is its name, type and location; its index key hashes what went into it (files with
+their sizes and modification times, and the model fingerprint: the embedder's files, pooling, max_length,
+query prefix and chunking settings, so that a model reload never mixes vectors of two encoders). An
+unchanged source is served from memory, or from its persisted index after a restart; a changed one is
+rebuilt, embedding only chunks whose text is new. A source whose reload fails is served from its last
+good index and says so (stale fallback). Every key built from caller ids goes through `key_of`.
+
+Loaded indexes (each the last good one of its source) live in an LRU bounded by their estimated bytes
+(retrieval.index_cache_bytes); an evicted source is read back from disk, or for MEMORY rebuilt from the
+embedding cache, on its next use, and has no stale fallback until then. A build runs as its own task
+that every caller awaits shielded, so a caller that cancels never fails the others sharing the build.
+Start-up sweeps what killed writes left and indexes superseded by newer ones of the same source.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import errno
+import functools
 import glob
-import hashlib
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,9 +33,11 @@ import numpy as np
 from ragsidecar import metrics
 from ragsidecar.cache import ByteLRU
 from ragsidecar.config import Config
-from ragsidecar.errors import ErrorKind, SidecarError
+from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
+from ragsidecar.identifiers import key_of
 from ragsidecar.inference.models import BiEncoder
 from ragsidecar.inference.registry import ModelRegistry
+from ragsidecar.knowledge import index as index_files
 from ragsidecar.knowledge.chunking import Chunk, chunk_units
 from ragsidecar.knowledge.declarations import Entry, Scope, SourceType
 from ragsidecar.knowledge.index import HybridIndex, IndexCorrupt, IndexedChunk
@@ -36,6 +48,8 @@ log = logging.getLogger(__name__)
 
 _EMBED_BATCH = 128
 _PROGRESS_EVERY_S = 5.0
+# Estimated bytes of a loaded index per byte of its float32 vectors: the vectors, the HNSW graph and copy.
+_INDEX_BYTES_PER_VECTOR_BYTE = 2
 
 
 @dataclass(frozen=True)
@@ -58,29 +72,45 @@ class Catalog:
         self._config = config
         self._registry = registry
         self._roots = config.knowledge_roots()
+        retrieval = config.retrieval
         self._index_dir = config.resolve(config.paths.data_dir) / "indexes"
-        self.memory = MemoryStore(config.resolve(config.paths.data_dir) / "memory")
-        self.bindings = MemoryStore(None)  # chat bindings' live corpora: server memory only
-        self._loaded: dict[str, LoadedSource] = {}           # index key -> source
-        self._last_good: dict[tuple[str, str], LoadedSource] = {}  # (name, location) -> source
-        self._latest: dict[tuple[str, str], str] = {}  # (name, location) -> index key of its last good source
+        self.memory = MemoryStore(config.resolve(config.paths.data_dir) / "memory", name="memory_partitions",
+                                  resident_bytes=retrieval.memory_cache_bytes,
+                                  max_request_bytes=retrieval.max_memory_bytes_per_request)
+        # Chat bindings' live corpora: server memory only.
+        self.bindings = MemoryStore(None, name="binding_corpora", resident_bytes=retrieval.binding_store_bytes,
+                                    max_request_bytes=retrieval.max_memory_bytes_per_request)
+        # Source identity -> (index key, its last good source).
+        self._sources: ByteLRU[str, tuple[str, LoadedSource]] = ByteLRU(retrieval.index_cache_bytes)
         self._vectors: ByteLRU[str, np.ndarray] = ByteLRU(256 * 1024 * 1024)
         self._parsed: ByteLRU[tuple[str, int, int], list[Unit]] = ByteLRU(64 * 1024 * 1024)
-        self._building: dict[str, asyncio.Future[LoadedSource]] = {}
+        for name, cache in (("indexes", self._sources), ("embeddings", self._vectors), ("parsed_files", self._parsed)):
+            metrics.track_size(name, cache)
+        self._building: dict[str, asyncio.Task[LoadedSource]] = {}
         # Called with (source name, chunks embedded, chunks to embed) as a build advances (the CLI's bar).
         self.on_progress: Callable[[str, int, int], None] | None = None
+        self._sweep_leftovers()
+
+    def _sweep_leftovers(self) -> None:
+        """Removes what writes killed mid-way left, and indexes superseded by newer ones (one log line)."""
+        swept = [index_files.sweep(self._index_dir), self.memory.sweep()]
+        count, size = sum(c for c, _ in swept), sum(b for _, b in swept)
+        metrics.LEFTOVERS_SWEPT.inc(count)
+        log.info("start-up sweep removed %d leftover index folders and memory temp files (%d bytes)", count, size)
 
     # -- locations -------------------------------------------------------------------------------
 
     def resolve_path(self, path: str) -> Path:
         """The path, made absolute against the first root, that must resolve inside a root."""
+        if "\x00" in path:
+            raise invalid([Violation("path", f"knowledge path {path[:200]!r} contains a NUL character")])
         if not self._roots:
             raise _outside(path, "no knowledge roots are configured")
         candidate = Path(path).expanduser()
         if not candidate.is_absolute():
             candidate = self._roots[0] / candidate
         prefix = _glob_prefix(candidate)
-        self._check_inside(prefix.resolve(), path)
+        self._check_inside(_resolved(prefix, path), path)
         return candidate
 
     def _check_inside(self, resolved: Path, shown: str) -> None:
@@ -94,7 +124,7 @@ class Catalog:
             raise FileNotFoundError(entry.path)
         files = [location] if entry.type is SourceType.FILE else list_files(location)
         for file in files:
-            self._check_inside(file.resolve(), str(file))
+            self._check_inside(_resolved(file, str(file)), str(file))
         return files
 
     # -- units (DIRECT, SEQUENTIAL, counts) ---------------------------------------------------------
@@ -104,9 +134,9 @@ class Catalog:
         if entry.type is SourceType.INLINE:
             return inline_units(entry.inline_text)
         if entry.type is SourceType.MEMORY:
-            return self.memory.units(scope, entry.name)
+            return await self.memory.units(scope, entry.name)
         if entry.type is SourceType.BINDING:
-            return self.bindings.units(scope, entry.name)
+            return await self.bindings.units(scope, entry.name)
         return await asyncio.to_thread(self._read_files, entry)
 
     def _read_files(self, entry: Entry) -> list[Unit]:
@@ -118,7 +148,7 @@ class Catalog:
             key = (str(file), stat.st_size, stat.st_mtime_ns)
             parsed = self._parsed.get(key)
             if parsed is None:
-                root = next(r for r in self._roots if file.resolve().is_relative_to(r.resolve()))
+                root = next(r for r in self._roots if _resolved(file, str(file)).is_relative_to(r.resolve()))
                 parsed = read_units(file, root.resolve(), self._config.retrieval.max_file_bytes)
                 self._parsed.put(key, parsed, sum(len(u.text) for u in parsed))
             units += parsed
@@ -128,70 +158,82 @@ class Catalog:
 
     async def load(self, entry: Entry, scope: Scope) -> LoadedSource:
         """The source's index, built or reused; a failed reload falls back to the last good index."""
-        identity = (entry.name, self._location(entry, scope))
+        identity = self._identity(entry, scope)
         try:
-            key = await asyncio.to_thread(self._key, entry, scope)
-            source = self._loaded.get(key)
-            if source is None:
-                source = await self._build_once(key, entry, scope)
+            embedder = self._embedder()
+            model = self._model_fingerprint(embedder)
+            key = await asyncio.to_thread(self._key, entry, scope, model)
+            held = self._sources.get(identity)
+            if held is not None and held[0] == key:
+                return held[1]
+            return await self._build_once(key, identity, entry, scope, embedder, model)
         except (SourceError, OSError) as err:
-            last = self._last_good.get(identity)
-            if last is None or isinstance(err, FileNotFoundError):
+            held = self._sources.get(identity)
+            if held is None or isinstance(err, FileNotFoundError):
                 raise
+            last = held[1]
             log.warning("source %s failed to reload (%s); serving its last good index", entry.name, err)
             return LoadedSource(last.name, last.units, last.index, last.built_at, Stale(str(err), last.built_at))
-        # An index superseded by a newer one of the same source leaves memory (a live corpus changes often).
-        if self._latest.get(identity, key) != key:
-            self._loaded.pop(self._latest[identity], None)
-        self._latest[identity], self._last_good[identity] = key, source
-        return source
 
     def forget(self, entry: Entry, scope: Scope) -> None:
         """Drops the source's index from memory; the next load rebuilds it (embeddings stay cached)."""
-        identity = (entry.name, self._location(entry, scope))
-        self._loaded.pop(self._latest.pop(identity, ""), None)
-        self._last_good.pop(identity, None)
+        self._sources.pop(self._identity(entry, scope))
 
-    async def _build_once(self, key: str, entry: Entry, scope: Scope) -> LoadedSource:
-        """Concurrent loads of one source share a single build."""
-        if key in self._building:
-            return await asyncio.shield(self._building[key])
-        future: asyncio.Future[LoadedSource] = asyncio.get_running_loop().create_future()
-        self._building[key] = future
-        try:
-            source = await self._build(key, entry, scope)
-            self._loaded[key] = source
-            future.set_result(source)
-            return source
-        except BaseException as err:
-            future.set_exception(err)
-            future.exception()  # retrieved here, so an unawaited failure is not logged as lost
-            raise
-        finally:
-            del self._building[key]
+    async def _build_once(self, key: str, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder,
+                          model: str) -> LoadedSource:
+        """Concurrent loads of one source share a single build, run as a task of its own: a caller that is
+        cancelled stops waiting, and the build goes on for the others (and for the next caller)."""
+        build = self._building.get(key)
+        if build is None:
+            build = asyncio.create_task(self._build_and_keep(key, identity, entry, scope, embedder, model),
+                                        name=f"index build of {entry.name}")
+            self._building[key] = build
+            build.add_done_callback(functools.partial(self._build_done, key))
+        else:
+            metrics.INDEX_BUILDS_JOINED.inc()
+        return await asyncio.shield(build)
 
-    async def _build(self, key: str, entry: Entry, scope: Scope) -> LoadedSource:
+    def _build_done(self, key: str, build: asyncio.Task[LoadedSource]) -> None:
+        del self._building[key]
+        if not build.cancelled():
+            build.exception()  # retrieved here, so a failure nobody awaited any more is not logged as lost
+
+    async def _build_and_keep(self, key: str, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder,
+                              model: str) -> LoadedSource:
+        source, size = await self._build(key, identity, entry, scope, embedder, model)
+        previous = self._sources.get(identity)
+        self._sources.put(identity, (key, source), size)
+        # An index superseded by a newer one of the same source is of no further use, on disk too.
+        if previous is not None and previous[0] != key and self._persisted(entry):
+            await asyncio.to_thread(shutil.rmtree, self._index_dir / previous[0], True)
+        return source
+
+    async def _build(self, key: str, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder,
+                     model: str) -> tuple[LoadedSource, int]:
         folder = self._index_dir / key
         units = await self.units(entry, scope)
-        persisted = entry.type not in (SourceType.MEMORY, SourceType.BINDING)
+        persisted = self._persisted(entry)
         if persisted and folder.exists():
             try:
                 index = await asyncio.to_thread(HybridIndex.load, folder, self._config.retrieval.index_threads)
                 built = dt.datetime.fromtimestamp(folder.stat().st_mtime, dt.timezone.utc)
                 metrics.INDEX_LOADS.labels("disk").inc()
-                self._remember_vectors(index)
-                return LoadedSource(entry.name, units, index, built)
+                self._remember_vectors(index, model)
+                return LoadedSource(entry.name, units, index, built), _size(units, index)
             except IndexCorrupt as err:
                 log.warning("index of %s at %s is corrupt (%s); rebuilding it", entry.name, folder, err)
-        embedder = self._registry.embedder(self._config.retrieval.embedder)
         with embedder.in_use():
             chunks = await asyncio.to_thread(self._chunk, entry.name, units, embedder)
-            vectors = await self._embed_chunks(entry.name, chunks, embedder)
+            vectors = await self._embed_chunks(entry.name, chunks, embedder, model)
         index = await asyncio.to_thread(self._index, chunks, vectors)
         metrics.INDEX_LOADS.labels("built").inc()
         if persisted:
-            await asyncio.to_thread(index.save, folder)
-        return LoadedSource(entry.name, units, index, dt.datetime.now(dt.timezone.utc))
+            await asyncio.to_thread(index.save, folder, identity)
+        return LoadedSource(entry.name, units, index, dt.datetime.now(dt.timezone.utc)), _size(units, index)
+
+    @staticmethod
+    def _persisted(entry: Entry) -> bool:
+        return entry.type not in (SourceType.MEMORY, SourceType.BINDING)
 
     def _chunk(self, name: str, units: list[Unit], embedder: BiEncoder) -> list[Chunk]:
         retrieval = self._config.retrieval
@@ -200,16 +242,16 @@ class Catalog:
 
     def index_folder(self, entry: Entry, scope: Scope) -> Path:
         """Where the index of that source, as it is now, is persisted."""
-        return self._index_dir / self._key(entry, scope)
+        return self._index_dir / self._key(entry, scope, self._model_fingerprint(self._embedder()))
 
     def _index(self, chunks: list[Chunk], vectors: np.ndarray) -> HybridIndex:
         indexed = [IndexedChunk(c.id, c.text, _meta(c)) for c in chunks]
         retrieval = self._config.retrieval
         return HybridIndex.build(indexed, vectors, threads=retrieval.index_threads, dtype=retrieval.index_dtype)
 
-    async def _embed_chunks(self, name: str, chunks: list[Chunk], embedder: BiEncoder) -> np.ndarray:
+    async def _embed_chunks(self, name: str, chunks: list[Chunk], embedder: BiEncoder, model: str) -> np.ndarray:
         """Vectors for the chunks; only texts not embedded before (by content hash) reach the model."""
-        cache_key = embedder.fingerprint
+        cache_key = model
         missing = [c for c in chunks if self._vectors.get(f"{cache_key}:{c.content_hash}") is None]
         started, last_report = time.monotonic(), time.monotonic()
         for start in range(0, len(missing), _EMBED_BATCH):
@@ -230,46 +272,75 @@ class Catalog:
         return np.stack([self._vectors.get(f"{cache_key}:{c.content_hash}") for c in chunks]) if chunks \
             else np.zeros((0, dimensions), dtype=np.float32)
 
-    def _remember_vectors(self, index: HybridIndex) -> None:
-        """Seeds the embedding cache from an index read back from disk, so that after a restart a
-        changed source re-embeds only its new chunks."""
-        fingerprint = self._registry.embedder(self._config.retrieval.embedder).fingerprint
+    def _remember_vectors(self, index: HybridIndex, model: str) -> None:
+        """Seeds the embedding cache from an index read back from disk (keyed on the same model
+        fingerprint), so that after a restart a changed source re-embeds only its new chunks."""
         for chunk, vector in zip(index.chunks(), index.vectors()):
             digest = chunk.meta.get("content_hash")
             if digest:
-                self._vectors.put(f"{fingerprint}:{digest}", vector, vector.nbytes)
+                self._vectors.put(f"{model}:{digest}", vector, vector.nbytes)
 
     async def query_vector(self, query: str) -> np.ndarray:
-        embedder = self._registry.embedder(self._config.retrieval.embedder)
+        embedder = self._embedder()
         with embedder.in_use():
             vectors, *_ = await embedder.embed([self._config.retrieval.query_prefix + query])
         return vectors[0]
 
     # -- keys ------------------------------------------------------------------------------------
 
+    def _embedder(self) -> BiEncoder:
+        return self._registry.embedder(self._config.retrieval.embedder)
+
+    def _model_fingerprint(self, embedder: BiEncoder) -> str:
+        """Everything that changes a chunk's or a query's vector: the embedder's files, its pooling and
+        max_length (a reload may change them under the same model id), the query prefix, the chunking."""
+        retrieval = self._config.retrieval
+        return key_of(embedder.fingerprint, embedder.spec.pooling, str(embedder.spec.max_length),
+                      retrieval.query_prefix, str(retrieval.chunk_tokens), str(retrieval.chunk_overlap_tokens))
+
+    def _identity(self, entry: Entry, scope: Scope) -> str:
+        """One source whatever its content: its name, type and location."""
+        return key_of(entry.name, str(entry.type), self._location(entry, scope))
+
     def _location(self, entry: Entry, scope: Scope) -> str:
         if entry.type is SourceType.MEMORY:
-            return f"memory:{scope.tenant}\x00{scope.session}"
+            return "memory:" + key_of(scope.tenant, scope.session)
         if entry.type is SourceType.BINDING:
-            return f"binding:{scope.tenant}\x00{scope.session}"
+            return "binding:" + key_of(scope.tenant, scope.session)
         if entry.type is SourceType.INLINE:
-            return "inline:" + hashlib.sha256(entry.inline_text.encode()).hexdigest()
+            return "inline:" + key_of(entry.inline_text)
         return entry.path
 
-    def _key(self, entry: Entry, scope: Scope) -> str:
+    def _key(self, entry: Entry, scope: Scope, model: str) -> str:
         """Hash of everything the index depends on; equal keys mean an identical index."""
         retrieval = self._config.retrieval
-        parts = [entry.name, str(entry.type), retrieval.embedder, str(retrieval.chunk_tokens),
-                 str(retrieval.chunk_overlap_tokens), retrieval.index_dtype, self._location(entry, scope)]
+        parts = [self._identity(entry, scope), model, retrieval.index_dtype]
         if entry.type in (SourceType.FILE, SourceType.DIRECTORY):
             for file in self.files_of(entry):
                 stat = file.stat()
-                parts.append(f"{file}:{stat.st_size}:{stat.st_mtime_ns}")
+                parts += [str(file), str(stat.st_size), str(stat.st_mtime_ns)]
         elif entry.type is SourceType.MEMORY:
-            parts.append(str(self.memory.version(scope, entry.name)))
+            parts.append(self.memory.version(scope, entry.name))
         elif entry.type is SourceType.BINDING:
-            parts.append(str(self.bindings.version(scope, entry.name)))
-        return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]
+            parts.append(self.bindings.version(scope, entry.name))
+        return key_of(*parts)[:32]
+
+
+def _size(units: list[Unit], index: HybridIndex) -> int:
+    """Estimated bytes a loaded source holds: its index (vectors, graph, chunk texts) and its units."""
+    texts = sum(len(c.text) for c in index.chunks()) + sum(len(u.text) for u in units)
+    return index.vectors().nbytes * _INDEX_BYTES_PER_VECTOR_BYTE + texts
+
+
+def _resolved(path: Path, shown: str) -> Path:
+    """The path after symlinks; a symlink loop (or a path the system cannot resolve) is unreadable."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as err:  # Python 3.11 raises RuntimeError on a loop, later ones OSError
+        why = "a symlink loop" if isinstance(err, RuntimeError) or getattr(err, "errno", None) == errno.ELOOP \
+            else f"it cannot be resolved ({err})"
+        raise SidecarError(ErrorKind.FAILED_PRECONDITION, "SOURCE_UNREADABLE",
+                           f"knowledge path {shown[:200]!r} is unreadable: {why}", metadata={"path": shown[:200]})
 
 
 def _meta(chunk: Chunk) -> dict:

@@ -1,7 +1,8 @@
 """Hybrid retrieval index: dense HNSW (usearch) plus BM25 (bm25s), fused by reciprocal rank fusion.
 
 An index is immutable once built: incremental updates rebuild from `chunks()` and `vectors()` (the embedding
-cache keeps the float vectors, so a rebuild re-embeds nothing). Persistence is one folder, replaced atomically.
+cache keeps the float vectors, so a rebuild re-embeds nothing). Persistence is one folder, replaced atomically;
+its manifest names the source it indexes, so a start-up `sweep` can drop indexes a newer one superseded.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -19,6 +21,8 @@ from typing import Any, Hashable, TypeVar
 import bm25s
 import numpy as np
 from usearch.index import Index
+
+from ragsidecar.knowledge import leftovers
 
 Key = TypeVar("Key", bound=Hashable)
 
@@ -38,6 +42,8 @@ _DENSE = "dense.usearch"
 _BM25 = "bm25"
 _MANIFEST = "manifest.json"
 _HASH_BLOCK = 1 << 20
+# `.NAME.tmp-<pid>-...` (a save in progress, or killed) and `.NAME.old-<pid>-...` (the index a save set aside).
+_STRAY = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<tag>.*)")
 
 
 class IndexCorrupt(Exception):
@@ -89,8 +95,13 @@ class _Lexical:
     def build(cls, texts: list[str]) -> _Lexical:
         if not texts:
             return cls(None)
+        tokens = _tokenize(texts)
+        if not any(tokens):
+            # bm25s cannot index an empty vocabulary (texts of stopwords or symbols only): a term no query
+            # can hold (the tokenizer yields word characters only) keeps the document count and matches nothing.
+            tokens = [[_NO_TERM] for _ in texts]
         model = bm25s.BM25()
-        model.index(_tokenize(texts), show_progress=False)
+        model.index(tokens, show_progress=False)
         return cls(model)
 
     def top(self, query: str, count: int) -> list[tuple[int, float]]:
@@ -119,6 +130,9 @@ class _Lexical:
         if model.scores["num_docs"] != count:
             raise IndexCorrupt(f"BM25 holds {model.scores['num_docs']} documents, manifest says {count}")
         return cls(model)
+
+
+_NO_TERM = "\x00"
 
 
 def _tokenize(texts: list[str]) -> list[list[str]]:
@@ -220,16 +234,19 @@ class HybridIndex:
 
     # ---- persistence -------------------------------------------------------------------------------------
 
-    def save(self, folder: Path) -> None:
+    def save(self, folder: Path, source: str = "") -> None:
         """Replace `folder` atomically: readers and crashes see the old complete index or the new one.
+        `source` names what the index indexes (one name per source, whatever its content): `sweep` keeps
+        only the newest index of each.
 
         Saves to the same folder must not run concurrently (callers serialise them per folder)."""
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        temp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+        temp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{leftovers.owner_tag()}", dir=folder.parent))
         try:
             self._write_files(temp)
-            _write_manifest(temp, self._manifest_header())  # last: its presence marks the folder complete
+            # Last: its presence marks the folder complete.
+            _write_manifest(temp, {**self._manifest_header(), "source": source})
             _fsync_dir(temp)
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
@@ -311,7 +328,7 @@ def _swap_in(temp: Path, folder: Path) -> None:
 
     A crash between them leaves no `folder` but a complete `.NAME.old-*`, which load falls back to."""
     if folder.exists():
-        aside = folder.parent / f".{folder.name}.old-{uuid.uuid4().hex}"
+        aside = folder.parent / f".{folder.name}.old-{leftovers.owner_tag()}{uuid.uuid4().hex}"
         os.rename(folder, aside)
         os.rename(temp, folder)
         _fsync_dir(folder.parent)
@@ -322,10 +339,56 @@ def _swap_in(temp: Path, folder: Path) -> None:
 
 
 def _remove_strays(folder: Path) -> None:
-    """Temp and set-aside folders left by earlier crashed saves of this folder."""
+    """Temp and set-aside folders left by earlier crashed saves of this folder (not another live process's)."""
     for pattern in (f".{folder.name}.tmp-*", f".{folder.name}.old-*"):
         for stray in folder.parent.glob(pattern):
-            shutil.rmtree(stray, ignore_errors=True)
+            if leftovers.orphaned(_STRAY.fullmatch(stray.name)["tag"]):
+                shutil.rmtree(stray, ignore_errors=True)
+
+
+def sweep(index_dir: Path) -> tuple[int, int]:
+    """Start-up clean-up of a folder of indexes; returns (folders, bytes) removed.
+
+    Removes what killed saves left (temp folders; set-aside ones, unless a crash between the two renames
+    left no index in their place: those are put back), and every index but the newest of each source.
+    A complete index that names no source was written by an earlier version under a key no longer used."""
+    if not index_dir.is_dir():
+        return 0, 0
+    removed = [_sweep_stray(path) for path in sorted(index_dir.iterdir()) if _STRAY.fullmatch(path.name)]
+    newest: dict[str, list[Path]] = {}
+    for path in sorted(index_dir.iterdir()):
+        if path.name.startswith(".") or not path.is_dir():
+            continue
+        source = _indexed_source(path)
+        if source:
+            newest.setdefault(source, []).append(path)
+        else:
+            removed.append(leftovers.remove(path))
+    for paths in newest.values():
+        paths.sort(key=lambda p: (p / _MANIFEST).stat().st_mtime_ns)
+        removed += [leftovers.remove(p) for p in paths[:-1]]
+    removed = [size for size in removed if size is not None]
+    return len(removed), sum(removed)
+
+
+def _sweep_stray(path: Path) -> int | None:
+    """Bytes removed, or None when the stray was kept (its writer lives) or put back."""
+    stray = _STRAY.fullmatch(path.name)
+    if not leftovers.orphaned(stray["tag"]):
+        return None
+    home = path.parent / stray["name"]
+    if stray["kind"] == "old" and not home.exists() and (path / _MANIFEST).is_file():
+        os.rename(path, home)
+        return None
+    return leftovers.remove(path)
+
+
+def _indexed_source(folder: Path) -> str:
+    """The source a complete index names in its manifest ("" when it names none or is incomplete)."""
+    try:
+        return str(json.loads((folder / _MANIFEST).read_text(encoding="utf-8")).get("source") or "")
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 def _readable_folder(folder: Path) -> Path:
