@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import re
@@ -12,6 +13,7 @@ import sys
 import threading
 import time
 import tomllib
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +195,10 @@ def error_details(err: grpc.RpcError) -> tuple[error_details_pb2.ErrorInfo | Non
             detail.Unpack(bad)
             violations += [(v.field, v.description) for v in bad.field_violations]
     return info, violations
+
+
+def status_wire_bytes(err: grpc.RpcError) -> int:
+    """grpc-message (percent-encoded) plus grpc-status-details-bin (base64), as they travel in the trailers."""
+    details_bin = dict(err.trailing_metadata() or ()).get("grpc-status-details-bin", b"")
+    message = urllib.parse.quote(err.details() or "", safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~")
+    return len(message) + len(base64.b64encode(details_bin))

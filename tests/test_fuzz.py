@@ -7,12 +7,10 @@ never UNKNOWN or INTERNAL (those mean a bug of ours), always with its details in
 
 from __future__ import annotations
 
-import base64
 import collections
 import math
 import os
 import random
-import urllib.parse
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,7 +23,8 @@ from grpc_health.v1 import health_pb2
 
 from ragsidecar.v1 import chat_knowledge_pb2 as chat, chat_knowledge_pb2_grpc, common_pb2, reranker_pb2
 from ragsidecar.v1 import retrieval_pb2 as rpb
-from sidecar import Sidecar, default_config, error_details
+from conftest import retrieval_config
+from sidecar import Sidecar, error_details, status_wire_bytes
 
 SEED = 20261201
 CASES = int(os.environ.get("RAGSIDECAR_FUZZ_CASES", "2000"))
@@ -57,10 +56,8 @@ def build_root(root: Path) -> None:
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
     root = tmp_path_factory.mktemp("fuzz-knowledge")
     build_root(root)
-    config = default_config()
+    config = retrieval_config(root, tmp_path_factory.mktemp("fuzz-data"))
     config["inference"].update(cache_bytes=0, max_documents_per_request=50)
-    config["paths"]["knowledge_roots"] = [str(root)]
-    config["paths"]["data_dir"] = str(tmp_path_factory.mktemp("fuzz-data"))
     server = Sidecar(tmp_path_factory.mktemp("fuzz"), config)
     try:
         yield server.start()
@@ -424,13 +421,6 @@ def send(channel: grpc.Channel, case: Case) -> Outcome:
         info, _ = error_details(err)
         return Outcome(case, err.code(), err.details() or "", status_wire_bytes(err), info.reason if info else None)
     return Outcome(case, grpc.StatusCode.OK, "", 0, None)
-
-
-def status_wire_bytes(err: grpc.RpcError) -> int:
-    """grpc-message (percent-encoded) plus grpc-status-details-bin (base64), as they travel in the trailers."""
-    details_bin = dict(err.trailing_metadata() or ()).get("grpc-status-details-bin", b"")
-    message = urllib.parse.quote(err.details() or "", safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~")
-    return len(message) + len(base64.b64encode(details_bin))
 
 
 def problem_of(outcome: Outcome) -> str | None:

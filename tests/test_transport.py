@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import base64
-import urllib.parse
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -11,8 +10,8 @@ from google.protobuf import struct_pb2
 from google.protobuf.internal import encoder
 from grpc_health.v1 import health_pb2
 
-from ragsidecar.v1 import chat_knowledge_pb2, common_pb2, reranker_pb2, retrieval_pb2
-from sidecar import Sidecar, error_details
+from ragsidecar.v1 import chat_knowledge_pb2, common_pb2, reranker_pb2, retrieval_pb2, retrieval_pb2_grpc
+from sidecar import Sidecar, default_config, error_details, status_wire_bytes
 
 SERVICES = [file.services_by_name[name] for file, name in (
     (reranker_pb2.DESCRIPTOR, "RerankerService"), (retrieval_pb2.DESCRIPTOR, "RetrievalService"),
@@ -119,9 +118,7 @@ TOKEN = "s3cret-token"
 
 
 @pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory) -> Sidecar:
-    from sidecar import default_config
-
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
     config = default_config()
     config["inference"]["cache_bytes"] = 0
     server = Sidecar(tmp_path_factory.mktemp("guarded"), config, env={"RAGSIDECAR_TOKEN": TOKEN})
@@ -173,16 +170,9 @@ def test_undecodable_request_without_credentials_is_unauthenticated(guarded: Sid
     assert TOKEN not in guarded.log() and "Traceback" not in guarded.log()
 
 
-def wire_size(err: grpc.RpcError) -> int:
-    """Bytes of grpc-message (percent-encoded) plus grpc-status-details-bin (base64) as they travel."""
-    details_bin = dict(err.trailing_metadata() or ()).get("grpc-status-details-bin", b"")
-    message = urllib.parse.quote(err.details() or "", safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~")
-    return len(message) + len(base64.b64encode(details_bin))
-
-
 def assert_fits(err: grpc.RpcError, code: grpc.StatusCode) -> None:
     assert err.code() == code, (err.code(), err.details())
-    assert wire_size(err) < CLIENT_METADATA_LIMIT
+    assert status_wire_bytes(err) < CLIENT_METADATA_LIMIT
     info, _ = error_details(err)
     assert info is not None  # the real status arrived, with its details
 
@@ -239,7 +229,5 @@ def test_long_model_name_gets_a_status_that_fits(sidecar: Sidecar) -> None:
     assert_fits(caught.value, grpc.StatusCode.NOT_FOUND)
 
 
-def retrieval_stub(server: Sidecar):
-    from ragsidecar.v1 import retrieval_pb2_grpc
-
+def retrieval_stub(server: Sidecar) -> retrieval_pb2_grpc.RetrievalServiceStub:
     return retrieval_pb2_grpc.RetrievalServiceStub(server.channel())
