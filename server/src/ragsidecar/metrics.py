@@ -23,6 +23,9 @@ SKIPPED_INPUTS = Counter(
 BATCH_SIZE = Histogram(
     "ragsidecar_batch_inputs", "Inputs per scheduled batch", ["model"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256)
 )
+INFERENCE_FAILURES = Counter("ragsidecar_inference_failures_total",
+                             "Batches whose run or scheduling failed in an inference worker (their requests failed)",
+                             ["model"])
 CACHE_HITS = Counter("ragsidecar_rerank_cache_hits_total", "Rerank pairs answered from the result cache", ["model"])
 MODEL_RELOADS = Counter("ragsidecar_model_reloads_total", "Configuration reloads by outcome", ["outcome"])
 SEQUENTIAL_CURSORS = Gauge("ragsidecar_sequential_cursors",

@@ -22,6 +22,16 @@ from ragsidecar.inference.registry import ModelRegistry
 
 log = logging.getLogger(__name__)
 
+LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
+
+# Size limits of one request (documented in reranker.proto), checked on character counts, which cost
+# nothing to read, before any text is tokenized: oversized work is refused before it is paid for.
+# A query is never cut, and none this long fits a model's window; 1,000 documents of 32 Ki characters
+# stay within the request total.
+MAX_QUERY_CHARS = 16 * 1024
+MAX_DOCUMENT_CHARS = 4 * 1024 * 1024
+MAX_REQUEST_CHARS = 32 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -113,14 +123,12 @@ class Reranker:
         return outcome
 
     def _validate(self, request: RerankQuery) -> None:
+        self._check_limits(request)
         problems = []
         if not request.query.strip():
             problems.append(Violation("query", "must not be empty or blank"))
         if not request.documents:
             problems.append(Violation("documents", "at least one document is required"))
-        if len(request.documents) > self._max_documents:
-            problems.append(Violation("documents", f"{len(request.documents)} documents exceed the maximum of "
-                                                   f"{self._max_documents} per request"))
         seen: dict[str, int] = {}
         for i, candidate in enumerate(request.documents):
             if candidate.id and candidate.id in seen:
@@ -135,6 +143,29 @@ class Reranker:
             problems.append(Violation("min_relevance_score", "must be within 0..1"))
         if problems:
             raise errors.invalid(problems)
+
+    def _check_limits(self, request: RerankQuery) -> None:
+        """Refuses requests over a size limit (LIMIT_EXCEEDED) in time linear in the document count only."""
+        problems = []
+        if len(request.documents) > self._max_documents:
+            problems.append(Violation("documents", f"{len(request.documents)} documents exceed the maximum of "
+                                                   f"{self._max_documents} per request", LIMIT_EXCEEDED))
+        if len(request.query) > MAX_QUERY_CHARS:
+            problems.append(Violation("query", f"{len(request.query)} characters exceed the maximum of "
+                                               f"{MAX_QUERY_CHARS}", LIMIT_EXCEEDED))
+        total = len(request.query)
+        for i, candidate in enumerate(request.documents):
+            if len(candidate.text) > MAX_DOCUMENT_CHARS:
+                problems.append(Violation(f"documents[{i}].text", f"{len(candidate.text)} characters exceed the "
+                                                                  f"maximum of {MAX_DOCUMENT_CHARS}", LIMIT_EXCEEDED))
+            total += len(candidate.id) + len(candidate.text) + sum(map(len, candidate.metadata.keys()))
+            total += sum(map(len, candidate.metadata.values()))
+        if total > MAX_REQUEST_CHARS:
+            problems.append(Violation("documents", f"the request holds {total} characters of text, ids and "
+                                                   f"metadata, over the maximum of {MAX_REQUEST_CHARS}",
+                                      LIMIT_EXCEEDED))
+        if problems:
+            raise errors.invalid(problems, LIMIT_EXCEEDED)
 
 
 def _digest(text: str) -> bytes:

@@ -31,18 +31,23 @@ class OnnxBackend:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # Spinning threads burn the cores that other workers and the event loop need.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
-        names = {i.name for i in self._session.get_inputs()}
+        session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
+        self._session: ort.InferenceSession | None = session
+        names = {i.name for i in session.get_inputs()}
         missing = {"input_ids", "attention_mask"} - names
         if missing:
             raise ValueError(f"{model_file}: ONNX graph lacks inputs {sorted(missing)}")
         self._wants_type_ids = "token_type_ids" in names
-        output_shape = self._session.get_outputs()[0].shape
+        output_shape = session.get_outputs()[0].shape
         self.output_rank = len(output_shape)
         # Width of the last output axis (the embedding size of encoders); None when the graph leaves it symbolic.
         self.output_width = output_shape[-1] if isinstance(output_shape[-1], int) else None
         # Until probed, assume the worst: one sequence per run is always batch-invariant.
         self.batch_invariant_padding = False
+
+    def release(self) -> None:
+        """Drops the session (weights and memory arena) as soon as no run holds it; later runs fail."""
+        self._session = None
 
     def run(self, inputs: list[ModelInput], pad_together: bool) -> list[np.ndarray]:
         """First output for each input, row by row, trimmed back to each input's own length."""
@@ -62,7 +67,10 @@ class OnnxBackend:
         feed = {"input_ids": ids, "attention_mask": mask}
         if self._wants_type_ids:
             feed["token_type_ids"] = types
-        (output,) = self._session.run([self._session.get_outputs()[0].name], feed)
+        session = self._session
+        if session is None:
+            raise RuntimeError("the model was unloaded")
+        (output,) = session.run([session.get_outputs()[0].name], feed)
         if output.ndim == 3:  # token vectors: hand back only each input's real tokens
             return [output[row, : len(one)] for row, one in enumerate(inputs)]
         return list(output)

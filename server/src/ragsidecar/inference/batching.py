@@ -3,7 +3,11 @@
 Modelled on text-embeddings-inference's queue: requests enqueue their model inputs, workers take
 inputs in arrival order until the batch's token budget is spent, length-sort them to cut padding,
 and run them on a thread (onnxruntime releases the GIL). A request that is cancelled, or whose
-deadline passes, while it waits leaves the queue: its remaining inputs are never run.
+deadline passes, while it waits leaves the queue: its remaining inputs are never run, and inputs of
+a batch already taken are skipped if their request has gone before they run.
+
+Workers are supervised: a failure anywhere in a worker (running a batch, or picking one) fails the
+requests it concerns with an error, is logged with its traceback and counted, and the worker carries on.
 """
 
 from __future__ import annotations
@@ -54,6 +58,15 @@ class _Job:
         return "cancelled" if self.future.done() else None
 
 
+def charged_tokens(rows: int, widest: int, real_tokens: int, padded: bool) -> int:
+    """What a batch costs against the token budget: a padded run computes every row at the widest
+    row's length, so it pays rows x widest; per-sequence runs pay only their real tokens."""
+    return rows * widest if padded else real_tokens
+
+
+Batch = list[tuple[_Job, int]]
+
+
 class BatchQueue:
     def __init__(self, model_id: str, backend: OnnxBackend, workers: int, max_batch_tokens: int,
                  max_queued_inputs: int) -> None:
@@ -64,8 +77,9 @@ class BatchQueue:
         self._jobs: collections.deque[_Job] = collections.deque()
         self._queued_inputs = 0
         self._wakeup = asyncio.Event()
+        self._closed = False
         self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=f"infer-{model_id}")
-        self._workers = [asyncio.create_task(self._work()) for _ in range(workers)]
+        self._workers = [self._start_worker() for _ in range(workers)]
 
     @property
     def depth(self) -> int:
@@ -73,6 +87,8 @@ class BatchQueue:
 
     async def submit(self, inputs: list[ModelInput], deadline: float | None = None) -> BatchResult:
         """Runs the inputs through the model; outputs come back in input order."""
+        if self._closed:
+            raise errors.model_not_ready(self.model_id, "it was unloaded by a configuration reload")
         if not inputs:
             return BatchResult([], 0.0, 0.0)
         if self._queued_inputs + len(inputs) > self._max_queued:
@@ -83,9 +99,12 @@ class BatchQueue:
         self._jobs.append(job)
         self._set_depth(self._queued_inputs + len(inputs))
         self._wakeup.set()
-        if deadline is not None:
-            loop.call_at(deadline, self._expire, job)
-        return await job.future
+        timer = loop.call_at(deadline, self._expire, job) if deadline is not None else None
+        try:
+            return await job.future
+        finally:
+            if timer is not None:
+                timer.cancel()  # a pending timer holds the finished job (inputs and outputs) until its deadline
 
     async def run_now(self, inputs: list[ModelInput]) -> list[np.ndarray]:
         """Runs inputs outside the queue (warm-up and probes, before the model serves)."""
@@ -93,61 +112,87 @@ class BatchQueue:
         return await loop.run_in_executor(self._executor, self._backend.run, inputs, False)
 
     async def close(self) -> None:
+        """Stops the workers, fails what still waits, and returns once no run of this queue is in progress."""
+        self._closed = True
         for worker in self._workers:
             worker.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        # Cancelled tasks keep tracebacks whose frames reference this queue: a cycle that would keep the
+        # model's session alive until the next full garbage collection.
+        self._workers = []
+        self._fail(self._take_all(), errors.model_not_ready(self.model_id, "it was unloaded"))
+        await asyncio.to_thread(self._executor.shutdown, True, cancel_futures=True)
 
     def _expire(self, job: _Job) -> None:
         if not job.future.done():
             job.future.set_exception(errors.deadline_exceeded(f"model {self.model_id!r} scored the request"))
 
+    def _start_worker(self) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(self._work(), name=f"infer-{self.model_id}")
+        task.add_done_callback(self._worker_ended)
+        return task
+
+    def _worker_ended(self, task: asyncio.Task) -> None:
+        """A worker ends only when the queue closes; any other end must not leave requests waiting forever."""
+        if self._closed:
+            return
+        log.error("an inference worker of model %s stopped unexpectedly (%s); failing the queued requests",
+                  self.model_id, "cancelled" if task.cancelled() else repr(task.exception()))
+        self._fail(self._take_all(), errors.model_not_ready(self.model_id, "its inference worker stopped"))
+
     async def _work(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            batch = self._next_batch(loop.time())
-            if not batch:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            started = time.perf_counter()
-            for job, _ in batch:
-                job.started_at = job.started_at or loop.time()
-                job.first_run = job.first_run or started
+            batch: Batch = []
             try:
-                outputs = await loop.run_in_executor(self._executor, self._run_batch, batch)
-            except Exception as err:  # noqa: BLE001 - one failed run must fail its jobs, not the worker
-                log.exception("inference failed on model %s", self.model_id)
-                for job, _ in batch:
-                    if not job.future.done():
-                        job.future.set_exception(err)
-                continue
-            self._deliver(batch, outputs, time.perf_counter())
+                batch = self._next_batch(loop.time())
+                if not batch:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
+                await self._run(loop, batch)
+            except Exception as err:  # noqa: BLE001 - supervision: fail the work in hand, keep the worker
+                log.exception("inference worker of model %s failed; failing the requests concerned", self.model_id)
+                metrics.INFERENCE_FAILURES.labels(self.model_id).inc()
+                # A failure while picking a batch may have left the queue inconsistent: fail all of it.
+                self._fail([job for job, _ in batch] if batch else self._take_all(), err)
 
-    def _run_batch(self, batch: list[tuple[_Job, int]]) -> list[np.ndarray | None]:
-        """Runs a batch on a worker thread. One sequence at a time, a job abandoned meanwhile is
-        skipped between runs (reading a future's done flag from this thread is a benign race: at
-        worst one more sequence runs)."""
+    async def _run(self, loop: asyncio.AbstractEventLoop, batch: Batch) -> None:
+        started = time.perf_counter()
+        for job, _ in batch:
+            job.started_at = job.started_at or loop.time()
+            job.first_run = job.first_run or started
+        outputs = await loop.run_in_executor(self._executor, self._run_batch, batch)
+        self._deliver(batch, outputs, time.perf_counter())
+
+    def _run_batch(self, batch: Batch) -> list[np.ndarray | None]:
+        """Runs a batch on a worker thread, skipping inputs whose request has gone (reading a future's
+        done flag from this thread is a benign race: at worst one more input runs). Padded runs take
+        the live rows at once; per-sequence runs check before each sequence."""
+        outputs: list[np.ndarray | None] = [None] * len(batch)
         if self._backend.batch_invariant_padding:
-            outputs: list[np.ndarray | None] = list(self._backend.run([job.inputs[i] for job, i in batch], True))
+            live = [n for n, (job, _) in enumerate(batch) if not job.future.done()]
+            if live:
+                ran = self._backend.run([batch[n][0].inputs[batch[n][1]] for n in live], True)
+                for n, output in zip(live, ran, strict=True):
+                    outputs[n] = output
         else:
-            outputs = []
-            for job, index in batch:
-                outputs.append(None if job.future.done() else self._backend.run([job.inputs[index]], False)[0])
+            for n, (job, index) in enumerate(batch):
+                if not job.future.done():
+                    outputs[n] = self._backend.run([job.inputs[index]], False)[0]
         # asyncio's loop clock is time.monotonic, so deadlines compare with it on this thread too.
         now = time.monotonic()
-        ran = sum(out is not None for out in outputs)
-        metrics.INFERRED_INPUTS.labels(self.model_id).inc(ran)
+        metrics.INFERRED_INPUTS.labels(self.model_id).inc(sum(out is not None for out in outputs))
         for (job, _), output in zip(batch, outputs):
             if output is None:
                 metrics.SKIPPED_INPUTS.labels(self.model_id, job.abandoned(now) or "cancelled").inc()
         metrics.BATCH_SIZE.labels(self.model_id).observe(len(batch))
         return outputs
 
-    def _deliver(self, batch: list[tuple[_Job, int]], outputs: list[np.ndarray | None], finished: float) -> None:
+    def _deliver(self, batch: Batch, outputs: list[np.ndarray | None], finished: float) -> None:
         for job, _ in batch:
             job.last_run = max(job.last_run, finished)
-        for (job, index), output in zip(batch, outputs):
+        for (job, index), output in zip(batch, outputs, strict=True):
             if job.future.done():
                 continue
             job.outputs[index] = output
@@ -157,15 +202,16 @@ class BatchQueue:
                 inference_s = job.last_run - (job.first_run or job.last_run)
                 job.future.set_result(BatchResult(job.outputs, queue_s, inference_s))  # type: ignore[arg-type]
 
-    def _next_batch(self, now: float) -> list[tuple[_Job, int]]:
+    def _next_batch(self, now: float) -> Batch:
         """Takes inputs in arrival order until the token budget is spent, dropping abandoned jobs.
 
         One sequence per run gains nothing from a large batch, so then a worker takes only its share of
         what waits: the other workers run the rest of the same request in parallel."""
-        batch: list[tuple[_Job, int]] = []
-        tokens = 0
+        batch: Batch = []
+        padded = self._backend.batch_invariant_padding
+        real_tokens = widest = 0
         # Half a worker's share, so that whichever worker frees up first takes the next slice.
-        share = 2 * len(self._workers) if not self._backend.batch_invariant_padding else 0
+        share = 2 * len(self._workers) if not padded else 0
         most = max(1, -(-self._queued_inputs // share)) if share else None
         while self._jobs and (most is None or len(batch) < most):
             job = self._jobs[0]
@@ -174,10 +220,11 @@ class BatchQueue:
                 self._drop(job, why)
                 continue
             length = len(job.inputs[job.scheduled])
-            if batch and tokens + length > self._max_batch_tokens:
+            cost = charged_tokens(len(batch) + 1, max(widest, length), real_tokens + length, padded)
+            if batch and cost > self._max_batch_tokens:
                 break
             batch.append((job, job.scheduled))
-            tokens += length
+            real_tokens, widest = real_tokens + length, max(widest, length)
             job.scheduled += 1
             self._set_depth(self._queued_inputs - 1)
             if job.scheduled == len(job.inputs):
@@ -192,6 +239,18 @@ class BatchQueue:
         self._set_depth(self._queued_inputs - unscheduled)
         metrics.SKIPPED_INPUTS.labels(self.model_id, why).inc(unscheduled)
         log.info("model %s: dropped %d queued inputs (%s)", self.model_id, unscheduled, why)
+
+    def _take_all(self) -> list[_Job]:
+        """Empties the queue; returns the jobs that waited in it."""
+        jobs = list(self._jobs)
+        self._jobs.clear()
+        self._set_depth(0)
+        return jobs
+
+    def _fail(self, jobs: list[_Job], error: Exception) -> None:
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_exception(error)
 
     def _set_depth(self, depth: int) -> None:
         self._queued_inputs = depth

@@ -16,6 +16,8 @@ import numpy as np
 from ragsidecar.config import InferenceConfig, ModelConfig
 from ragsidecar.inference.backend import OnnxBackend
 from ragsidecar.inference.batching import BatchQueue
+from ragsidecar.inference.memory import release_free_memory
+from ragsidecar.inference.stopping import StopFlag, run_stoppable
 from ragsidecar.inference.tokenization import DocumentInputs, ModelInput, TextEncoder
 
 log = logging.getLogger(__name__)
@@ -113,7 +115,10 @@ class LoadedModel:
             self._closing = asyncio.get_running_loop().create_task(self.close())
 
     async def close(self) -> None:
+        """Stops the queue, drops the session and hands the freed memory back (reloads must not grow RSS)."""
         await self.queue.close()
+        self.backend.release()
+        await asyncio.to_thread(release_free_memory)
 
 
 class CrossEncoder(LoadedModel):
@@ -126,7 +131,9 @@ class CrossEncoder(LoadedModel):
     async def score(self, query: str, documents: list[str], max_document_tokens: int | None, window: bool,
                     deadline: float | None) -> ScoredBatch:
         started = time.perf_counter()
-        per_document = await asyncio.to_thread(self._tokenize, query, documents, max_document_tokens, window)
+        per_document = await run_stoppable(
+            lambda stop: self._tokenize(query, documents, max_document_tokens, window, stop), deadline,
+            f"model {self.id!r} tokenized the request")
         tokenization_s = time.perf_counter() - started
         flat = [one for doc in per_document for one in doc.inputs]
         result = await self.queue.submit(flat, deadline)
@@ -138,14 +145,18 @@ class CrossEncoder(LoadedModel):
             scores.append(PairScore(windows[best], best, doc.truncated, sum(len(i) for i in doc.inputs)))
         return ScoredBatch(scores, tokenization_s, result.queue_s, result.inference_s)
 
-    def _tokenize(self, query: str, documents: list[str], cap: int | None, window: bool) -> list[DocumentInputs]:
-        query_encoding, *document_encodings = self.encoder.encode([query, *documents])
+    def _tokenize(self, query: str, documents: list[str], cap: int | None, window: bool,
+                  stop: StopFlag) -> list[DocumentInputs]:
+        """The pairs' model inputs; runs on a thread. The query first: one too long refuses the request
+        before any document is tokenized; documents are tokenized only as far as their windows reach."""
+        (query_encoding,) = self.encoder.encode([query], stop=stop)
         budget = self.encoder.document_budget(query_encoding, cap)
         if budget < 1:
             raise QueryTooLong(
                 f"the query is {len(query_encoding.ids)} tokens; model {self.id!r} takes "
                 f"{self.spec.max_length} tokens per pair, query and document together")
         windows = self.spec.max_chunks_per_document if window else 1
+        document_encodings = self.encoder.encode(documents, keep_tokens=windows * budget, stop=stop)
         overlap = min(self.spec.window_overlap, budget // 2)
         return [self.encoder.pairs(query_encoding, d, budget, windows, overlap) for d in document_encodings]
 
@@ -162,7 +173,10 @@ class BiEncoder(LoadedModel):
 
     async def embed(self, texts: list[str], deadline: float | None = None) -> tuple[np.ndarray, list[bool], float, float]:
         """Unit vectors for the texts, whether each was cut, and the queue and inference seconds."""
-        inputs, truncated = zip(*[self.encoder.single(e) for e in await asyncio.to_thread(self.encoder.encode, texts)])
+        keep = self.encoder.single_budget
+        encodings = await run_stoppable(lambda stop: self.encoder.encode(texts, keep_tokens=keep, stop=stop), deadline,
+                                        f"model {self.id!r} tokenized the texts")
+        inputs, truncated = zip(*[self.encoder.single(e) for e in encodings])
         result = await self.queue.submit(list(inputs), deadline)
         vectors = np.stack([self._pool(out, one) for out, one in zip(result.outputs, inputs)])
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)

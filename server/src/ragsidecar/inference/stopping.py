@@ -1,0 +1,50 @@
+"""Work on worker threads that stops when its caller has gone (cancelled, or past its deadline).
+
+A thread cannot be interrupted, and asyncio.to_thread keeps running after its awaiting task is
+cancelled: without this, a cancelled call's tokenization of megabytes kept a core busy long after
+the caller had given up. Long work checks its StopFlag between slices instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from ragsidecar import errors
+
+T = TypeVar("T")
+
+
+class Abandoned(Exception):
+    """Raised on a worker thread when the caller has gone; nobody awaits the result any more."""
+
+
+class StopFlag:
+    def __init__(self, deadline: float | None, what: str) -> None:
+        # Absolute time on the event loop's clock (time.monotonic), or None for no deadline.
+        self._deadline = deadline
+        self._what = what
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def check(self) -> None:
+        """Raises when the work should end: Abandoned once cancelled, DEADLINE_EXCEEDED past the deadline."""
+        if self._stopped.is_set():
+            raise Abandoned(self._what)
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            raise errors.deadline_exceeded(self._what)
+
+
+async def run_stoppable(work: Callable[[StopFlag], T], deadline: float | None, what: str) -> T:
+    """Runs work(flag) on a thread; cancelling the awaiting task makes the flag's next check stop it."""
+    flag = StopFlag(deadline, what)
+    try:
+        return await asyncio.to_thread(work, flag)
+    except asyncio.CancelledError:
+        flag.stop()
+        raise
