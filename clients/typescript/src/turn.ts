@@ -27,7 +27,7 @@ interface KnownBinding extends TurnBindingInit {
 
 /**
  * Checks a turn the way the sidecar's GroundTurn does before it searches anything, and returns it frozen:
- * the size caps (messages, owners, bindings, characters of a text), owner and binding ids (present, at most
+ * owner and binding ids (present, at most
  * 256 characters, no control characters, unique), knowledge names unique per owner, each binding of a listed
  * owner, a context only with owners, the turn's scope (a tenant; the turn's own scope equal to its context's;
  * a turn that lists bindings needs one of them), `llm.inputWindowTokens` and the activity caps; then
@@ -49,14 +49,10 @@ export function chatTurn(input: GroundTurnInput): ChatTurn {
   }) as ChatTurn;
 }
 
-// The sidecar's caps (proto comments of chat_knowledge.proto; server chat/grounding.py, chat/activity.py).
-const MAX_MESSAGES = 2000;
-const MAX_OWNERS = 64;
-const MAX_BINDINGS = 256;
-const MAX_TEXT_CHARS = 1_000_000;
+// The id rules of the sidecar (server identifiers.py) and its one per-path cap. Its resource caps (messages,
+// owners, bindings, characters of a text, activity entries and redaction roots) are its policy and stay with
+// it: a turn over one is refused when it is sent.
 const MAX_ID_CHARS = 256;
-const MAX_ACTIVITY_ENTRIES = 1000;
-const MAX_REDACTION_ROOTS = 64;
 const MAX_ROOT_CHARS = 4096;
 
 /** What converting the turn finds (the sidecar reports it first), then its shape. */
@@ -66,27 +62,7 @@ function turnProblems(turn: GroundTurnInput): FieldViolation[] {
   if (window !== undefined && window < 1) {
     problems.push({ field: "llm.input_window_tokens", description: "must be at least 1 when set" });
   }
-  const sizes = sizeProblems(turn);
-  return [...problems, ...(sizes.length > 0 ? sizes : shapeProblems(turn))];
-}
-
-/** The size caps, checked first and reported alone, so nothing is walked whose length is not yet bounded. */
-function sizeProblems(turn: GroundTurnInput): FieldViolation[] {
-  const counts: [string, number, number][] = [
-    ["conversation", turn.conversation.length, MAX_MESSAGES],
-    ["owners", turn.owners?.length ?? 0, MAX_OWNERS],
-    ["bindings", turn.bindings?.length ?? 0, MAX_BINDINGS],
-  ];
-  const over = counts.filter(([, count, cap]) => count > cap);
-  if (over.length > 0) return over.map(([field, count, cap]) => ({ field, description: `${count} items; at most ${cap}` }));
-  const texts: [string, string][] = [
-    ...turn.conversation.map((m, i): [string, string] => [`conversation[${i}].content`, m.content ?? ""]),
-    ...(turn.owners ?? []).map((o, i): [string, string] => [`owners[${i}].state_text`, o.state ?? ""]),
-    ["request_section", turn.requestSection ?? ""],
-  ];
-  return texts
-    .filter(([, text]) => text.length > MAX_TEXT_CHARS && codePoints(text) > MAX_TEXT_CHARS)
-    .map(([field, text]) => ({ field, description: `${codePoints(text)} characters; at most ${MAX_TEXT_CHARS}` }));
+  return [...problems, ...shapeProblems(turn)];
 }
 
 function shapeProblems(turn: GroundTurnInput): FieldViolation[] {
@@ -184,24 +160,16 @@ const KINDS = new Set([ActivityKind.SENT, ActivityKind.RECEIVED, ActivityKind.AC
 
 function activityProblems(record: ActivityRecordInit): FieldViolation[] {
   const problems: FieldViolation[] = [];
-  const entries = record.entries ?? [];
-  if (entries.length > MAX_ACTIVITY_ENTRIES) {
-    problems.push({ field: "activity.entries", description: `${entries.length} entries; at most ${MAX_ACTIVITY_ENTRIES}` });
-  } else {
-    entries.forEach((entry, i) => {
-      if (!KINDS.has(kindOf(entry.kind))) {
-        problems.push({ field: `activity.entries[${i}].kind`, description: "an activity kind is required" });
-      }
-    });
-  }
+  (record.entries ?? []).forEach((entry, i) => {
+    if (!KINDS.has(kindOf(entry.kind))) {
+      problems.push({ field: `activity.entries[${i}].kind`, description: "an activity kind is required" });
+    }
+  });
   const caps = {
     max_entries: record.maxEntries ?? 40,
     max_total_chars: record.maxTotalChars ?? 8000,
     max_entry_chars: record.maxEntryChars ?? 400,
   };
-  if (caps.max_entries > MAX_ACTIVITY_ENTRIES) {
-    problems.push({ field: "activity.max_entries", description: `at most ${MAX_ACTIVITY_ENTRIES}` });
-  }
   for (const [name, value] of Object.entries(caps)) {
     if (value < 1) problems.push({ field: `activity.${name}`, description: "must be at least 1 when set" });
   }
@@ -211,12 +179,7 @@ function activityProblems(record: ActivityRecordInit): FieldViolation[] {
       description: `${caps.max_entry_chars} exceeds max_total_chars (${caps.max_total_chars})`,
     });
   }
-  const roots = record.redactionRoots ?? [];
-  if (roots.length > MAX_REDACTION_ROOTS) {
-    problems.push({ field: "activity.redaction_roots", description: `${roots.length} roots; at most ${MAX_REDACTION_ROOTS}` });
-    return problems;
-  }
-  roots.forEach((root, i) => {
+  (record.redactionRoots ?? []).forEach((root, i) => {
     if (isBlank(root.path) || codePoints(root.path) > MAX_ROOT_CHARS || root.path.includes("\0")) {
       problems.push({
         field: `activity.redaction_roots[${i}].path`,

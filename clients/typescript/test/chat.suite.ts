@@ -381,17 +381,7 @@ describe("chat", () => {
       "owners[3].owner_id", "owners[4].owner_id", "bindings[1].binding_id", "bindings[2].owner_id",
       "activity.entries[0].kind", "activity.max_entry_chars", "activity.redaction_roots[0].path",
     ]);
-    // Size caps are reported alone, before anything is walked; scopes are checked like ids.
-    const crowd = Array.from({ length: 65 }, (_, i) => ({ ownerId: `o${i}` }));
-    assert.deepEqual(await refusedLikeTheSidecar({ ...base, owners: crowd }), ["owners"]);
-    assert.deepEqual(
-      await refusedLikeTheSidecar({
-        ...base,
-        conversation: [{ role: "system", content: SYSTEM }, { role: "user", content: "y".repeat(1_000_001) }],
-        owners: [{ ownerId: "ada" }],
-      }),
-      ["conversation[1].content"],
-    );
+    // Scopes: a turn with bindings needs one, its own equals its context's, and their ids are checked.
     assert.deepEqual(
       await refusedLikeTheSidecar({ principal, conversation: conversation(), owners: [{ ownerId: "ada" }], bindings: [orders] }),
       ["scope"],

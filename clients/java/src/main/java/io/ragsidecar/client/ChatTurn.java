@@ -32,16 +32,19 @@ import ragsidecar.v1.Retrieval.Llm;
  *     .build();                                            // ValidationException here, not when sent
  * }</pre>
  *
- * <p>{@code build()} checks what the sidecar checks before it looks anything up: owner ids present and unique,
- * knowledge names unique per owner, bindings listed once and each of a listed owner, a context only with owners and
- * with a tenant when it carries a scope, {@code llm.input_window_tokens} and the activity record's caps. It also
+ * <p>{@code build()} checks what the sidecar checks before it looks anything up: owner and binding ids (present, at
+ * most 256 characters, no control characters, unique), knowledge names unique per owner, each binding of a listed
+ * owner, a context only with owners, the scopes the turn sets (a tenant; the turn's own scope equal to its
+ * context's), {@code llm.input_window_tokens} and the activity record's kinds and caps. It also
  * checks each binding against its owner's declarations, as the sidecar does when it resolves them: at most one
  * declared binding per owner, over an enabled SEARCH entry of that owner with the entry's {@code top_k}; no two
  * bindings of one owner on one source; no undeclared binding on a name the owner declares. Whether each binding is
  * still open, and in the turn's tenant and session, only the sidecar knows.
  *
- * <p>A context without a scope is completed by a {@linkplain SidecarChat#withScope scoped} facade; an unscoped one
- * sends it as it is (the sidecar then refuses the missing tenant). Immutable; build a new turn for each send.
+ * <p>Scopes left unset are completed by a {@linkplain SidecarChat#withScope scoped} facade; an unscoped one sends the
+ * turn as it is (the sidecar then refuses a context without a tenant, or a turn with bindings and no scope). The
+ * sidecar's resource caps (messages, owners, bindings, characters of a text, activity entries) are its own policy and
+ * are checked when the turn is sent. Immutable; build a new turn for each send.
  */
 public final class ChatTurn {
   private final List<ChatMessage> conversation;
@@ -216,17 +219,13 @@ public final class ChatTurn {
   }
 
   /**
-   * The sidecar's GroundTurn checks ({@code api/chat_service.py} and {@code chat/grounding.py}), in its order and
-   * with its field names and descriptions.
+   * The sidecar's GroundTurn rules ({@code api/chat_service.py} and {@code chat/grounding.py}), in its order and
+   * with its field names and descriptions. Its resource caps (messages, owners, bindings, characters of a text,
+   * activity entries and redaction roots) are the sidecar's policy and stay with it: a turn over one is refused
+   * when it is sent.
    */
   static final class TurnChecks {
-    private static final int MAX_MESSAGES = 2000;
-    private static final int MAX_OWNERS = 64;
-    private static final int MAX_BINDINGS = 256;
-    private static final int MAX_TEXT_CHARS = 1_000_000;
     private static final int MAX_ID_CHARS = 256;
-    private static final int MAX_ACTIVITY_ENTRIES = 1000;
-    private static final int MAX_REDACTION_ROOTS = 64;
     private static final int MAX_ROOT_CHARS = 4096;
 
     private final List<ValidationException.FieldViolation> problems = new ArrayList<>();
@@ -238,45 +237,11 @@ public final class ChatTurn {
       if (turn.llm != null && turn.llm.hasInputWindowTokens() && turn.llm.getInputWindowTokens() < 1) {
         shape.add("llm.input_window_tokens", "must be at least 1 when set");
       }
-      if (!shape.sizes(turn)) {
-        shape.shape(turn);
-      }
+      shape.shape(turn);
       shape.raise();
       TurnChecks declarations = new TurnChecks();
       declarations.declarations(turn.owners, turn.bindings);
       declarations.raise();
-    }
-
-    /** The size caps, which the sidecar checks first and reports alone; whether one was exceeded. */
-    private boolean sizes(ChatTurn turn) {
-      int before = problems.size();
-      count("conversation", turn.conversation.size(), MAX_MESSAGES);
-      count("owners", turn.owners.size(), MAX_OWNERS);
-      count("bindings", turn.bindings.size(), MAX_BINDINGS);
-      if (problems.size() > before) {
-        return true;
-      }
-      for (int i = 0; i < turn.conversation.size(); i++) {
-        text("conversation[" + i + "].content", turn.conversation.get(i).getContent());
-      }
-      for (int i = 0; i < turn.owners.size(); i++) {
-        text("owners[" + i + "].state_text", turn.owners.get(i).getStateText());
-      }
-      text("request_section", turn.requestSection);
-      return problems.size() > before;
-    }
-
-    private void count(String field, int count, int cap) {
-      if (count > cap) {
-        add(field, count + " items; at most " + cap);
-      }
-    }
-
-    private void text(String field, String text) {
-      int chars = text.codePointCount(0, text.length());
-      if (chars > MAX_TEXT_CHARS) {
-        add(field, chars + " characters; at most " + MAX_TEXT_CHARS);
-      }
     }
 
     private void shape(ChatTurn turn) {
@@ -370,31 +335,20 @@ public final class ChatTurn {
     }
 
     private void activity(ActivityRecord record) {
-      if (record.getEntriesCount() > MAX_ACTIVITY_ENTRIES) {
-        add("activity.entries", record.getEntriesCount() + " entries; at most " + MAX_ACTIVITY_ENTRIES);
-      } else {
-        for (int i = 0; i < record.getEntriesCount(); i++) {
-          switch (record.getEntries(i).getKind()) {
-            case ACTIVITY_KIND_SENT, ACTIVITY_KIND_RECEIVED, ACTIVITY_KIND_ACTED, ACTIVITY_KIND_NOTED -> { }
-            default -> add("activity.entries[" + i + "].kind", "an activity kind is required");
-          }
+      for (int i = 0; i < record.getEntriesCount(); i++) {
+        switch (record.getEntries(i).getKind()) {
+          case ACTIVITY_KIND_SENT, ACTIVITY_KIND_RECEIVED, ACTIVITY_KIND_ACTED, ACTIVITY_KIND_NOTED -> { }
+          default -> add("activity.entries[" + i + "].kind", "an activity kind is required");
         }
       }
       long maxEntries = record.hasMaxEntries() ? Integer.toUnsignedLong(record.getMaxEntries()) : 40;
       long maxTotal = record.hasMaxTotalChars() ? Integer.toUnsignedLong(record.getMaxTotalChars()) : 8000;
       long maxEntry = record.hasMaxEntryChars() ? Integer.toUnsignedLong(record.getMaxEntryChars()) : 400;
-      if (maxEntries > MAX_ACTIVITY_ENTRIES) {
-        add("activity.max_entries", "at most " + MAX_ACTIVITY_ENTRIES);
-      }
       atLeastOne("activity.max_entries", maxEntries);
       atLeastOne("activity.max_total_chars", maxTotal);
       atLeastOne("activity.max_entry_chars", maxEntry);
       if (maxEntry > maxTotal) {
         add("activity.max_entry_chars", maxEntry + " exceeds max_total_chars (" + maxTotal + ")");
-      }
-      if (record.getRedactionRootsCount() > MAX_REDACTION_ROOTS) {
-        add("activity.redaction_roots", record.getRedactionRootsCount() + " roots; at most " + MAX_REDACTION_ROOTS);
-        return;
       }
       for (int i = 0; i < record.getRedactionRootsCount(); i++) {
         String path = record.getRedactionRoots(i).getPath();

@@ -23,20 +23,20 @@ import ragsidecar.v1.ChatKnowledgeServiceGrpc;
  * SidecarChat chat = client.chat().withScope(new KnowledgeScope("agent-host", "tenant-a", "session-42"));
  * try (ChatBinding log = chat.openBinding("narrator-7", "simulation-logs")) {
  *   log.append(List.of(RetrievalRequests.document("e1", "Episode 4: the bridge collapsed.")));
- *   GroundedTurn turn = chat.groundTurn(GroundTurnRequest.newBuilder()
- *       .addAllConversation(storedConversation)                 // never changed by the sidecar
- *       .addOwners(ChatRequests.owner("narrator-7", stateText,
+ *   GroundedTurn turn = chat.groundTurn(ChatTurn.builder(storedConversation)   // never changed by the sidecar
+ *       .owners(ChatRequests.owner("narrator-7", stateText,
  *           RetrievalRequests.memory("simulation-logs", KnowledgeUse.KNOWLEDGE_USE_SEARCH).build()))
- *       .addBindings(log.turnBinding())
- *       .setContext(ChatRequests.context().setRunId("run-9"))  // with a context, knowledge is given and searched
- *       .setLlm(RetrievalRequests.llm("gpt-4o"))
- *       .build());
+ *       .bindings(log)
+ *       .context(ChatRequests.context().setRunId("run-9"))     // with a context, knowledge is given and searched
+ *       .llm(RetrievalRequests.llm("gpt-4o"))
+ *       .build());                                            // a malformed turn fails here, before any call
  *   send(turn.conversation());                                  // the outbound copy, grounded
  * }
  * }</pre>
  *
- * <p>Requests are the generated messages of {@code ragsidecar.v1.ChatKnowledge} ({@link ChatRequests} builds the
- * common parts). Every request needs a principal, and most a scope: {@link #withScope(KnowledgeScope)} returns a
+ * <p>A turn is a {@link ChatTurn}, checked when it is built, or a raw {@code GroundTurnRequest}, checked by the
+ * sidecar; other requests are the generated messages of {@code ragsidecar.v1.ChatKnowledge} ({@link ChatRequests}
+ * builds the common parts). Every request needs a principal, and most a scope: {@link #withScope(KnowledgeScope)} returns a
  * facade that sets the principal of every request and its scope (for {@code GroundTurn}: the turn's own scope and the
  * scope of its {@code context}, when it has one), replacing what the request carried. A {@link ChatBinding} keeps the principal
  * and scope it was opened with.

@@ -335,12 +335,6 @@ class ChatTest {
           "owners[2].owner_id", "owners[3].owner_id", "owners[4].owner_id", "bindings[1].binding_id",
           "bindings[2].owner_id", "activity.entries[0].kind", "activity.max_entry_chars",
           "activity.redaction_roots[0].path"), shape);
-      // Size caps are reported alone, before anything is walked.
-      List<ChatOwner> crowd = java.util.stream.IntStream.range(0, 65).mapToObj(i -> owner("o" + i, "")).toList();
-      assertEquals(List.of("owners"), assertRefusedLikeTheSidecar(chat, conversation("hi"), crowd, List.of(),
-          llm("test-model", 8000), null));
-      assertEquals(List.of("conversation[1].content"), assertRefusedLikeTheSidecar(chat,
-          List.of(system(SYSTEM), user("y".repeat(1_000_001))), shapeOwners, List.of(), llm("test-model", 8000), null));
       // Declarations: a second declared binding, another top_k, a DIRECT entry, an undeclared binding on a
       // declared name that a declared binding already searches.
       List<String> declarations = assertRefusedLikeTheSidecar(chat, conversation("Where is my blender?"),
