@@ -43,7 +43,7 @@ def test_a_printed_config_loads_back_to_the_same_settings_wherever_it_is_saved(t
     original = tmp_path / "a" / "ragsidecar.toml"
     original.parent.mkdir()
     config = default_config()
-    config["paths"]["knowledge_roots"] = ["docs", "../shared docs"]
+    config["paths"]["knowledge_roots"] = ["docs", "../other docs"]
     original.write_text(to_toml(config) + '\n[retrieval.model_windows]\n"acme/llm \\"x\\"" = 4096\n')
     first = cli("config", "--config", str(original), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
@@ -54,7 +54,7 @@ def test_a_printed_config_loads_back_to_the_same_settings_wherever_it_is_saved(t
     assert second.returncode == 0, second.stderr
     assert second.stdout == first.stdout
     shown = tomllib.loads(first.stdout)
-    assert shown["paths"]["knowledge_roots"] == [str(tmp_path / "a" / "docs"), str(tmp_path / "shared docs")]
+    assert shown["paths"]["knowledge_roots"] == [str(tmp_path / "a" / "docs"), str(tmp_path / "other docs")]
     assert shown["retrieval"]["model_windows"] == {"acme/llm \"x\"": 4096}
 
 
