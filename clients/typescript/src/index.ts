@@ -63,6 +63,7 @@ export type {
   HitScores,
   KnowledgeEntryInit,
   KnowledgeOnFailureName,
+  RerankOrderName,
   KnowledgeReadinessName,
   KnowledgeTypeName,
   KnowledgeUseName,

@@ -8,6 +8,7 @@ import {
   KnowledgeReadiness,
   KnowledgeType,
   KnowledgeUse,
+  RerankOrder,
   RetrievalService,
   type ContextBlock as ContextBlockMessage,
   type KnowledgeEntrySchema,
@@ -31,6 +32,12 @@ export type KnowledgeUseName = "DIRECT" | "SEARCH" | "SEQUENTIAL";
 export type KnowledgeReadinessName = "MUST_LOAD" | "WHEN_CONFIGURED";
 /** What a dispatch does when the source fails; unset means FAIL. */
 export type KnowledgeOnFailureName = "FAIL" | "CONTINUE";
+/**
+ * The order of a reranked SEARCH entry's hits. FUSED (the default, measured best): the reranker's order fused
+ * with the retrieval order, so a hit in the reranker's top k can be pushed out. RERANKER: the reranker's own
+ * relevance order cut to topK, as the host's Reranker SPI gives it.
+ */
+export type RerankOrderName = "FUSED" | "RERANKER";
 
 /** The caller of a RetrievalService RPC. An empty id is refused with PermissionDeniedError. */
 export interface PrincipalInit {
@@ -52,6 +59,8 @@ export interface SearchOptionsInit {
   readonly rerankerModel?: string;
   /** Fused candidates reranked; at least the entry's topK. */
   readonly candidates?: number;
+  /** The order of the reranked hits (and what their `score` is); unset means FUSED. */
+  readonly rerankOrder?: RerankOrderName | RerankOrder;
 }
 
 /** One knowledge declaration (the host's @Knowledge). Enums take their short name or the generated enum. */
@@ -225,7 +234,12 @@ export interface RetrievedChunk {
   readonly source: string;
   readonly text: string;
   readonly provenance: Provenance;
-  /** Rerank relevance when reranked, else the fused score; undefined for DIRECT and SEQUENTIAL text. */
+  /**
+   * The score hits are ranked by: the fused score (reciprocal rank fusion of the dense and BM25 lists); when
+   * the entry reranks, by default (rerankOrder FUSED) the fusion of the reranker's order with that retrieval
+   * order, and with rerankOrder RERANKER the rerank relevance (0..1) itself. The reranker's own relevance is
+   * always `scores.rerank`. Undefined for DIRECT and SEQUENTIAL text.
+   */
   readonly score: number | undefined;
   /** Pipeline scores; undefined for DIRECT and SEQUENTIAL text. */
   readonly scores: HitScores | undefined;
@@ -371,6 +385,7 @@ function toSearchOptions(options: SearchOptionsInit) {
     rerank: options.rerank ?? false,
     rerankerModel: options.rerankerModel ?? "",
     ...(options.candidates !== undefined ? { candidates: options.candidates } : {}),
+    rerankOrder: enumValue<RerankOrder>(RerankOrder, options.rerankOrder, "rerank order") ?? RerankOrder.UNSPECIFIED,
   };
 }
 

@@ -59,8 +59,14 @@ export interface SidecarSource extends RetrievalSource {
   /** The knowledge source's name. */
   readonly source: string;
   readonly text: string;
-  /** Rerank relevance (0..1) when reranked, else the fused score; undefined when not ranked. */
+  /**
+   * The score the hits are ranked by (`chunk.score`): the fused retrieval score, or when the entry reranks, by
+   * default the fusion of the reranker's order with the retrieval order; the rerank relevance only with
+   * `rerankOrder: "RERANKER"`. Undefined when not ranked.
+   */
   readonly score: number | undefined;
+  /** The reranker's relevance (0..1, `chunk.scores.rerank`) whatever the order; undefined when not reranked. */
+  readonly relevance: number | undefined;
   readonly chunk: RetrievedChunk;
 }
 
@@ -267,6 +273,7 @@ function defaultSearch<Query, Source extends RetrievalSource, Result extends Ret
       source: chunk.source,
       text: chunk.text,
       score: chunk.score,
+      relevance: chunk.scores?.rerank,
       chunk,
     }));
     return { sources, response } as unknown as Result;

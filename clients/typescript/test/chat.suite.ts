@@ -219,6 +219,13 @@ describe("chat", () => {
     for (const [scope, ownerId] of [[globex, "ada"], [{ tenant: "acme-ts-iso", session: "s2" }, "ada"], [acme, "mallory"]] as const) {
       await rejection(turn(scope, ownerId), PermissionDeniedError, "PERMISSION_DENIED", "PERMISSION_DENIED");
     }
+    // Without a context too: the turn's own scope is checked against the binding's.
+    await rejection(
+      client.chat.groundTurn({
+        principal, conversation: conversation("vault code"), owners: [{ ownerId: "ada", knowledge }], bindings: [secret], scope: globex,
+      }),
+      PermissionDeniedError, "PERMISSION_DENIED", "PERMISSION_DENIED",
+    );
     // The binding's own calls, addressed from another tenant.
     const foreign = client.chat.attachBinding({ ...secret.reference(), scope: globex });
     await rejection(foreign.append([{ id: "x", text: "injected" }]), PermissionDeniedError, "PERMISSION_DENIED", "PERMISSION_DENIED");

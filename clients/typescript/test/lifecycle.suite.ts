@@ -353,6 +353,7 @@ describe("defineSidecarRetrieval", () => {
     assert.equal(top.source, "faq");
     assert.match(top.text, /express shipping arrives the next business day/);
     assert.ok(top.score !== undefined && top.score > 0);
+    assert.equal(top.relevance, undefined, "not reranked: no relevance");
     assert.equal(receipt.result.sources.length, 2);
     assert.equal(receipt.result.response.hits.length, 2);
     assert.deepEqual(state.sources.map((s) => s.sourceId), receipt.result.sources.map((s) => s.sourceId));

@@ -263,6 +263,16 @@ describe("retrieval", () => {
     assert.equal(reranked.hits[0]?.provenance.documentId, "faq-warranty");
     // The order fuses the reranker's ranks with retrieval's; the reranker's relevance stays in scores.rerank.
     assert.ok(reranked.hits.every((h) => h.scores?.rerank !== undefined && h.score !== undefined), "reranked scores");
+    assert.ok(reranked.hits.every((h) => h.score !== h.scores?.rerank), "the fused order's score is not the relevance");
+    // The Reranker SPI's order: the reranker's relevance, descending, is the score.
+    const pure = await client.retrieval.search({
+      principal, scope, target: { name: "Docs", knowledge: [FAQ_ENTRY] }, knowledge: ["faq"],
+      query: "Does the warranty cover the motor?", topK: 2, search: { rerank: true, candidates: 6, rerankOrder: "RERANKER" },
+    });
+    assert.equal(pure.hits[0]?.provenance.documentId, "faq-warranty");
+    const relevance = pure.hits.map((h) => h.scores?.rerank);
+    assert.deepEqual(pure.hits.map((h) => h.score), relevance);
+    assert.deepEqual(relevance, [...relevance].sort((a, b) => (b ?? 0) - (a ?? 0)));
 
     // A blank query is INVALID_ARGUMENT here (benign in enforce).
     const blank = await rejection(

@@ -16,6 +16,8 @@ import ragsidecar.v1.Retrieval.KnowledgeUse;
 import ragsidecar.v1.Retrieval.Llm;
 import ragsidecar.v1.Retrieval.MemoryDocument;
 import ragsidecar.v1.Retrieval.Param;
+import ragsidecar.v1.Retrieval.RerankOrder;
+import ragsidecar.v1.Retrieval.SearchOptions;
 import ragsidecar.v1.Retrieval.Target;
 
 /**
@@ -57,6 +59,20 @@ public final class RetrievalRequests {
   /** An INLINE entry: this text, one document. */
   public static KnowledgeEntry.Builder inline(String name, KnowledgeUse use, String text) {
     return entry(name, KnowledgeType.KNOWLEDGE_TYPE_INLINE, use).setInlineText(text);
+  }
+
+  /**
+   * Search options that rerank a SEARCH entry's candidates with this model ({@code null} or empty: the configured
+   * default reranker), its hits in this order: {@code RERANK_ORDER_FUSED} (the default, measured best) fuses the
+   * reranker's order with the retrieval order, so a hit in the reranker's top k can be pushed out, and a hit's
+   * {@code score} is the fused one; {@code RERANK_ORDER_RERANKER} keeps the reranker's own relevance order cut to
+   * top k, as the host's Reranker SPI gives it, and the score is that relevance. Either way the relevance is in
+   * {@code scores.rerank}. Set it with {@code KnowledgeEntry.Builder.setSearch} or {@code SearchRequest.Builder
+   * .setSearch}.
+   */
+  public static SearchOptions rerank(String model, RerankOrder order) {
+    return SearchOptions.newBuilder().setRerank(true).setRerankerModel(model == null ? "" : model)
+        .setRerankOrder(Objects.requireNonNull(order, "order")).build();
   }
 
   /** An action naming its knowledge, in declaration order. */

@@ -173,7 +173,12 @@ public final class SidecarRetrieval {
 
   // ---- Search ---------------------------------------------------------------------------------------------------
 
-  /** Searches declared knowledge with a query (which must not be blank), outside any action dispatch. */
+  /**
+   * Searches declared knowledge with a query (which must not be blank), outside any action dispatch. A hit's
+   * {@code score} is what hits are ranked by: the fused retrieval score, or for an entry that reranks, by default the
+   * fusion of the reranker's order with the retrieval order; the rerank relevance only with
+   * {@link RetrievalRequests#rerank RERANK_ORDER_RERANKER}. The relevance itself is always {@code scores.rerank}.
+   */
   public SearchResponse search(SearchRequest request) {
     return context.call(RetrievalServiceGrpc.getSearchMethod(), scoped(request), timeout);
   }

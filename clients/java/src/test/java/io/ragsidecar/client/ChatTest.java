@@ -224,6 +224,9 @@ class ChatTest {
           () -> globex.groundTurn(turn("blender order vault code", secret.turnBinding())));
       assertEquals(PermissionDeniedException.PERMISSION_DENIED, denied.reason());
       assertFalse(denied.isPathOutsideRoots());
+      // Without a context too: the turn's own scope (the facade's) is checked against the binding's.
+      assertThrows(PermissionDeniedException.class, () -> globex.groundTurn(turn("blender order vault code",
+          secret.turnBinding()).toBuilder().clearContext().build()));
       assertThrows(PermissionDeniedException.class, () -> client.chat()
           .withScope(new KnowledgeScope("agent-host", "chat-acme", "s2"))
           .groundTurn(turn("blender order vault code", secret.turnBinding())));

@@ -51,6 +51,7 @@ import ragsidecar.v1.Retrieval.PrepareChatKnowledgeResponse;
 import ragsidecar.v1.Retrieval.RequireLoadedRequest;
 import ragsidecar.v1.Retrieval.RequireReadyRequest;
 import ragsidecar.v1.Retrieval.RetrievedChunk;
+import ragsidecar.v1.Retrieval.RerankOrder;
 import ragsidecar.v1.Retrieval.SearchOptions;
 import ragsidecar.v1.Retrieval.SearchRequest;
 import ragsidecar.v1.Retrieval.SearchResponse;
@@ -390,6 +391,19 @@ class RetrievalTest {
         .setSearch(SearchOptions.newBuilder().setRerank(true)).build());
     assertEquals("toaster", reranked.getHits(0).getProvenance().getDocumentId());
     assertTrue(reranked.getHitsList().stream().allMatch(h -> h.getScores().hasRerank()));
+    // By default the score is the fusion of the reranker's order with the retrieval order, not the relevance ...
+    assertTrue(reranked.getHitsList().stream().allMatch(h -> h.getScore() != h.getScores().getRerank()));
+    // ... and with the Reranker SPI's order it is the relevance itself, descending.
+    SearchResponse pure = retrieval.search(SearchRequest.newBuilder()
+        .setTarget(target(ROLE, List.of(PRODUCTS))).setQuery("toast four slices of bread").setTopK(3)
+        .setSearch(RetrievalRequests.rerank(null, RerankOrder.RERANK_ORDER_RERANKER)).build());
+    assertEquals("toaster", pure.getHits(0).getProvenance().getDocumentId());
+    float previous = Float.POSITIVE_INFINITY;
+    for (var hit : pure.getHitsList()) {
+      assertEquals(hit.getScores().getRerank(), hit.getScore(), hit::toString);
+      assertTrue(hit.getScore() <= previous, pure::toString);
+      previous = hit.getScore();
+    }
 
     ValidationException blank = assertThrows(ValidationException.class, () -> retrieval.search(
         SearchRequest.newBuilder().setTarget(target(ROLE, List.of(PRODUCTS))).setQuery("  ").build()));
