@@ -109,32 +109,35 @@ class RetrievalRuntime:
         if check.problems:
             raise check.error()
         direct = {m.entry.name: m for m in check.plan.blocks}
-        query_vector = None
+        searching = any(e.use is Use.SEARCH for e in enabled)
+        query_vector = await self.catalog.query_vector(result.query) if searching else None
         for entry in enabled:
-            try:
-                if entry.use is Use.DIRECT:
-                    block = direct_block(direct.get(entry.name))
-                elif entry.use is Use.SEQUENTIAL:
-                    block = await self._cursors.next_unit(entry, target, scope)
-                else:
-                    if query_vector is None:
-                        query_vector = await self.catalog.query_vector(result.query)
-                    block = Block(entry.name, Use.SEARCH,
-                                  await self._searched(entry, scope, result.query, query_vector, result, deadline))
-            except (SourceError, OSError) as err:
-                if entry.skips(err):
-                    continue
-                raise source_error(entry.name, err) from None
-            except SidecarError as err:
-                if err.kind in _RETRIEVAL_FAILURES and entry.skips(err):
-                    continue
-                raise
+            block = await self._given(entry, target, scope, direct, query_vector, result, deadline)
             if block is not None and block.hits:
                 result.blocks.append(block)
         limit = self._config.retrieval.context_window_tokens if max_context_tokens is None else max_context_tokens
         await asyncio.to_thread(self._assemble, result, limit)
         result.work.total_s = time.perf_counter() - started
         return result
+
+    async def _given(self, entry: Entry, target: Target, scope: Scope, direct: dict[str, DirectMeasure],
+                     query_vector: np.ndarray | None, result: EnforceResult, deadline: float | None) -> Block | None:
+        """What one entry gives this dispatch; None when it drops out (its readiness or on_failure say so)."""
+        try:
+            if entry.use is Use.DIRECT:
+                return direct_block(direct.get(entry.name))
+            if entry.use is Use.SEQUENTIAL:
+                return await self._cursors.next_unit(entry, target, scope)
+            return Block(entry.name, Use.SEARCH,
+                         await self._searched(entry, scope, result.query, query_vector, result, deadline))
+        except (SourceError, OSError) as err:
+            if entry.skips(err):
+                return None
+            raise source_error(entry.name, err) from None
+        except SidecarError as err:
+            if err.kind in _RETRIEVAL_FAILURES and entry.skips(err):
+                return None
+            raise
 
     async def _searched(self, entry: Entry, scope: Scope, query: str, query_vector: np.ndarray,
                         result: EnforceResult, deadline: float | None) -> list[Hit]:

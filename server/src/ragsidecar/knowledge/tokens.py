@@ -2,33 +2,36 @@
 
 Tokenizing costs time in proportion to the text, so callers run it off the event loop, and a text
 that is measured once (a DIRECT source, a SEQUENTIAL unit) carries its measure to where it is cut.
+The tokenizer's batch call is used even for one text: it releases the GIL while it works (the single
+`encode` holds it throughout, which would stall the event loop from a worker thread all the same).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenizers import Encoding
+
 from ragsidecar.inference.registry import ModelRegistry
 
 
 @dataclass(frozen=True)
 class Measured:
-    """A text with the end offset (in characters) of each of its tokens."""
+    """A text, its token count, and the encoding that maps its tokens to characters (for cuts)."""
 
     text: str
-    ends: tuple[int, ...]
-
-    @property
-    def tokens(self) -> int:
-        return len(self.ends)
+    tokens: int
+    encoding: Encoding | None = None
 
     def first(self, max_tokens: int) -> Measured:
         """The text's first `max_tokens` tokens (itself when it fits)."""
         if max_tokens >= self.tokens:
             return self
-        if max_tokens <= 0:
-            return Measured("", ())
-        return Measured(self.text[: self.ends[max_tokens - 1]], self.ends[:max_tokens])
+        if max_tokens <= 0 or self.encoding is None:
+            return Measured("", 0)
+        # One token's offsets, not the whole offset list: converting that is as slow as the text is long.
+        end = self.encoding.token_to_chars(max_tokens - 1)[1]
+        return Measured(self.text[:end], max_tokens, self.encoding)
 
 
 class Tokens:
@@ -38,11 +41,8 @@ class Tokens:
 
     def measure(self, text: str) -> Measured:
         tokenizer = self._registry.embedder(self._embedder).encoder.tokenizer
-        return Measured(text, tuple(end for _, end in tokenizer.encode(text, add_special_tokens=False).offsets))
+        encoding = tokenizer.encode_batch([text], add_special_tokens=False)[0]
+        return Measured(text, len(encoding), encoding)
 
     def count(self, text: str) -> int:
         return self.measure(text).tokens
-
-    def cut(self, text: str, max_tokens: int) -> str:
-        """The text's first `max_tokens` tokens (the whole text when it fits)."""
-        return self.measure(text).first(max_tokens).text
