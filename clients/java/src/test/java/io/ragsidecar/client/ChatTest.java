@@ -390,6 +390,14 @@ class ChatTest {
       GroundedTurn grounded = chat.groundTurn(turn);
       assertEquals(OwnerSearch.OWNER_SEARCH_GROUNDED, grounded.owner("ada").orElseThrow().search());
       assertTrue(grounded.knowledge().contains("Order 1001"), grounded.knowledge());
+      assertEquals(grounded.knowledge(), chat.groundTurnAsync(turn).join().knowledge());
+      // An unscoped facade sends the turn as built, with the principal given: the turn names its own scope.
+      KnowledgeScope scope = new KnowledgeScope("agent-host", "chat-built-grounded", "s1");
+      ChatTurn scoped = ChatTurn.builder(conversation("Where is my blender order?"))
+          .owners(owner("ada", "", ORDERS_ENTRY)).bindings(orders).context(ChatRequests.context(scope))
+          .llm(llm("test-model", 8000)).build();
+      assertEquals(grounded.knowledge(), client.chat().groundTurn(scoped, scope.principal()).knowledge());
+      assertThrows(PermissionDeniedException.class, () -> client.chat().groundTurn(scoped));   // no principal
     }
   }
 
