@@ -187,7 +187,9 @@ public final class SidecarChat {
 
   /**
    * AppendToBinding by id, for a binding this process holds no {@link ChatBinding} for; prefer
-   * {@link ChatBinding#append}.
+   * {@link ChatBinding#append}. The request must carry the binding's {@code binding_handle} (the secret OpenBinding
+   * returned; {@link ChatBinding#turnBinding()} of the opening process carries it), like InvalidateBinding and
+   * CloseBinding by id: owner id, tenant and session are not enough.
    */
   public ChatBinding.AppendResult appendToBinding(AppendToBindingRequest request) {
     return ChatBinding.AppendResult.fromProto(
