@@ -204,7 +204,9 @@ def drive(client: Client, tally: Tally, until: float) -> None:
 def report(tally: Tally, rss: tuple[int, int, int], reloads: list[int], minutes: float, clients: int,
            data: Data) -> str:
     start, peak, end = (r / 2**20 for r in rss)
-    lines = [f"Soak: {minutes:g} min, {clients} clients, {len(reloads)} model reloads, data: {data.source}", "",
+    load = ", ".join(f"{x:.1f}" for x in psutil.getloadavg())
+    lines = [f"Soak: {minutes:g} min, {clients} clients, {len(reloads)} model reloads, data: {data.source}",
+             f"Machine: {psutil.cpu_count()} CPUs, load average at the end {load} (1, 5, 15 min)", "",
              "| RSS | MiB |", "|---|---|", f"| start | {start:.0f} |", f"| peak | {peak:.0f} |",
              f"| end | {end:.0f} ({(end - start) / start:+.1%}) |", "",
              "| RPC | ok calls | failed | p50 ms | p95 ms |", "|---|---|---|---|---|"]
@@ -236,9 +238,10 @@ def main() -> None:
         server = Sidecar(root, config).start()
         try:
             clients = [Client(n, server, data, file_entry) for n in range(args.clients)]
-            for client in clients:  # index the shared FILE source and every MEMORY source before measuring
+            for client in clients:  # index the FILE source, the MEMORY sources and the bindings before measuring
                 client.upsertdocuments()
                 client.search()
+                client.groundturn()
             assert server.process
             sampler = RssSampler(server.process.pid)
             start_rss = sampler.now()
