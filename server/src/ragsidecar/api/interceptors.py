@@ -50,7 +50,7 @@ def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     def decode(raw: bytes) -> Any:
         try:
             return deserialize(raw)
-        except Exception as err:  # noqa: BLE001 - whatever the parser raises, the caller's bytes are at fault
+        except Exception as err:  # whatever the parser raises, the caller's bytes are at fault
             return _Undecodable(f"{type(err).__name__}: {err}")
 
     return decode

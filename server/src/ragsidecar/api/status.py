@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -12,7 +13,7 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from ragsidecar.errors import ErrorKind, SidecarError
+from ragsidecar.errors import ErrorKind, SidecarError, Violation
 
 log = logging.getLogger(__name__)
 
@@ -33,19 +34,26 @@ _CODES: dict[ErrorKind, grpc.StatusCode] = {
 
 # gRPC clients drop a response whose headers pass 8 KiB (some 16 KiB), and then report "Stream removed"
 # instead of the status. The message travels twice (percent-encoded in grpc-message, and inside the
-# base64 grpc-status-details-bin), so both are cut: about 5.5 KiB on the wire at most, whatever the request.
+# base64 grpc-status-details-bin), so both are bounded: at most 512 + 4608 * 4 / 3 = 6,656 bytes on the wire,
+# whatever the request.
 MAX_MESSAGE_WIRE_BYTES = 512
-MAX_DETAILS_BYTES = 3072
+MAX_STATUS_BYTES = 4608
 MAX_VIOLATIONS = 20
 MAX_TEXT_BYTES = 200
 MAX_METADATA_ENTRIES = 8
+_MAX_KEY_BYTES = 64
 _ELLIPSIS = "…"
+_FRAMING_BYTES = 16  # tags and lengths around each detail and its Any wrapper
 
 
 def to_status(error: SidecarError) -> grpc.Status:
-    code = _CODES[error.kind]
-    violations, omitted = _violations_within_budget(error)
+    message = _cut_message(error.message)
     metadata = _metadata_within_budget(error.metadata)
+    # Room for the ErrorInfo as sent: with the count of left-out violations (and the line saying so).
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN,
+                                       metadata={**metadata, "omitted_violations": "999999"})
+    room = MAX_STATUS_BYTES - len(message.encode()) - info.ByteSize() - 4 * _FRAMING_BYTES - MAX_TEXT_BYTES
+    violations, omitted = _violations_within(error.violations, room)
     if omitted:
         metadata["omitted_violations"] = str(omitted)
     details: list[Any] = [error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=metadata)]
@@ -56,23 +64,22 @@ def to_status(error: SidecarError) -> grpc.Status:
         holder = any_pb2.Any()
         holder.Pack(detail)
         packed.append(holder)
-    status = status_pb2.Status(code=code.value[0], message=_cut_message(error.message), details=packed)
+    status = status_pb2.Status(code=_CODES[error.kind].value[0], message=message, details=packed)
     return rpc_status.to_status(status)
 
 
-def _violations_within_budget(error: SidecarError) -> tuple[list[Any], int]:
-    """The first violations that fit the details budget, each cut; and how many were left out."""
+def _violations_within(violations: list[Violation], room: int) -> tuple[list[Any], int]:
+    """The first violations, each cut, that fit `room` bytes; then one saying how many were left out."""
     kept: list[Any] = []
-    used = 0
-    for violation in error.violations[:MAX_VIOLATIONS]:
-        cut = error_details_pb2.BadRequest.FieldViolation(field=cut_text(violation.field, MAX_TEXT_BYTES),
-                                                          description=cut_text(violation.description,
-                                                                               MAX_TEXT_BYTES))
-        used += cut.ByteSize() + 4  # the tag and length that frame it
-        if used > MAX_DETAILS_BYTES - 2 * MAX_TEXT_BYTES:  # room left for the ErrorInfo and the count of the rest
+    for violation in violations[:MAX_VIOLATIONS]:
+        cut = error_details_pb2.BadRequest.FieldViolation(field=_cut_text(violation.field, MAX_TEXT_BYTES),
+                                                          description=_cut_text(violation.description,
+                                                                                MAX_TEXT_BYTES))
+        room -= cut.ByteSize() + 4  # the tag and length that frame it
+        if room < 0:
             break
         kept.append(cut)
-    omitted = len(error.violations) - len(kept)
+    omitted = len(violations) - len(kept)
     if omitted:
         kept.append(error_details_pb2.BadRequest.FieldViolation(
             field="", description=f"{omitted} more violation{'s' if omitted > 1 else ''} not shown"))
@@ -81,10 +88,10 @@ def _violations_within_budget(error: SidecarError) -> tuple[list[Any], int]:
 
 def _metadata_within_budget(metadata: dict[str, str]) -> dict[str, str]:
     entries = list(metadata.items())[:MAX_METADATA_ENTRIES]
-    return {cut_text(key, 64): cut_text(value, MAX_TEXT_BYTES) for key, value in entries}
+    return {_cut_text(key, _MAX_KEY_BYTES): _cut_text(value, MAX_TEXT_BYTES) for key, value in entries}
 
 
-def cut_text(text: str, limit: int) -> str:
+def _cut_text(text: str, limit: int) -> str:
     """At most `limit` UTF-8 bytes, cut on a character boundary and marked when cut; always valid UTF-8."""
     data = text[:limit + 1].encode("utf-8", "replace")
     if len(data) <= limit:
@@ -99,12 +106,9 @@ def _cut_message(message: str) -> str:
     costs = [1 if 0x20 <= byte <= 0x7E and byte != 0x25 else 3 for byte in data]
     if sum(costs) <= MAX_MESSAGE_WIRE_BYTES:
         return data.decode("utf-8")
-    budget, used = MAX_MESSAGE_WIRE_BYTES - 3 * len(_ELLIPSIS.encode()), 0
-    for position, cost in enumerate(costs):
-        used += cost
-        if used > budget:
-            return data[:position].decode("utf-8", "ignore") + _ELLIPSIS
-    return data.decode("utf-8")  # unreachable: the costs sum past the budget
+    budget = MAX_MESSAGE_WIRE_BYTES - 3 * len(_ELLIPSIS.encode())
+    kept = sum(1 for used in itertools.accumulate(costs) if used <= budget)
+    return data[:kept].decode("utf-8", "ignore") + _ELLIPSIS
 
 
 async def abort(context: grpc.aio.ServicerContext, error: SidecarError) -> None:
