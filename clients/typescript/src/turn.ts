@@ -34,7 +34,8 @@ interface KnownBinding extends TurnBindingInit {
  * each ChatBinding handle against its owner's declarations (at most one declared binding per owner, over an
  * enabled SEARCH entry with the entry's topK; no two bindings of one owner on one source; no undeclared
  * binding on a name the owner declares). Whether a binding is still open, and in the turn's tenant and session,
- * only the sidecar knows. Throws ValidationError (code INVALID_ARGUMENT, reason INVALID_REQUEST, the
+ * only the sidecar knows; its resource caps, the knowledge entries' own fields and the messages' extras are
+ * checked when the turn is sent. Throws ValidationError (code INVALID_ARGUMENT, reason INVALID_REQUEST, the
  * sidecar's violations) without a call; build a new turn for each send.
  */
 export function chatTurn(input: GroundTurnInput): ChatTurn {

@@ -43,8 +43,8 @@ import ragsidecar.v1.Retrieval.Llm;
  *
  * <p>Scopes left unset are completed by a {@linkplain SidecarChat#withScope scoped} facade; an unscoped one sends the
  * turn as it is (the sidecar then refuses a context without a tenant, or a turn with bindings and no scope). The
- * sidecar's resource caps (messages, owners, bindings, characters of a text, activity entries) are its own policy and
- * are checked when the turn is sent. Immutable; build a new turn for each send.
+ * sidecar's resource caps (messages, owners, bindings, characters of a text, activity entries), the knowledge entries'
+ * own fields and the messages' extras are checked when the turn is sent. Immutable; build a new turn for each send.
  */
 public final class ChatTurn {
   private final List<ChatMessage> conversation;
