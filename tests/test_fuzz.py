@@ -22,7 +22,7 @@ from google.protobuf import descriptor, message as proto_message, struct_pb2, ti
 from grpc_health.v1 import health_pb2
 
 from ragsidecar.v1 import chat_knowledge_pb2 as chat, chat_knowledge_pb2_grpc, common_pb2, reranker_pb2
-from ragsidecar.v1 import retrieval_pb2 as rpb
+from ragsidecar.v1 import retrieval_pb2 as rpb, retrieval_pb2_grpc
 from conftest import retrieval_config
 from sidecar import Sidecar, error_details, status_wire_bytes
 
@@ -472,3 +472,32 @@ def test_seeded_fuzz_of_every_rpc_gets_clear_statuses(fuzz_server: Sidecar) -> N
     assert fuzz_server.health() == health_pb2.HealthCheckResponse.SERVING
     assert reference_scores(fuzz_server) == before
     assert "Traceback" not in fuzz_server.log()
+
+
+def search_request(**fields) -> rpb.SearchRequest:
+    return rpb.SearchRequest(**{**who(), "target": target(), "query": "shipping", **fields})
+
+
+def test_a_source_named_again_is_searched_once(fuzz_server: Sidecar) -> None:
+    """Named 5,000 times, a source was searched and reranked 5,000 times (a minute of CPU, 10,000 hits)."""
+    stub = retrieval_pb2_grpc.RetrievalServiceStub(fuzz_server.channel())
+    reranked = rpb.SearchOptions(rerank=True)
+    once = stub.Search(search_request(knowledge=["guide"], search=reranked), timeout=60)
+    repeated = stub.Search(search_request(knowledge=["guide"] * 5000, search=reranked), timeout=60)
+    assert [h.chunk_id for h in repeated.hits] == [h.chunk_id for h in once.hits]
+    assert repeated.usage.pairs == once.usage.pairs > 0
+
+
+@pytest.mark.parametrize("request_, expected", [
+    # A text of symbols and stopwords only leaves BM25 no vocabulary to index (was INTERNAL).
+    (search_request(target=rpb.Target(name="t", knowledge=[entry(
+        "symbols", rpb.KNOWLEDGE_TYPE_INLINE, rpb.KNOWLEDGE_USE_SEARCH, inline_text="%s%n{0} \U0001f600 the and")])),
+     grpc.StatusCode.OK),
+    # An enum number the proto does not define (was INTERNAL).
+    (search_request(search=rpb.SearchOptions(rerank=True, rerank_order=99)), grpc.StatusCode.INVALID_ARGUMENT),
+])
+def test_defects_the_fuzz_found_stay_fixed(fuzz_server: Sidecar, request_: rpb.SearchRequest,
+                                            expected: grpc.StatusCode) -> None:
+    outcome = send(fuzz_server.channel(), Case(0, "/ragsidecar.v1.RetrievalService/Search",
+                                               request_.SerializeToString(), request_))
+    assert (outcome.code, problem_of(outcome)) == (expected, None), outcome.message
