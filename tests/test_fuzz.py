@@ -3,6 +3,9 @@
 Malformed and hostile requests (random field mutations and corrupt bytes) must each get a clear status:
 never UNKNOWN or INTERNAL (those mean a bug of ours), always with its details in headers a client accepts
 (under 8 KiB), and the server keeps serving and scoring exactly as before.
+
+The seed and the number of cases are fixed, so a failure reproduces; to explore further, set
+RAGSIDECAR_FUZZ_SEED and RAGSIDECAR_FUZZ_CASES (a failure's report names the case and its request).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from ragsidecar.v1 import retrieval_pb2 as rpb, retrieval_pb2_grpc
 from conftest import retrieval_config
 from sidecar import Sidecar, error_details, status_wire_bytes
 
-SEED = 20261201
+SEED = int(os.environ.get("RAGSIDECAR_FUZZ_SEED", "20261201"))
 CASES = int(os.environ.get("RAGSIDECAR_FUZZ_CASES", "2000"))
 PARALLEL_CALLS = 4
 CALL_TIMEOUT_S = 60
