@@ -70,6 +70,8 @@ def test_indexes_persist_and_only_changed_files_are_re_embedded(make_sidecar, fo
         out.write(json.dumps({"id": "new-doc", "text": "Zebrafish regenerate their heart after injury."}) + "\n")
     assert load(second).counts[0].count == 121
     assert second.metric("ragsidecar_embedded_chunks_total") == 1  # only the new record's chunk
+    # The superseded index left the disk with the new one in place.
+    assert len([p for p in (data / "indexes").iterdir() if not p.name.startswith(".")]) == 1
     assert search(second, "can zebrafish regrow heart tissue?").hits[0].provenance.document_id == "new-doc"
 
 
