@@ -290,11 +290,13 @@ class Mutator:
             items.extend([first] * count)
         elif field.message_type is not None:
             for _ in range(self.rng.randint(1, 3)):
+                # Mostly a variant of an item already there, so that the request stays plausible past the checks.
+                model = items[self.rng.randrange(len(items))] if len(items) and self.rng.random() < 0.7 else None
                 added = items.add()
+                if model is not None:
+                    added.CopyFrom(model)
                 if depth < 4:
                     self.message(added, depth + 1)
-            if len(items) and depth < 4:
-                self.message(items[self.rng.randrange(len(items))], depth + 1)
         else:
             items.extend(self.scalar(field) for _ in range(self.rng.randint(1, 4)))
 
