@@ -190,8 +190,8 @@ class AccessLogInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or handler.unary_unary is None:
             return handler
         method = details.method
-        # Health probes arrive every few seconds from orchestrators: keep them out of the INFO log.
-        level = logging.DEBUG if method.startswith(_HEALTH_PREFIX) else logging.INFO
+        # Health probes arrive every few seconds from orchestrators: keep the answered ones out of the INFO log.
+        probe = method.startswith(_HEALTH_PREFIX)
 
         def wrap(behaviour: Any) -> Any:
             async def logged(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -208,6 +208,7 @@ class AccessLogInterceptor(grpc.aio.ServerInterceptor):
                     elapsed = time.perf_counter() - started
                     metrics.REQUESTS.labels(method, code_name).inc()
                     metrics.LATENCY.labels(method).observe(elapsed)
+                    level = logging.DEBUG if probe and code == grpc.StatusCode.OK else logging.INFO
                     log.log(level, "method=%s code=%s duration_ms=%.1f", method, code_name, elapsed * 1000)
 
             return logged
