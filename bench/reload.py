@@ -34,6 +34,7 @@ MIB = 1024 * 1024
 def model_sets() -> tuple[dict, dict]:
     first = default_config()
     first["inference"]["cache_bytes"] = 0
+    first["server"]["config_poll_s"] = 0.0  # SIGHUP alone reloads
     second = copy.deepcopy(first)
     cross, bi = second["models"]
     cross["max_length"] = 384
@@ -93,23 +94,32 @@ class Load:
                 self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
 
+def settled_rss(server: Sidecar, process: psutil.Process, models: int) -> float:
+    """RSS once every replaced model has closed (its last request done, its session released)."""
+    deadline = time.monotonic() + 120
+    while server.metric("ragsidecar_loaded_model_instances") > models:
+        if time.monotonic() > deadline:
+            raise RuntimeError("replaced models were never closed:\n" + server.log()[-4000:])
+        time.sleep(0.05)
+    return rss(process)
+
+
 def rss(process: psutil.Process) -> float:
     return process.memory_info().rss / MIB
 
 
 def soak(server: Sidecar, configs: tuple[dict, dict], reloads: int, warmup: int, label: str) -> dict:
     process = psutil.Process(server.process.pid)
+    models = len(configs[0]["models"])
     for i in range(warmup):
         reload(server, configs[i % 2])
-    time.sleep(1)
-    start = rss(process)
+    start = settled_rss(server, process, models)
     marks = []
     for i in range(reloads):
         reload(server, configs[(warmup + i) % 2])
         if (i + 1) % 10 == 0:
-            marks.append(round(rss(process)))
-    time.sleep(2)  # retired models close after their last in-flight user
-    end = rss(process)
+            marks.append(round(settled_rss(server, process, models)))
+    end = settled_rss(server, process, models)
     print(f"{label}: RSS start {start:.0f} MiB, after each 10 reloads {marks} MiB, end {end:.0f} MiB, "
           f"end/start {end / start:.3f}", flush=True)
     return {"start": start, "marks": marks, "end": end, "ratio": end / start}

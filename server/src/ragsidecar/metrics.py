@@ -26,6 +26,13 @@ BATCH_SIZE = Histogram(
 INFERENCE_FAILURES = Counter("ragsidecar_inference_failures_total",
                              "Batches whose run or scheduling failed in an inference worker (their requests failed)",
                              ["model"])
+LOADED_MODELS = Gauge("ragsidecar_loaded_model_instances",
+                      "Models holding an onnxruntime session: the serving ones, and replaced ones until their last "
+                      "request ends")
+TOKENIZING = Gauge("ragsidecar_tokenizations_running", "Requests being tokenized on a worker thread", ["model"])
+STOPPED_WORK = Counter("ragsidecar_stopped_work_total",
+                       "Tokenizations stopped part-way because their caller had gone, by reason: cancelled or deadline",
+                       ["model", "reason"])
 CACHE_HITS = Counter("ragsidecar_rerank_cache_hits_total", "Rerank pairs answered from the result cache", ["model"])
 MODEL_RELOADS = Counter("ragsidecar_model_reloads_total", "Configuration reloads by outcome", ["outcome"])
 SEQUENTIAL_CURSORS = Gauge("ragsidecar_sequential_cursors",

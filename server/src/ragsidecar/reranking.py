@@ -27,10 +27,10 @@ LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
 # Size limits of one request (documented in reranker.proto), checked on character counts, which cost
 # nothing to read, before any text is tokenized: oversized work is refused before it is paid for.
 # A query is never cut, and none this long fits a model's window; 1,000 documents of 32 Ki characters
-# stay within the request total.
+# stay within the documents' total.
 MAX_QUERY_CHARS = 16 * 1024
 MAX_DOCUMENT_CHARS = 4 * 1024 * 1024
-MAX_REQUEST_CHARS = 32 * 1024 * 1024
+MAX_DOCUMENTS_CHARS = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -153,16 +153,16 @@ class Reranker:
         if len(request.query) > MAX_QUERY_CHARS:
             problems.append(Violation("query", f"{len(request.query)} characters exceed the maximum of "
                                                f"{MAX_QUERY_CHARS}", LIMIT_EXCEEDED))
-        total = len(request.query)
+        total = 0
         for i, candidate in enumerate(request.documents):
             if len(candidate.text) > MAX_DOCUMENT_CHARS:
                 problems.append(Violation(f"documents[{i}].text", f"{len(candidate.text)} characters exceed the "
                                                                   f"maximum of {MAX_DOCUMENT_CHARS}", LIMIT_EXCEEDED))
             total += len(candidate.id) + len(candidate.text) + sum(map(len, candidate.metadata.keys()))
             total += sum(map(len, candidate.metadata.values()))
-        if total > MAX_REQUEST_CHARS:
-            problems.append(Violation("documents", f"the request holds {total} characters of text, ids and "
-                                                   f"metadata, over the maximum of {MAX_REQUEST_CHARS}",
+        if total > MAX_DOCUMENTS_CHARS:
+            problems.append(Violation("documents", f"the documents hold {total} characters of ids, texts "
+                                                   f"and metadata, over the maximum of {MAX_DOCUMENTS_CHARS}",
                                       LIMIT_EXCEEDED))
         if problems:
             raise errors.invalid(problems, LIMIT_EXCEEDED)

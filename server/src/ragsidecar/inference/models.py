@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ragsidecar import metrics
 from ragsidecar.config import InferenceConfig, ModelConfig
 from ragsidecar.inference.backend import OnnxBackend
 from ragsidecar.inference.batching import BatchQueue
@@ -66,6 +67,8 @@ class LoadedModel:
         self._users = 0
         self._retired = False
         self._closing: asyncio.Task | None = None
+        self._closed = False
+        metrics.LOADED_MODELS.inc()
 
     @property
     def id(self) -> str:
@@ -116,8 +119,12 @@ class LoadedModel:
 
     async def close(self) -> None:
         """Stops the queue, drops the session and hands the freed memory back (reloads must not grow RSS)."""
+        if self._closed:
+            return
+        self._closed = True
         await self.queue.close()
         self.backend.release()
+        metrics.LOADED_MODELS.dec()
         await asyncio.to_thread(release_free_memory)
 
 
@@ -132,7 +139,7 @@ class CrossEncoder(LoadedModel):
                     deadline: float | None) -> ScoredBatch:
         started = time.perf_counter()
         per_document = await run_stoppable(
-            lambda stop: self._tokenize(query, documents, max_document_tokens, window, stop), deadline,
+            lambda stop: self._tokenize(query, documents, max_document_tokens, window, stop), deadline, self.id,
             f"model {self.id!r} tokenized the request")
         tokenization_s = time.perf_counter() - started
         flat = [one for doc in per_document for one in doc.inputs]
@@ -175,7 +182,7 @@ class BiEncoder(LoadedModel):
         """Unit vectors for the texts, whether each was cut, and the queue and inference seconds."""
         keep = self.encoder.single_budget
         encodings = await run_stoppable(lambda stop: self.encoder.encode(texts, keep_tokens=keep, stop=stop), deadline,
-                                        f"model {self.id!r} tokenized the texts")
+                                        self.id, f"model {self.id!r} tokenized the texts")
         inputs, truncated = zip(*[self.encoder.single(e) for e in encodings])
         result = await self.queue.submit(list(inputs), deadline)
         vectors = np.stack([self._pool(out, one) for out, one in zip(result.outputs, inputs)])

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from ragsidecar import errors
+from ragsidecar import errors, metrics
 
 T = TypeVar("T")
 
@@ -23,9 +23,10 @@ class Abandoned(Exception):
 
 
 class StopFlag:
-    def __init__(self, deadline: float | None, what: str) -> None:
+    def __init__(self, deadline: float | None, model: str, what: str) -> None:
         # Absolute time on the event loop's clock (time.monotonic), or None for no deadline.
         self._deadline = deadline
+        self._model = model
         self._what = what
         self._stopped = threading.Event()
 
@@ -35,16 +36,23 @@ class StopFlag:
     def check(self) -> None:
         """Raises when the work should end: Abandoned once cancelled, DEADLINE_EXCEEDED past the deadline."""
         if self._stopped.is_set():
+            metrics.STOPPED_WORK.labels(self._model, "cancelled").inc()
             raise Abandoned(self._what)
         if self._deadline is not None and time.monotonic() >= self._deadline:
+            metrics.STOPPED_WORK.labels(self._model, "deadline").inc()
             raise errors.deadline_exceeded(self._what)
 
 
-async def run_stoppable(work: Callable[[StopFlag], T], deadline: float | None, what: str) -> T:
+async def run_stoppable(work: Callable[[StopFlag], T], deadline: float | None, model: str, what: str) -> T:
     """Runs work(flag) on a thread; cancelling the awaiting task makes the flag's next check stop it."""
-    flag = StopFlag(deadline, what)
+    flag = StopFlag(deadline, model, what)
+
+    def tracked() -> T:
+        with metrics.TOKENIZING.labels(model).track_inprogress():
+            return work(flag)
+
     try:
-        return await asyncio.to_thread(work, flag)
+        return await asyncio.to_thread(tracked)
     except asyncio.CancelledError:
         flag.stop()
         raise
