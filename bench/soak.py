@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import random
 import signal
-import statistics
 import sys
 import tempfile
 import threading
@@ -106,8 +106,8 @@ class Client:
         self.owner_knowledge = [entry("log", "MEMORY", "SEARCH", top_k=5),
                                 entry("persona", "INLINE", "DIRECT", max_tokens=60,
                                       inline_text=f"You are reviewer {number}; cite the abstracts you use.")]
-        opened = self.chat.OpenBinding(cpb.OpenBindingRequest(principal=PRINCIPAL, scope=self.scope, owner_id=self.owner,
-                                                              source="log", top_k=5, declared=True),
+        opened = self.chat.OpenBinding(cpb.OpenBindingRequest(principal=PRINCIPAL, scope=self.scope, source="log",
+                                                              owner_id=self.owner, top_k=5, declared=True),
                                        timeout=CALL_TIMEOUT_S)
         self.binding = cpb.TurnBinding(binding_id=opened.binding_id, owner_id=self.owner,
                                        binding_handle=opened.binding_handle)
@@ -127,7 +127,8 @@ class Client:
         return getattr(self, rpc.lower())
 
     def rerank(self) -> object:
-        documents = [reranker_pb2.RerankDocument(id=str(i), text=t) for i, t in enumerate(self.sample(RERANK_DOCUMENTS))]
+        texts = self.sample(RERANK_DOCUMENTS)
+        documents = [reranker_pb2.RerankDocument(id=str(i), text=t) for i, t in enumerate(texts)]
         return self.reranker.Rerank(reranker_pb2.RerankRequest(query=self.query(), documents=documents, top_n=5),
                                     timeout=CALL_TIMEOUT_S)
 
@@ -201,6 +202,11 @@ def drive(client: Client, tally: Tally, until: float) -> None:
         tally.timed(rpc, client.call(rpc))
 
 
+def percentile(ordered: list[float], share: float) -> float:
+    """Nearest-rank percentile of sorted values."""
+    return ordered[max(math.ceil(share * len(ordered)) - 1, 0)]
+
+
 def report(tally: Tally, rss: tuple[int, int, int], reloads: list[int], minutes: float, clients: int,
            data: Data) -> str:
     start, peak, end = (r / 2**20 for r in rss)
@@ -213,19 +219,42 @@ def report(tally: Tally, rss: tuple[int, int, int], reloads: list[int], minutes:
     for rpc in MIX:
         ordered = sorted(tally.latencies_ms[rpc])
         failed = sum(n for (name, _), n in tally.failures.items() if name == rpc)
-        p50, p95 = (f"{statistics.median(ordered):.1f}", f"{ordered[int(0.95 * (len(ordered) - 1))]:.1f}") \
-            if ordered else ("-", "-")
+        p50, p95 = (f"{percentile(ordered, 0.5):.1f}", f"{percentile(ordered, 0.95):.1f}") if ordered else ("-", "-")
         lines.append(f"| {rpc} | {len(ordered)} | {failed} | {p50} | {p95} |")
     lines += ["", "Failed calls by status: " + (", ".join(f"{rpc} {code}: {n}" for (rpc, code), n in
                                                          sorted(tally.failures.items())) or "none")]
     return "\n".join(lines)
 
 
+def measure(server: Sidecar, clients: list[Client], minutes: float, reload_every: float
+            ) -> tuple[Tally, tuple[int, int, int], list[int]]:
+    """Runs the clients (and the reloads) for `minutes`; the tally, RSS (start, peak, end) and reloads done."""
+    assert server.process
+    sampler = RssSampler(server.process.pid)
+    start_rss = sampler.now()
+    sampler.start()
+    tally, stop, reloads = Tally(), threading.Event(), []
+    until = time.monotonic() + minutes * 60
+    drivers = [threading.Thread(target=drive, args=(c, tally, until)) for c in clients]
+    reloader = threading.Thread(target=lambda: reloads.extend(reload_models(server, reload_every, stop)))
+    for thread in drivers + ([reloader] if reload_every > 0 else []):
+        thread.start()
+    for thread in drivers:
+        thread.join()
+    stop.set()
+    if reloader.is_alive():
+        reloader.join()
+    sampler.stop.set()
+    end_rss = sampler.now()
+    return tally, (start_rss, max(sampler.peak, end_rss), end_rss), reloads
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--reload-every", type=float, default=30.0, help="seconds between model reloads")
+    parser.add_argument("--reload-every", type=float, default=30.0,
+                        help="seconds between model reloads; 0 reloads none (to tell their memory from the rest)")
     args = parser.parse_args()
     data = load_data(seed=7)
     with tempfile.TemporaryDirectory(prefix="ragsidecar-soak-") as temp:
@@ -242,25 +271,9 @@ def main() -> None:
                 client.upsertdocuments()
                 client.search()
                 client.groundturn()
-            assert server.process
-            sampler = RssSampler(server.process.pid)
-            start_rss = sampler.now()
-            sampler.start()
-            tally, stop = Tally(), threading.Event()
-            until = time.monotonic() + args.minutes * 60
-            threads = [threading.Thread(target=drive, args=(c, tally, until)) for c in clients]
-            reloads: list[int] = []
-            reloader = threading.Thread(target=lambda: reloads.extend(reload_models(server, args.reload_every, stop)))
-            for thread in (*threads, reloader):
-                thread.start()
-            for thread in threads:
-                thread.join()
-            stop.set()
-            reloader.join()
-            sampler.stop.set()
-            end_rss = sampler.now()
-            print(report(tally, (start_rss, max(sampler.peak, end_rss), end_rss), reloads, args.minutes, args.clients,
-                         data))
+            print(f"set up; measuring for {args.minutes:g} min", file=sys.stderr)
+            tally, rss, reloads = measure(server, clients, args.minutes, args.reload_every)
+            print(report(tally, rss, reloads, args.minutes, args.clients, data))
         finally:
             server.stop()
 
