@@ -39,7 +39,7 @@ TRANSPORT_ALLOWANCE_S = 0.1
 PROBE_PAUSE_S = 0.02
 # Caps the server documents: [inference] max_documents_per_request, [retrieval] max_memory_documents_per_request.
 RERANK_DOCUMENTS = 1000
-RERANK_DOCUMENT_WORDS, RERANK_SCORED_TOKENS = 1000, 48
+RERANK_DOCUMENT_WORDS, RERANK_SCORED_TOKENS = 1000, 16
 UPSERT_DOCUMENTS = 1000
 # About 15 KB each: 15 MB in all, under the 16 MiB of [retrieval] max_memory_bytes_per_request.
 UPSERT_DOCUMENT_WORDS = 2000
@@ -162,7 +162,7 @@ def test_rerank_of_the_largest_batch(server: Sidecar) -> None:
     documents = [reranker_pb2.RerankDocument(id=f"d{i}", text=prose(rng, RERANK_DOCUMENT_WORDS))
                  for i in range(RERANK_DOCUMENTS)]
     # Long texts, but each scored on its first tokens only: the request is large, its inference moderate.
-    request = reranker_pb2.RerankRequest(query=prose(rng, 30), documents=documents, top_n=3,
+    request = reranker_pb2.RerankRequest(query=prose(rng, 10), documents=documents, top_n=3,
                                          max_document_tokens=RERANK_SCORED_TOKENS)
     response, probe = probe_health_during(server, lambda c: server.reranker(c).Rerank.future(request, timeout=600))
     assert len(response.results) == 3
@@ -226,10 +226,14 @@ def test_validate_configuration_with_many_entries(server: Sidecar) -> None:
     assert_loop_stayed_free(probe)
 
 
-def turn(conversation: list[cpb.ChatMessage], **fields) -> cpb.GroundTurnRequest:
-    return cpb.GroundTurnRequest(principal=PRINCIPAL, conversation=conversation,
-                                 owners=[cpb.ChatOwner(owner_id="ada", state_text="## Current State\n- tick: 9")],
-                                 **fields)
+def turn(conversation: list[cpb.ChatMessage], knowledge=(), **fields) -> cpb.GroundTurnRequest:
+    owner = cpb.ChatOwner(owner_id="ada", knowledge=list(knowledge), state_text="## Current State\n- tick: 9")
+    return cpb.GroundTurnRequest(principal=PRINCIPAL, conversation=conversation, owners=[owner], **fields)
+
+
+def short_conversation() -> list[cpb.ChatMessage]:
+    return [cpb.ChatMessage(role="system", content="You are Ada."),
+            cpb.ChatMessage(role="user", content="What happened in the last run?")]
 
 
 def test_ground_turn_of_the_largest_conversation(server: Sidecar) -> None:
@@ -258,9 +262,17 @@ def test_ground_turn_rendering_the_largest_activity_record(server: Sidecar) -> N
                for i in range(MAX_ACTIVITY_ENTRIES)]
     activity = cpb.ActivityRecord(entries=entries, redaction_roots=roots, max_entries=MAX_ACTIVITY_ENTRIES,
                                   max_total_chars=2**32 - 1, max_entry_chars=2**32 - 1)
-    request = turn([cpb.ChatMessage(role="system", content="You are Ada."),
-                    cpb.ChatMessage(role="user", content="What happened in the last run?")], activity=activity)
+    request = turn(short_conversation(), activity=activity)
     response, probe = probe_health_during(server, lambda c: chat(c).GroundTurn.future(request, timeout=600))
     redacted = response.conversation[0].content.count("<run>")
     assert redacted >= MAX_ACTIVITY_ENTRIES
+    assert_loop_stayed_free(probe)
+
+
+def test_ground_turn_giving_direct_knowledge_near_the_budget(server: Sidecar) -> None:
+    manual = entry("manual", "INLINE", "DIRECT", inline_text=near_budget_text(random.Random(17)))
+    request = turn(short_conversation(), [manual], llm=llm(window=LARGEST_WINDOW),
+                   context=cpb.ChatRetrievalContext(scope=SCOPE))
+    response, probe = probe_health_during(server, lambda c: chat(c).GroundTurn.future(request, timeout=600))
+    assert response.grounding == cpb.TURN_GROUNDING_GROUNDED
     assert_loop_stayed_free(probe)
