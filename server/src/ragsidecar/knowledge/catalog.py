@@ -93,7 +93,11 @@ class Catalog:
 
     def _sweep_leftovers(self) -> None:
         """Removes what writes killed mid-way left, and indexes superseded by newer ones (one log line)."""
-        swept = [index_files.sweep(self._index_dir), self.memory.sweep()]
+        try:
+            swept = [index_files.sweep(self._index_dir), self.memory.sweep()]
+        except OSError as err:  # leftovers cost disk space only: never a reason not to start
+            log.warning("start-up sweep of leftovers stopped: %s", err)
+            return
         count, size = sum(c for c, _ in swept), sum(b for _, b in swept)
         metrics.LEFTOVERS_SWEPT.inc(count)
         log.info("start-up sweep removed %d leftover index folders and memory temp files (%d bytes)", count, size)
