@@ -17,7 +17,7 @@ const client = createClient({
 });
 
 try {
-  await client.reranker.ready({ timeoutMs: 30_000 });
+  await client.awaitReady({ timeoutMs: 30_000 });
   const model = "ms-marco-MiniLM-L-12-v2";
   // supports() is synchronous: the model list is cached and refreshed in the background.
   const reranker = client.reranker.supports(model) ? client.reranker : noOpReranker();

@@ -5,7 +5,7 @@ import { RetrievalService } from "./gen/ragsidecar/v1/retrieval_pb.js";
 import { ChatKnowledgeService } from "./gen/ragsidecar/v1/chat_knowledge_pb.js";
 import { CancelledError, DeadlineExceededError, toRagSidecarError } from "./errors.js";
 import { callOptions, type CallOptions } from "./call.js";
-import { SidecarReranker, type Reranker, type SnapshotOptions } from "./reranker.js";
+import { SidecarReranker, type ModelSnapshot, type Reranker, type SnapshotOptions } from "./reranker.js";
 import { retrievalClient, type RetrievalClient } from "./knowledge.js";
 import { chatClient, type ChatClient } from "./chat.js";
 import { openTransport, type ConnectionOptions } from "./transport.js";
@@ -14,13 +14,22 @@ export interface ClientOptions extends ConnectionOptions, SnapshotOptions {}
 
 export type HealthStatus = "SERVING" | "NOT_SERVING" | "SERVICE_UNKNOWN" | "UNKNOWN";
 
+/** The grpc.health.v1 service that is SERVING once the sidecar's default reranker model is ready. */
+export const RERANKER_HEALTH_SERVICE = "ragsidecar.v1.RerankerService";
+
+/** Pause between two health answers that were not SERVING: a sidecar that starts late is noticed this fast. */
+const READINESS_POLL_MS = 200;
+
 export interface HealthClient {
   /**
    * grpc.health.v1 Check: "" is the whole sidecar (SERVING once the default model is ready),
    * "ragsidecar.v1.RerankerService/<model>" one model. Health never needs the token.
    */
   check(service?: string, options?: CallOptions): Promise<HealthStatus>;
-  /** Polls check() until it answers SERVING; connection failures count as not serving yet. */
+  /**
+   * Polls check() until it answers SERVING; connection failures count as not serving yet. Past timeoutMs it
+   * rejects with DeadlineExceededError naming the sidecar's address and the last answer.
+   */
   waitForServing(options?: CallOptions & { readonly service?: string; readonly intervalMs?: number }): Promise<void>;
 }
 
@@ -39,6 +48,16 @@ export interface RagSidecarClient {
    */
   readonly chat: ChatClient;
   readonly health: HealthClient;
+  /** Where the client connects: "host:port" (the address as given) or "unix:<socketPath>". */
+  readonly target: string;
+  /**
+   * Resolves once the sidecar is ready for reranking: its health for RERANKER_HEALTH_SERVICE is SERVING (the
+   * default model is loaded) and a model snapshot taken since then is cached, so `reranker.supports()` answers from
+   * it. A sidecar started after the client is noticed within READINESS_POLL_MS. Rejects with DeadlineExceededError
+   * naming the target when timeoutMs passes first (unset: waits until the signal aborts), and at once when the
+   * sidecar refuses ListModels (a wrong token). The Java client's `awaitReady(Duration)` does the same.
+   */
+  awaitReady(options?: CallOptions): Promise<ModelSnapshot>;
   /** The generated connect clients, for anything the facade does not cover (errors stay ConnectError). */
   readonly raw: {
     readonly reranker: Client<typeof RerankerService>;
@@ -52,10 +71,11 @@ export interface RagSidecarClient {
 
 /**
  * Connects to a ragsidecar. Nothing blocks: the connection opens on the first call, and the reranker's
- * model list is fetched in the background (await `client.reranker.ready()` to wait for it).
+ * model list is fetched in the background; `await client.awaitReady({ timeoutMs })` before asking
+ * `reranker.supports()` at start-up (until the first snapshot, nothing is supported).
  */
 export function createClient(options: ClientOptions): RagSidecarClient {
-  const { transport, close } = openTransport(options);
+  const { transport, target, close } = openTransport(options);
   const raw = {
     reranker: createConnectClient(RerankerService, transport),
     retrieval: createConnectClient(RetrievalService, transport),
@@ -75,6 +95,7 @@ export function createClient(options: ClientOptions): RagSidecarClient {
     async waitForServing(waitOpts = {}) {
       const { signal, timeoutMs, service = "", intervalMs = 100 } = waitOpts;
       const deadline = timeoutMs === undefined ? Infinity : Date.now() + timeoutMs;
+      let last = "no answer";
       for (;;) {
         const left = deadline - Date.now();
         try {
@@ -83,17 +104,20 @@ export function createClient(options: ClientOptions): RagSidecarClient {
             timeoutMs: Math.max(1, Math.min(left, 2_000)),
           });
           if (status === "SERVING") return;
+          last = status;
         } catch (error) {
           const mapped = toRagSidecarError(error);
           if (mapped.code !== "UNAVAILABLE" && mapped.code !== "DEADLINE_EXCEEDED") throw mapped;
+          last = mapped.message;
         }
         if (signal?.aborted) {
           throw new CancelledError("operation cancelled", { code: "CANCELLED", cause: signal.reason });
         }
         if (Date.now() + intervalMs > deadline) {
-          throw new DeadlineExceededError(`${service || "sidecar"} not SERVING within ${timeoutMs} ms`, {
-            code: "DEADLINE_EXCEEDED",
-          });
+          throw new DeadlineExceededError(
+            `sidecar ${target}: ${service || "(sidecar)"} not SERVING within ${timeoutMs} ms; last: ${last}`,
+            { code: "DEADLINE_EXCEEDED" },
+          );
         }
         await new Promise((resolve) => setTimeout(resolve, intervalMs));
       }
@@ -104,6 +128,19 @@ export function createClient(options: ClientOptions): RagSidecarClient {
     retrieval: retrievalClient(raw.retrieval),
     chat: chatClient(raw.chat),
     health,
+    target,
+    async awaitReady(readyOpts = {}) {
+      const { signal, timeoutMs } = readyOpts;
+      const deadline = timeoutMs === undefined ? Infinity : Date.now() + timeoutMs;
+      await health.waitForServing({
+        service: RERANKER_HEALTH_SERVICE,
+        intervalMs: READINESS_POLL_MS,
+        ...(signal ? { signal } : {}),
+        ...(timeoutMs !== undefined ? { timeoutMs } : {}),
+      });
+      const left = deadline - Date.now();
+      return reranker.refresh({ ...(signal ? { signal } : {}), ...(left !== Infinity ? { timeoutMs: Math.max(1, left) } : {}) });
+    },
     raw,
     close() {
       reranker.stop();

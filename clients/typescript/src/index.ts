@@ -1,4 +1,4 @@
-export { createClient } from "./client.js";
+export { RERANKER_HEALTH_SERVICE, createClient } from "./client.js";
 export type { ClientOptions, HealthClient, HealthStatus, RagSidecarClient } from "./client.js";
 export type { ConnectionOptions, TlsOptions } from "./transport.js";
 export type { CallOptions } from "./call.js";

@@ -118,7 +118,7 @@ export interface Reranker {
   /**
    * Whether the sidecar serves exactly this model identifier (case-sensitive), answered synchronously from the
    * cached model list: true for a configured model that is ready or still loading, false for an unknown or
-   * failed one, and false until the first snapshot arrived. As in the host's Reranker SPI (and the Java
+   * failed one, and false until the first snapshot arrived (`client.awaitReady()` waits for a current one). As in the host's Reranker SPI (and the Java
    * client), "" and undefined are not identifiers and answer false; `snapshot()` names the default model.
    */
   supports(model?: string): boolean;
@@ -138,6 +138,8 @@ export interface SnapshotOptions {
 }
 
 const PERMANENT = new Set(["UNAUTHENTICATED", "PERMISSION_DENIED", "UNIMPLEMENTED"]);
+/** Longest wait between two ListModels attempts while there is no snapshot yet. */
+const MAX_RETRY_BEFORE_FIRST_SNAPSHOT_MS = 1_000;
 
 /** The sidecar-backed reranker; the timer and in-flight refreshes stop with `stop()`. */
 export class SidecarReranker implements Reranker {
@@ -282,10 +284,10 @@ export class SidecarReranker implements Reranker {
       () => this.schedule(this.refreshMs),
       (error: RagSidecarError) => {
         this.failures += 1;
-        // Transient failures (the sidecar is starting) retry fast; refusals retry at the normal pace.
-        const delay = PERMANENT.has(error.code)
-          ? this.refreshMs
-          : Math.min(250 * 2 ** Math.min(this.failures - 1, 8), this.refreshMs);
+        // Transient failures (the sidecar is starting) retry fast, at least every second until the first
+        // snapshot (so a sidecar started after the host is noticed promptly); refusals retry at the normal pace.
+        const cap = this.current === undefined ? Math.min(MAX_RETRY_BEFORE_FIRST_SNAPSHOT_MS, this.refreshMs) : this.refreshMs;
+        const delay = PERMANENT.has(error.code) ? this.refreshMs : Math.min(250 * 2 ** Math.min(this.failures - 1, 8), cap);
         this.schedule(delay);
       },
     );

@@ -33,6 +33,8 @@ export interface ConnectionOptions {
 
 export interface OpenTransport {
   readonly transport: Transport;
+  /** "host:port" (the address as given) or "unix:<socketPath>", for messages. */
+  readonly target: string;
   /** Closes the HTTP/2 connection and every open stream. */
   close(): void;
 }
@@ -80,7 +82,8 @@ export function openTransport(options: ConnectionOptions): OpenTransport {
     interceptors,
     ...(options.defaultTimeoutMs !== undefined ? { defaultTimeoutMs: options.defaultTimeoutMs } : {}),
   });
-  return { transport, close: () => sessionManager.abort() };
+  const target = options.socketPath !== undefined ? `unix:${options.socketPath}` : (options.address as string);
+  return { transport, target, close: () => sessionManager.abort() };
 }
 
 function normalizeAddress(address: string, scheme: string): string {

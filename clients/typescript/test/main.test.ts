@@ -5,6 +5,8 @@ import { stopServers } from "./support/fixture.ts";
 import "./errors.suite.ts";
 import "./reranker.suite.ts";
 import "./client.suite.ts";
+import "./readiness.suite.ts";
+import "./package.suite.ts";
 import "./lifecycle.suite.ts";
 import "./retrieval.suite.ts";
 import "./chat.suite.ts";

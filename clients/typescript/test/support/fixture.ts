@@ -83,6 +83,11 @@ export function tlsServer(): Promise<{ sidecar: Sidecar; ca: string } | undefine
   return tlsStarted;
 }
 
+/** A plain sidecar on this TCP port, started on demand (for a client made before it); the caller stops it. */
+export function startSidecarOnPort(port: number): Promise<Sidecar> {
+  return startSidecar({ dir: socketDir, port });
+}
+
 export async function stopServers(): Promise<void> {
   const [result, tls] = await Promise.all([started?.catch(() => undefined), tlsStarted?.catch(() => undefined)]);
   await Promise.all([result?.plain.stop(), result?.secured.stop(), tls?.sidecar.stop()]);

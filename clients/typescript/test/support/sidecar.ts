@@ -25,6 +25,8 @@ export interface StartOptions {
   readonly knowledgeRoot?: string;
   readonly token?: string;
   readonly socketPath?: string;
+  /** TCP port to listen on; default 0 (any free port). */
+  readonly port?: number;
   /** Serve TLS with this PEM certificate and key (a [tls] table is added to the config copy). */
   readonly tls?: { readonly certFile: string; readonly keyFile: string };
   readonly startTimeoutMs?: number;
@@ -80,7 +82,7 @@ export async function startSidecar(options: StartOptions): Promise<Sidecar> {
   // The config copy is authoritative for [paths].
   delete env.RAGSIDECAR_MODELS_DIR;
   delete env.RAGSIDECAR_DATA_DIR;
-  const args = ["serve", "--config", config, "--port", "0", "--metrics-port", "0"];
+  const args = ["serve", "--config", config, "--port", String(options.port ?? 0), "--metrics-port", "0"];
   if (options.socketPath) args.push("--unix-socket", options.socketPath);
   delete env.RAGSIDECAR_TOKEN;
   if (options.token !== undefined) env.RAGSIDECAR_TOKEN = options.token;
