@@ -14,17 +14,20 @@ import java.util.function.Function;
 import java.util.function.Supplier;
 
 /**
- * What every service facade shares: the client's one channel (with its auth interceptor) and the default deadline.
- * Unary calls go through {@link #call} and {@link #callAsync}, which apply the deadline and map failures to the
- * {@link RagSidecarException} hierarchy, so a facade for a further service only builds requests and reads responses.
+ * What every service facade shares: the client's one channel (with its interceptors), the default deadline and the
+ * target. Unary calls go through {@link #call} and {@link #callAsync}, which apply the deadline and map failures to
+ * the {@link RagSidecarException} hierarchy (messages name the target), so a facade for a further service only builds
+ * requests and reads responses.
  */
 final class ClientContext {
   private final Channel channel;
   private final Duration defaultDeadline;
+  private final String target;
 
-  ClientContext(Channel channel, Duration defaultDeadline) {
+  ClientContext(Channel channel, Duration defaultDeadline, String target) {
     this.channel = channel;
     this.defaultDeadline = defaultDeadline;
+    this.target = target;
   }
 
   Channel channel() {
@@ -45,7 +48,7 @@ final class ClientContext {
     try {
       return ClientCalls.blockingUnaryCall(channel, method, callOptions(timeout), request);
     } catch (StatusRuntimeException failure) {
-      throw ErrorDetails.toException(failure);
+      throw ErrorDetails.toException(failure, target);
     }
   }
 
@@ -59,7 +62,7 @@ final class ClientContext {
     try {
       call = channel.newCall(method, callOptions(timeout));
     } catch (RuntimeException failure) {
-      future.completeExceptionally(ErrorDetails.toException(failure));
+      future.completeExceptionally(ErrorDetails.toException(failure, target));
       return future;
     }
     future.whenComplete((value, failure) -> {
@@ -75,7 +78,7 @@ final class ClientContext {
 
       @Override
       public void onError(Throwable failure) {
-        future.completeExceptionally(ErrorDetails.toException(failure));
+        future.completeExceptionally(ErrorDetails.toException(failure, target));
       }
 
       @Override

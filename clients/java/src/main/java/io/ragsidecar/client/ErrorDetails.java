@@ -24,10 +24,18 @@ record ErrorDetails(
 
   /** Maps a failure of a gRPC call to the client's exception hierarchy; never returns null. */
   static RagSidecarException toException(Throwable failure) {
+    return toException(failure, null);
+  }
+
+  /**
+   * Maps a failure of a call to the sidecar at {@code target} ({@code host:port} or {@code unix:/path}, named at the
+   * end of the message so that an unreachable sidecar's address shows in the host's logs; {@code null} names none).
+   */
+  static RagSidecarException toException(Throwable failure, String target) {
     if (failure instanceof RagSidecarException already) {
       return already;
     }
-    ErrorDetails details = decode(failure);
+    ErrorDetails details = decode(failure, target);
     Status.Code code = details.status().getCode();
     String reason = details.reason();
     switch (code) {
@@ -59,7 +67,7 @@ record ErrorDetails(
     }
   }
 
-  static ErrorDetails decode(Throwable failure) {
+  static ErrorDetails decode(Throwable failure, String target) {
     Status status = Status.fromThrowable(failure);
     Metadata trailers = Status.trailersFromThrowable(failure);
     String reason = "";
@@ -93,6 +101,9 @@ record ErrorDetails(
     }
     if (status.getDescription() != null && !status.getDescription().isEmpty()) {
       message.append(": ").append(status.getDescription());
+    }
+    if (target != null) {
+      message.append(" [sidecar ").append(target).append(']');
     }
     return new ErrorDetails(message.toString(), status.withCause(null), trailers, reason, domain, metadata,
         List.copyOf(violations), failure);

@@ -9,9 +9,14 @@ import io.grpc.ClientInterceptors;
 import io.grpc.ForwardingClientCall;
 import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
 import io.grpc.Metadata;
 import io.grpc.MethodDescriptor;
+import io.grpc.Status;
 import io.grpc.TlsChannelCredentials;
+import io.grpc.health.v1.HealthCheckRequest;
+import io.grpc.health.v1.HealthCheckResponse.ServingStatus;
+import io.grpc.health.v1.HealthGrpc;
 import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
 import io.grpc.netty.shaded.io.netty.channel.ChannelOption;
 import io.grpc.netty.shaded.io.netty.channel.EventLoopGroup;
@@ -24,12 +29,15 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Consumer;
 
 /**
  * Client of a ragsidecar: one shared gRPC channel and a facade per service.
@@ -46,7 +54,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * }</pre>
  *
  * <p>Thread-safe: create one per sidecar and share it for the JVM's lifetime; every facade uses the same channel.
- * {@link #close()} shuts the channel and the background threads down.
+ * {@link #close()} shuts the channel and the background threads down. A host that asks
+ * {@link Reranker#supports(String)} at start-up builds with {@link Builder#awaitReady(Duration)} (or calls
+ * {@link #awaitReady(Duration)}) first: until the sidecar answered, nothing is supported.
  *
  * <p>Services: {@link #reranker()} ({@code RerankerService}), {@link #retrieval()} ({@code RetrievalService}),
  * {@link #chat()} ({@code ChatKnowledgeService}).
@@ -54,6 +64,12 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class RagSidecarClient implements AutoCloseable {
   /** The sidecar's default TCP port. */
   public static final int DEFAULT_PORT = 50151;
+
+  /** The grpc.health.v1 service name that is SERVING once the sidecar's default reranker model is ready. */
+  public static final String RERANKER_HEALTH_SERVICE = "ragsidecar.v1.RerankerService";
+
+  /** Longest single health check while waiting: a sidecar that starts late is noticed within about this long. */
+  private static final Duration READINESS_POLL = Duration.ofMillis(500);
 
   private static final AtomicInteger CLIENTS = new AtomicInteger();
 
@@ -96,11 +112,18 @@ public final class RagSidecarClient implements AutoCloseable {
     if (b.executor != null) {
       channelBuilder.executor(b.executor);
     }
+    if (b.channelCustomizer != null) {
+      b.channelCustomizer.accept(channelBuilder);
+    }
     managedChannel = channelBuilder.build();
-    Channel channel = b.bearerToken == null
-        ? managedChannel
-        : ClientInterceptors.intercept(managedChannel, new BearerTokenInterceptor(b.bearerToken));
-    context = new ClientContext(channel, b.defaultDeadline);
+    List<ClientInterceptor> interceptors = new ArrayList<>();
+    if (b.bearerToken != null) {
+      interceptors.add(new BearerTokenInterceptor(b.bearerToken));
+    }
+    interceptors.addAll(b.interceptors);
+    // Forward order: the token is attached first, so the host's interceptors see (and may log) complete headers.
+    Channel channel = ClientInterceptors.interceptForward(managedChannel, interceptors);
+    context = new ClientContext(channel, b.defaultDeadline, target);
 
     scheduler = new ScheduledThreadPoolExecutor(1, runnable -> {
       Thread t = new Thread(runnable, "ragsidecar-models-" + id);
@@ -109,7 +132,7 @@ public final class RagSidecarClient implements AutoCloseable {
     });
     scheduler.setRemoveOnCancelPolicy(true);
     scheduler.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
-    reranker = new SidecarReranker(context, scheduler, b.modelRefreshInterval);
+    reranker = new SidecarReranker(context, scheduler, b.modelRefreshInterval, managedChannel::resetConnectBackoff);
     retrieval = new SidecarRetrieval(context);
     chat = new SidecarChat(context);
     reranker.start();
@@ -162,6 +185,65 @@ public final class RagSidecarClient implements AutoCloseable {
    */
   public Channel channel() {
     return context.channel();
+  }
+
+  /**
+   * Blocks until the sidecar is ready for reranking: its grpc.health.v1 status for
+   * {@value #RERANKER_HEALTH_SERVICE} is SERVING (the default model is loaded) and a model snapshot taken since then
+   * is current, so {@link Reranker#supports(String)} answers from it. A sidecar that starts after the client is
+   * noticed within about half a second: the channel's reconnect back-off is reset on every poll.
+   *
+   * @return the model snapshot {@code supports} now answers from
+   * @throws DeadlineExceededException naming the {@linkplain #target() target} when the sidecar is not ready in time
+   * @throws RagSidecarException when the sidecar refuses the calls outright (for example a wrong bearer token)
+   */
+  public ModelSnapshot awaitReady(Duration timeout) {
+    long deadline = System.nanoTime() + timeout.toNanos();
+    String last = "no answer";
+    Throwable lastFailure = null;
+    for (;;) {
+      Duration left = Duration.ofNanos(deadline - System.nanoTime());
+      if (left.isNegative() || left.isZero()) {
+        throw ErrorDetails.toException(Status.DEADLINE_EXCEEDED
+            .withDescription("sidecar not ready within " + timeout + "; last: " + last)
+            .withCause(lastFailure).asRuntimeException(), target);
+      }
+      Duration attempt = left.compareTo(READINESS_POLL) < 0 ? left : READINESS_POLL;
+      managedChannel.resetConnectBackoff();
+      try {
+        ServingStatus status = HealthGrpc.newBlockingStub(context.channel())
+            .withDeadlineAfter(attempt.toNanos(), TimeUnit.NANOSECONDS)
+            .check(HealthCheckRequest.newBuilder().setService(RERANKER_HEALTH_SERVICE).build()).getStatus();
+        if (status == ServingStatus.SERVING) {
+          return reranker.refreshModels(left);
+        }
+        last = "health " + status;
+      } catch (io.grpc.StatusRuntimeException failure) {
+        Status.Code code = failure.getStatus().getCode();
+        if (code != Status.Code.UNAVAILABLE && code != Status.Code.DEADLINE_EXCEEDED) {
+          throw ErrorDetails.toException(failure, target);
+        }
+        Throwable cause = failure.getStatus().getCause();
+        last = code + ": " + failure.getStatus().getDescription()
+            + (cause == null ? "" : " (" + cause.getMessage() + ")");
+        lastFailure = failure;
+        if (code == Status.Code.DEADLINE_EXCEEDED) {
+          continue;   // the attempt already took its time
+        }
+      }
+      pause(attempt);
+    }
+  }
+
+  /** Waits between two health answers that were not SERVING yet. */
+  private static void pause(Duration attempt) {
+    try {
+      Thread.sleep(attempt.toMillis());
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw ErrorDetails.toException(Status.CANCELLED.withDescription("interrupted").withCause(e)
+          .asRuntimeException());
+    }
   }
 
   /** Where this client connects: {@code host:port} or {@code unix:/path}. */
@@ -240,6 +322,9 @@ public final class RagSidecarClient implements AutoCloseable {
     private int maxInboundMessageSize = 64 * 1024 * 1024;
     private Duration modelRefreshInterval = Duration.ofSeconds(30);
     private Executor executor;
+    private Duration awaitReady;
+    private final List<ClientInterceptor> interceptors = new ArrayList<>();
+    private Consumer<ManagedChannelBuilder<?>> channelCustomizer;
 
     private Builder() {}
 
@@ -330,9 +415,56 @@ public final class RagSidecarClient implements AutoCloseable {
       return this;
     }
 
-    /** Creates the client and starts fetching the model snapshot in the background. Never blocks. */
+    /**
+     * Makes {@link #build()} wait up to {@code timeout} until the sidecar is ready for reranking
+     * ({@link RagSidecarClient#awaitReady(Duration)}), so that {@link Reranker#supports(String)} answers right after
+     * it; when it is not, {@code build()} closes the client and throws a {@link DeadlineExceededException} naming the
+     * target. Default: {@code build()} does not wait.
+     */
+    public Builder awaitReady(Duration timeout) {
+      if (timeout.isNegative() || timeout.isZero()) {
+        throw new IllegalArgumentException("timeout must be positive: " + timeout);
+      }
+      this.awaitReady = timeout;
+      return this;
+    }
+
+    /**
+     * Adds interceptors to every call (tracing, metrics, retries); they run in the order given, after the bearer
+     * token was attached. May be called more than once.
+     */
+    public Builder intercept(ClientInterceptor... interceptors) {
+      for (ClientInterceptor interceptor : interceptors) {
+        this.interceptors.add(Objects.requireNonNull(interceptor, "interceptor"));
+      }
+      return this;
+    }
+
+    /**
+     * Adjusts the channel builder after the client's own settings, just before the channel is built (keep-alive,
+     * idle timeout, retry policy, proxy, offload executors...). Changing the target or the credentials is not
+     * supported.
+     */
+    public Builder channelCustomizer(Consumer<ManagedChannelBuilder<?>> customizer) {
+      this.channelCustomizer = customizer;
+      return this;
+    }
+
+    /**
+     * Creates the client and starts fetching the model snapshot in the background. Does not block unless
+     * {@link #awaitReady(Duration)} was set.
+     */
     public RagSidecarClient build() {
-      return new RagSidecarClient(this);
+      RagSidecarClient client = new RagSidecarClient(this);
+      if (awaitReady != null) {
+        try {
+          client.awaitReady(awaitReady);
+        } catch (RuntimeException notReady) {
+          client.close();
+          throw notReady;
+        }
+      }
+      return client;
     }
   }
 }

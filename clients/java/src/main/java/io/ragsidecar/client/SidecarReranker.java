@@ -26,24 +26,32 @@ import ragsidecar.v1.RerankerServiceGrpc;
  *
  * <p>{@link #supports(String)} reads the latest {@link ModelSnapshot}, which a daemon thread of the client refreshes
  * with {@code ListModels} every {@linkplain RagSidecarClient.Builder#modelRefreshInterval(Duration) refresh interval}
- * (and sooner, with backoff, until the first answer arrives). Until then it answers {@code false}.
+ * (and, until the first answer arrives, at least every second, reconnecting at once, so that a sidecar started after
+ * the host is noticed promptly). Until then it answers {@code false}:
+ * {@link RagSidecarClient.Builder#awaitReady(Duration)} makes {@code build()} wait for it.
  */
 public final class SidecarReranker implements Reranker {
   private static final System.Logger LOG = System.getLogger(SidecarReranker.class.getName());
   private static final Duration FIRST_RETRY = Duration.ofMillis(250);
+  /** Longest wait between two attempts while there is no snapshot yet. */
+  private static final Duration MAX_RETRY_BEFORE_FIRST_SNAPSHOT = Duration.ofSeconds(1);
   private static final Duration LIST_MODELS_TIMEOUT = Duration.ofSeconds(10);
 
   private final ClientContext context;
   private final ScheduledExecutorService scheduler;
   private final Duration refreshInterval;
+  private final Runnable reconnectNow;
   private final CompletableFuture<ModelSnapshot> firstSnapshot = new CompletableFuture<>();
   private volatile ModelSnapshot snapshot;
   private volatile boolean lastRefreshFailed;
 
-  SidecarReranker(ClientContext context, ScheduledExecutorService scheduler, Duration refreshInterval) {
+  /** {@code reconnectNow} cuts the channel's reconnect back-off short (it grows to minutes otherwise). */
+  SidecarReranker(ClientContext context, ScheduledExecutorService scheduler, Duration refreshInterval,
+      Runnable reconnectNow) {
     this.context = context;
     this.scheduler = scheduler;
     this.refreshInterval = refreshInterval;
+    this.reconnectNow = reconnectNow;
   }
 
   /** Starts the background refresh of the model snapshot; called once by the client. */
@@ -60,6 +68,9 @@ public final class SidecarReranker implements Reranker {
   }
 
   private void refreshInBackground(Duration backoff) {
+    if (snapshot == null) {
+      reconnectNow.run();
+    }
     try {
       refreshModels();
       schedule(refreshInterval, FIRST_RETRY);
@@ -69,8 +80,10 @@ public final class SidecarReranker implements Reranker {
             "ragsidecar: ListModels failed, keeping the previous model snapshot: " + failure.getMessage());
       }
       lastRefreshFailed = true;
+      Duration cap = snapshot == null && MAX_RETRY_BEFORE_FIRST_SNAPSHOT.compareTo(refreshInterval) < 0
+          ? MAX_RETRY_BEFORE_FIRST_SNAPSHOT : refreshInterval;
       Duration next = backoff.multipliedBy(2);
-      schedule(backoff, next.compareTo(refreshInterval) > 0 ? refreshInterval : next);
+      schedule(backoff, next.compareTo(cap) > 0 ? cap : next);
     }
   }
 
@@ -115,8 +128,12 @@ public final class SidecarReranker implements Reranker {
    * makes it the current snapshot.
    */
   public ModelSnapshot refreshModels() {
-    Duration timeout = context.defaultDeadline().compareTo(LIST_MODELS_TIMEOUT) < 0
-        ? context.defaultDeadline() : LIST_MODELS_TIMEOUT;
+    return refreshModels(LIST_MODELS_TIMEOUT);
+  }
+
+  /** {@link #refreshModels()} with at most this timeout (and at most the client's default deadline). */
+  ModelSnapshot refreshModels(Duration atMost) {
+    Duration timeout = context.defaultDeadline().compareTo(atMost) < 0 ? context.defaultDeadline() : atMost;
     ListModelsResponse response =
         context.call(RerankerServiceGrpc.getListModelsMethod(), ListModelsRequest.getDefaultInstance(), timeout);
     List<ModelInfo> models = new ArrayList<>(response.getModelsCount());

@@ -72,19 +72,29 @@ final class Sidecar implements AutoCloseable {
    * test to fill), {@code models_dir} at the repository's {@code models/}. The folder is deleted on {@link #close}.
    */
   static Sidecar start(String token, boolean unixSocket, boolean ownKnowledge) {
+    return start(token, unixSocket, ownKnowledge, 0);
+  }
+
+  /** Starts a plain sidecar on this TCP port (for a client that was built before the sidecar started). */
+  static Sidecar startOnPort(int port) {
+    return start(null, false, false, port);
+  }
+
+  private static Sidecar start(String token, boolean unixSocket, boolean ownKnowledge, int port) {
     Path bin = executable();
     if (!Files.isExecutable(bin)) {
       throw new IllegalStateException("no ragsidecar executable at " + bin
           + ": run `make setup` in the repository root, or set RAGSIDECAR_BIN");
     }
     try {
-      return new Sidecar(bin, token, unixSocket, ownKnowledge);
+      return new Sidecar(bin, token, unixSocket, ownKnowledge, port);
     } catch (IOException e) {
       throw new IllegalStateException("cannot start " + bin, e);
     }
   }
 
-  private Sidecar(Path bin, String token, boolean withUnixSocket, boolean ownKnowledge) throws IOException {
+  private Sidecar(Path bin, String token, boolean withUnixSocket, boolean ownKnowledge, int tcpPort)
+      throws IOException {
     int n = COUNT.incrementAndGet();
     name = "sidecar-" + n + (token != null ? "-auth" : "") + (withUnixSocket ? "-unix" : "")
         + (ownKnowledge ? "-knowledge" : "");
@@ -110,7 +120,7 @@ final class Sidecar implements AutoCloseable {
       workDir = null;
     }
     List<String> command = new ArrayList<>(List.of(bin.toString(), "serve",
-        "--config", config.toString(), "--port", "0", "--metrics-port", "0"));
+        "--config", config.toString(), "--port", String.valueOf(tcpPort), "--metrics-port", "0"));
     if (unixSocket != null) {
       command.add("--unix-socket");
       command.add(unixSocket.toString());
