@@ -59,6 +59,7 @@ bench: setup
 	$(PY) bench/beir.py
 	$(PY) bench/enforce.py
 	$(PY) bench/chat.py
+	$(PY) bench/footprint.py
 
 dist: $(VENV)/.installed
 	$(PY) -m build -o dist

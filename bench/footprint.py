@@ -67,6 +67,7 @@ def main() -> None:
         rss = PeakRss(server.process.pid)
         try:
             idle = rss.now()
+            print(f"idle: {idle:.0f} MiB", flush=True)
             retrieval = retrieval_pb2_grpc.RetrievalServiceStub(server.channel())
             retrieval.UpsertDocuments(rpb.UpsertDocumentsRequest(
                 principal=PRINCIPAL, scope=SCOPE, knowledge="abstracts",
@@ -75,6 +76,7 @@ def main() -> None:
             retrieval.Search(rpb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=search, query=claims[0]),
                              timeout=600)
             indexed = rss.now()
+            print(f"indexed: {indexed:.0f} MiB", flush=True)
             reranker = server.reranker()
 
             def caller(c: int) -> None:
