@@ -53,7 +53,7 @@ VALIDATED_ENTRIES = 1000
 MAX_MESSAGES, MAX_MESSAGE_CHARS, MAX_MARKERS = 2000, 1_000_000, 20_000
 MAX_ACTIVITY_ENTRIES, MAX_REDACTION_ROOTS, MAX_ROOTS_CHARS = 10_000, 2048, 131_072
 # Within the 64 MiB message cap: a few system messages full of markers, and the rest of the turn's messages.
-MARKED_SYSTEM_MESSAGES, CHATTER_WORDS, ENTRY_WORDS = 4, 300, 150
+MARKED_SYSTEM_MESSAGES, CHATTER_WORDS, ENTRY_WORDS = 40, 300, 150
 
 WORDS = ("retrieval index vector token budget model query answer source document kettle blender warranty "
          "shipping tenant session owner binding context evidence fence marker window rerank chunk sidecar "
