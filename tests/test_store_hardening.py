@@ -17,9 +17,9 @@ import pytest
 from conftest import retrieval_config
 from ragsidecar.v1 import chat_knowledge_pb2 as cpb, chat_knowledge_pb2_grpc, common_pb2, retrieval_pb2 as pb
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
-from sidecar import Sidecar, error_details
+from sidecar import Sidecar
 from test_isolation import found_ids, refused, stub, upsert
-from test_retrieval_durability import BUILT, DISK, load, search, write_abstracts
+from test_retrieval_durability import BUILT, DISK, load, write_abstracts
 
 DEAD_PID = 999_999_999  # above any pid_max: never a live process
 SCIENCE = entry("science", "DIRECTORY", "SEARCH", "science")
