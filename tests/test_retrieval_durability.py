@@ -113,6 +113,8 @@ def test_killing_the_server_during_an_index_build_never_leaves_a_corrupt_index(m
     hits = search(restarted, ir_data.corpus("scifact")[scifact_ids()[7]][:300]).hits
     assert hits[0].provenance.document_id == scifact_ids()[7]
     assert "corrupt" not in restarted.log() or restarted.metric("ragsidecar_index_loads_total", **BUILT) == 1
+    # Whatever the killed save left (a temp folder, a set-aside index) is gone after the restart.
+    assert [p.name for p in (data / "indexes").iterdir() if p.name.startswith(".")] == []
 
 
 def test_a_corrupted_index_is_detected_and_rebuilt(make_sidecar, folders) -> None:

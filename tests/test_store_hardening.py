@@ -4,10 +4,12 @@ index build survives its first caller cancelling, and a changed encoder setting 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -92,6 +94,34 @@ def test_start_up_sweeps_what_killed_writes_and_superseded_indexes_left(make_sid
     assert third.metric("ragsidecar_index_loads_total", **DISK) == 1  # the set-aside index, put back
     assert third.metric("ragsidecar_embedded_chunks_total") == 0
     assert found_ids(third, SCOPE, "when does Bob want his delivery?") == ["n1"]
+
+
+def test_acknowledged_memory_writes_survive_kill_9_and_their_temp_files_are_swept(make_sidecar, tmp_path) -> None:
+    root, data = tmp_path / "knowledge", tmp_path / "data"
+    root.mkdir()
+    server = make_sidecar(retrieval_config(root, data)).start()
+    acknowledged: list[str] = []
+
+    def write_until_killed() -> None:
+        with contextlib.suppress(grpc.RpcError):
+            while True:  # each write rewrites the whole partition file: a long window to be killed in
+                doc_id = f"d{len(acknowledged)}"
+                upsert(server, SCOPE, doc_id, f"Note {doc_id}: " + "the parcel waits at the depot. " * 600)
+                acknowledged.append(doc_id)
+
+    writer = threading.Thread(target=write_until_killed)
+    writer.start()
+    while len(acknowledged) < 30:
+        assert writer.is_alive(), server.log()
+        time.sleep(0.01)
+    server.signal(signal.SIGKILL)
+    server.process.wait(30)
+    writer.join(60)
+    restarted = make_sidecar(retrieval_config(root, data)).start()
+    assert list((data / "memory").glob("*.tmp")) == []
+    # Every acknowledged write is there (one more may have landed without its acknowledgement).
+    count = upsert(restarted, SCOPE, "after", "The depot opens at 8am.").document_count - 1
+    assert len(acknowledged) <= count <= len(acknowledged) + 1
 
 
 def test_loaded_indexes_and_memory_partitions_stay_within_their_bounds(make_sidecar, folders) -> None:
