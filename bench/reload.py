@@ -108,7 +108,7 @@ def rss(process: psutil.Process) -> float:
     return process.memory_info().rss / MIB
 
 
-def soak(server: Sidecar, configs: tuple[dict, dict], reloads: int, warmup: int, label: str) -> dict:
+def soak(server: Sidecar, configs: tuple[dict, dict], reloads: int, warmup: int, every: int, label: str) -> dict:
     process = psutil.Process(server.process.pid)
     models = len(configs[0]["models"])
     for i in range(warmup):
@@ -117,10 +117,10 @@ def soak(server: Sidecar, configs: tuple[dict, dict], reloads: int, warmup: int,
     marks = []
     for i in range(reloads):
         reload(server, configs[(warmup + i) % 2])
-        if (i + 1) % 10 == 0:
+        if (i + 1) % every == 0:
             marks.append(round(settled_rss(server, process, models)))
     end = settled_rss(server, process, models)
-    print(f"{label}: RSS start {start:.0f} MiB, after each 10 reloads {marks} MiB, end {end:.0f} MiB, "
+    print(f"{label}: RSS start {start:.0f} MiB, after each {every} reloads {marks} MiB, end {end:.0f} MiB, "
           f"end/start {end / start:.3f}", flush=True)
     return {"start": start, "marks": marks, "end": end, "ratio": end / start}
 
@@ -129,6 +129,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reloads", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=4, help="reloads before the start figure")
+    parser.add_argument("--every", type=int, default=10, help="RSS reported after every this many reloads (even)")
     parser.add_argument("--clients", type=int, default=4, help="Rerank client threads in the load phase")
     parser.add_argument("--phases", default="idle,load", help="comma-separated: idle, load")
     args = parser.parse_args()
@@ -139,10 +140,10 @@ def main() -> None:
             print(f"sidecar serving, RSS {rss(psutil.Process(server.process.pid)):.0f} MiB", flush=True)
             for phase in args.phases.split(","):
                 if phase == "idle":
-                    soak(server, configs, args.reloads, args.warmup, "idle")
+                    soak(server, configs, args.reloads, args.warmup, args.every, "idle")
                 elif phase == "load":
                     with Load(server, args.clients) as load:
-                        soak(server, configs, args.reloads, args.warmup, f"load ({args.clients} clients)")
+                        soak(server, configs, args.reloads, args.warmup, args.every, f"load ({args.clients} clients)")
                     print(f"load outcomes: {load.outcomes}", flush=True)
                 else:
                     parser.error(f"unknown phase {phase!r}")

@@ -6,6 +6,7 @@ holds by construction: results are built from request indices); top_n applies af
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import math
@@ -91,8 +92,9 @@ class Reranker:
                       started: float) -> RerankOutcome:
         window = model.spec.long_document_strategy == "window" if request.window is None else request.window
         cap = request.max_document_tokens
-        keys = [(model.id, model.fingerprint, window, cap, _digest(request.query), _digest(c.text))
-                for c in request.documents]
+        # Hashing megabytes of text is work proportional to the request: off the event loop.
+        digests = await asyncio.to_thread(_digests, [request.query, *(c.text for c in request.documents)])
+        keys = [(model.id, model.fingerprint, window, cap, digests[0], d) for d in digests[1:]]
         scores: list[PairScore | None] = [self._cache.get(k) for k in keys]
         misses = [i for i, s in enumerate(scores) if s is None]
         outcome = RerankOutcome(model.id, [], pairs=len(keys), cached_pairs=len(keys) - len(misses))
@@ -168,8 +170,9 @@ class Reranker:
             raise errors.invalid(problems, LIMIT_EXCEEDED)
 
 
-def _digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+def _digests(texts: list[str]) -> list[bytes]:
+    """Result-cache key parts of the texts."""
+    return [hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest() for text in texts]
 
 
 def _f32(value: float) -> float:

@@ -124,8 +124,8 @@ class LoadedModel:
         self._closed = True
         await self.queue.close()
         self.backend.release()
-        metrics.LOADED_MODELS.dec()
         await asyncio.to_thread(release_free_memory)
+        metrics.LOADED_MODELS.dec()
 
 
 class CrossEncoder(LoadedModel):
