@@ -46,6 +46,10 @@ def serve_metrics(host: str, port: int) -> int:
 INDEX_LOADS = Counter("ragsidecar_index_loads_total",
                       "Knowledge indexes made ready, by how: built (embedded) or read from disk", ["how"])
 EMBEDDED_CHUNKS = Counter("ragsidecar_embedded_chunks_total", "Knowledge chunks run through the embedder")
+OPEN_BINDINGS = Gauge("ragsidecar_open_bindings", "Chat bindings open (bounded by retrieval.max_open_bindings)")
+CLOSED_BINDINGS = Counter("ragsidecar_closed_bindings_total",
+                          "Chat bindings released, by why: closed by the caller, lru (over the cap) or idle",
+                          ["why"])
 CACHE_BYTES = Gauge("ragsidecar_cache_bytes",
                     "Estimated bytes held by a bounded in-memory cache or store, by name", ["cache"])
 CACHE_ENTRIES = Gauge("ragsidecar_cache_entries", "Entries held by a bounded in-memory cache or store, by name",
