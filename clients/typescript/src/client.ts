@@ -115,7 +115,7 @@ export function createClient(options: ClientOptions): RagSidecarClient {
         }
         if (Date.now() + intervalMs > deadline) {
           throw new DeadlineExceededError(
-            `sidecar ${target}: ${service || "(sidecar)"} not SERVING within ${timeoutMs} ms; last: ${last}`,
+            `sidecar ${target}: ${service ? `${service} ` : ""}not SERVING within ${timeoutMs} ms; last: ${last}`,
             { code: "DEADLINE_EXCEEDED" },
           );
         }

@@ -152,7 +152,9 @@ export function toRagSidecarError(error: unknown): RagSidecarError {
     return error;
   }
   const connectError = ConnectError.from(error);
-  const code = CODE_NAMES[connectError.code] ?? "UNKNOWN";
+  const code = connectError.code === Code.Internal && isMissingSocket(error)
+    ? "UNAVAILABLE"
+    : CODE_NAMES[connectError.code] ?? "UNKNOWN";
   let reason = "";
   let metadata: Record<string, string> = {};
   const violations: FieldViolation[] = [];
@@ -174,6 +176,20 @@ export function toRagSidecarError(error: unknown): RagSidecarError {
   const errorClass = BY_REASON[reason] ?? BY_CODE[code] ?? RagSidecarError;
   const message = connectError.rawMessage || code;
   return new errorClass(message, { code, reason, metadata, violations, cause: error });
+}
+
+/**
+ * A connect() to a Unix socket file that does not exist (yet): the sidecar is not there, as with a refused TCP
+ * connection, which connect-node maps to UNAVAILABLE but this one to INTERNAL.
+ */
+function isMissingSocket(error: unknown): boolean {
+  const seen = new Set<unknown>();
+  for (let cause = error; cause instanceof Error && !seen.has(cause); cause = cause.cause) {
+    seen.add(cause);
+    const { code, syscall } = cause as NodeJS.ErrnoException;
+    if (syscall === "connect" && code === "ENOENT") return true;
+  }
+  return false;
 }
 
 function codeNumber(name: StatusCodeName): number {

@@ -5,7 +5,7 @@ import * as net from "node:net";
 import { after, before, describe, it } from "node:test";
 import type { Interceptor } from "@connectrpc/connect";
 import { DeadlineExceededError, UnauthenticatedError, UnavailableError } from "../src/index.ts";
-import { CROSS_ENCODER, Clients, TOKEN, servers, startSidecarOnPort, type Servers } from "./support/fixture.ts";
+import { CROSS_ENCODER, Clients, TOKEN, servers, socketPathFor, startLateSidecar, type Servers } from "./support/fixture.ts";
 
 const REQUEST = {
   query: "What is the capital of France?",
@@ -48,12 +48,32 @@ describe("readiness", () => {
     assert.equal(client.reranker.supports(CROSS_ENCODER), false);
     assert.equal(settled, false, "awaitReady settled before the sidecar started");
 
-    const late = await startSidecarOnPort(port);
+    const late = await startLateSidecar({ port });
     try {
       const snapshot = await ready;
       assert.equal(client.reranker.supports(CROSS_ENCODER), true);
       assert.equal(snapshot.models.find((m) => m.isDefault)?.state, "ready");
       assert.equal((await client.reranker.rerank(REQUEST)).results[0]?.id, "paris");
+    } finally {
+      await late.stop();
+    }
+  });
+
+  it("awaitReady waits for a Unix socket that does not exist yet", async () => {
+    const socketPath = socketPathFor("late");
+    const client = clients.make({ socketPath });
+    assert.equal(client.target, `unix:${socketPath}`);
+    const ready = client.awaitReady({ timeoutMs: 180_000 });
+    // A missing socket file is an unreachable sidecar (as a refused TCP connection), not an internal error.
+    await assert.rejects(client.reranker.rerank(REQUEST), (error: unknown) => {
+      assert.ok(error instanceof UnavailableError, String(error));
+      assert.ok(error.message.includes(socketPath), error.message);
+      return true;
+    });
+    const late = await startLateSidecar({ socketPath });
+    try {
+      await ready;
+      assert.equal(client.reranker.supports(CROSS_ENCODER), true);
     } finally {
       await late.stop();
     }

@@ -83,9 +83,14 @@ export function tlsServer(): Promise<{ sidecar: Sidecar; ca: string } | undefine
   return tlsStarted;
 }
 
-/** A plain sidecar on this TCP port, started on demand (for a client made before it); the caller stops it. */
-export function startSidecarOnPort(port: number): Promise<Sidecar> {
-  return startSidecar({ dir: socketDir, port });
+/** A plain sidecar started on demand on this TCP port or Unix socket (for a client made before it); the caller stops it. */
+export function startLateSidecar(at: { readonly port: number } | { readonly socketPath: string }): Promise<Sidecar> {
+  return startSidecar({ dir: socketDir, ...at });
+}
+
+/** A Unix socket path in the suites' temporary folder; nothing listens there until a sidecar is started on it. */
+export function socketPathFor(name: string): string {
+  return path.join(socketDir, `${name}.sock`);
 }
 
 export async function stopServers(): Promise<void> {
