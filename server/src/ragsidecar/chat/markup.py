@@ -118,15 +118,41 @@ def _angle_table() -> dict[int, str]:
 
 
 _ANGLES = _angle_table()
-# A `<` or look-alike that opens a comment (a marker) or a fence-like tag, across spacing, slashes and
+# The `<` look-alikes (every escaped character but `>`), by character.
+_OPENER_ESCAPES = {chr(code): escaped for code, escaped in _ANGLES.items() if code != ord(">")}
+# What follows a `<` that opens a comment (a marker) or a fence-like tag, across spacing, slashes and
 # zero-width characters.
-_OPENERS = "".join(chr(code) for code in _ANGLES if code != ord(">"))
-_TAG_LIKE = re.compile(f"[{re.escape(_OPENERS)}]" + r"(?=[\s/\u200b-\u200d\u2060\ufeff]*(?:!--|tnsai))", re.I)
+_OPENS_TAG = re.compile(r"[\s/\u200b-\u200d\u2060\ufeff]*(?:!--|(?i:tnsai))")
+# Where the regex engine stops, as character classes: the escaped characters of the basic plane, and every
+# character beyond it (checked against the table in Python). A class listing astral characters is matched
+# item by item (200 ns a character, holding the GIL throughout), one of basic-plane characters and a range
+# by a bitmap (10 ns).
+_ASTRAL = "\U00010000-\U0010ffff"
+_OPENER_STOPS = re.compile(f"[{re.escape(''.join(c for c in _OPENER_ESCAPES if ord(c) <= 0xFFFF))}{_ASTRAL}]")
+_FENCED_STOPS = re.compile(f"[{re.escape(''.join(chr(c) for c in _ANGLES if c <= 0xFFFF))}{_ASTRAL}]")
+# Characters scanned per regex call: the engine holds the GIL for a whole call, so a worker thread scanning a
+# large text in one call would stall the event loop; between slices the loop gets its turn.
+_SLICE_CHARS = 1 << 18
 
 
 def neutralise_host_text(text: str) -> str:
-    return _TAG_LIKE.sub(lambda m: _ANGLES[ord(m.group(0))], text)
+    """Escapes every `<` (or look-alike) that opens a comment or a fence-like tag; the rest is unchanged."""
+    pieces, done = [], 0
+    for start in range(0, len(text), _SLICE_CHARS):
+        for stop in _OPENER_STOPS.finditer(text, start, start + _SLICE_CHARS):
+            at = stop.start()
+            escaped = _OPENER_ESCAPES.get(text[at])
+            if escaped is not None and _OPENS_TAG.match(text, at + 1):
+                pieces += [text[done:at], escaped]
+                done = at + 1
+    pieces.append(text[done:])
+    return "".join(pieces)
 
 
 def neutralise_fenced(text: str) -> str:
-    return text.translate(_ANGLES)
+    """Escapes every angle bracket and look-alike."""
+    def escaped(stop: re.Match[str]) -> str:
+        return _ANGLES.get(ord(stop.group(0)), stop.group(0))
+
+    return "".join(_FENCED_STOPS.sub(escaped, text[start:start + _SLICE_CHARS])
+                   for start in range(0, len(text), _SLICE_CHARS))
