@@ -24,13 +24,10 @@ from ragsidecar.inference.tokenization import ModelInput, TextEncoder
 from ragsidecar.reranking import MAX_DOCUMENT_CHARS, MAX_QUERY_CHARS, MAX_DOCUMENTS_CHARS
 from ragsidecar.v1 import reranker_pb2
 from sidecar import MODELS, Sidecar, default_config, error_details
+from test_reranker import docs, rerank_load
 
 CROSS = "ms-marco-MiniLM-L-12-v2"
 WINDOW = reranker_pb2.LONG_DOCUMENT_STRATEGY_WINDOW
-
-
-def docs(*texts: str) -> list[reranker_pb2.RerankDocument]:
-    return [reranker_pb2.RerankDocument(id=f"d{i}", text=t) for i, t in enumerate(texts)]
 
 
 def refused(server: Sidecar, request: reranker_pb2.RerankRequest) -> grpc.RpcError:
@@ -244,40 +241,18 @@ def test_an_unloaded_model_releases_its_session(tmp_path: Path) -> None:
 
 def test_replaced_models_are_unloaded_after_their_last_request(make_sidecar) -> None:
     """Hot swaps under load: each replaced model closes (session released) once its requests are done."""
-    import threading
-
     config = default_config()
     config["inference"]["cache_bytes"] = 0
     config["server"]["config_poll_s"] = 0.0  # SIGHUP alone reloads
     server = make_sidecar(config).start()
     loaded = lambda: server.metric("ragsidecar_loaded_model_instances")  # noqa: E731
     assert loaded() == 2
-    stop = threading.Event()
-    outcomes: list[str] = []
-
-    def load() -> None:
-        stub = server.reranker()
-        while not stop.is_set():
-            try:
-                stub.Rerank(reranker_pb2.RerankRequest(query="q", documents=docs(*[f"doc {i}" for i in range(16)])),
-                            timeout=60)
-                outcomes.append("OK")
-            except grpc.RpcError as err:
-                outcomes.append(err.code().name)
-
-    clients = [threading.Thread(target=load, daemon=True) for _ in range(3)]
-    for client in clients:
-        client.start()
-    try:
+    with rerank_load(server, clients=3, documents=16) as outcomes:
         for generation, max_length in enumerate((384, 512, 256), start=1):
             server.config["models"][0]["max_length"] = max_length
             server.write_config()
             server.signal(1)  # SIGHUP
             wait_for(lambda: server.reranker().ListModels(reranker_pb2.ListModelsRequest(), timeout=30).generation
                      >= generation, "the reload never finished", server)
-    finally:
-        stop.set()
-        for client in clients:
-            client.join(60)
     wait_for(lambda: loaded() == 2, "replaced models were never unloaded", server)
-    assert outcomes and set(outcomes) == {"OK"}, {o: outcomes.count(o) for o in set(outcomes)}
+    assert outcomes and set(outcomes) == {"ok"}, {o: outcomes.count(o) for o in set(outcomes)}

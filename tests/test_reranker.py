@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import random
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -244,11 +246,10 @@ def swap_models(server: Sidecar) -> None:
     time.sleep(1)
 
 
-def test_config_swap_under_load_fails_no_call(make_sidecar) -> None:
-    config = default_config()
-    config["models"].append({"id": "all-MiniLM-L6-v2", "kind": "bi-encoder", "path": "all-MiniLM-L6-v2",
-                             "pooling": "mean", "max_length": 256})
-    server = make_sidecar(config).start()
+@contextlib.contextmanager
+def rerank_load(server: Sidecar, clients: int, documents: int) -> Iterator[list[str]]:
+    """Client threads sending Rerank calls until the block ends; yields their outcomes: "ok", "short"
+    (results missing) or a status code name."""
     stop = threading.Event()
     outcomes: list[str] = []
 
@@ -259,20 +260,29 @@ def test_config_swap_under_load_fails_no_call(make_sidecar) -> None:
             i += 1
             try:
                 response = stub.Rerank(reranker_pb2.RerankRequest(
-                    query=f"query {i}", documents=docs(f"doc a {i}", f"doc b {i}", f"doc c {i}")), timeout=30)
-                outcomes.append("ok" if len(response.results) == 3 else "short")
+                    query=f"query {i}", documents=docs(*[f"doc {d} {i}" for d in range(documents)])), timeout=30)
+                outcomes.append("ok" if len(response.results) == documents else "short")
             except grpc.RpcError as err:
                 outcomes.append(err.code().name)
 
-    workers = [threading.Thread(target=load, daemon=True) for _ in range(4)]
+    workers = [threading.Thread(target=load, daemon=True) for _ in range(clients)]
     for worker in workers:
         worker.start()
     try:
-        swap_models(server)
+        yield outcomes
     finally:
         stop.set()
         for worker in workers:
             worker.join(30)
+
+
+def test_config_swap_under_load_fails_no_call(make_sidecar) -> None:
+    config = default_config()
+    config["models"].append({"id": "all-MiniLM-L6-v2", "kind": "bi-encoder", "path": "all-MiniLM-L6-v2",
+                             "pooling": "mean", "max_length": 256})
+    server = make_sidecar(config).start()
+    with rerank_load(server, clients=4, documents=3) as outcomes:
+        swap_models(server)
     assert outcomes and set(outcomes) == {"ok"}, {o: outcomes.count(o) for o in set(outcomes)}
     listed = server.reranker().ListModels(reranker_pb2.ListModelsRequest(), timeout=10)
     assert [(m.id, m.max_input_tokens) for m in listed.models] == [(CROSS, 256), (BI, 512), ("ms-marco-short", 160)]
