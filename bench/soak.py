@@ -177,22 +177,26 @@ class RssSampler(threading.Thread):
             self.peak = max(self.peak, self.now())
 
 
-def reload_models(server: Sidecar, every_s: float, stop: threading.Event) -> list[int]:
-    """Flips [inference] max_queued_pairs and sends SIGHUP, every `every_s`; returns the reached generations."""
+def reload_models(server: Sidecar, every_s: float, stop: threading.Event) -> collections.Counter:
+    """Flips [inference] max_queued_pairs and sends SIGHUP, every `every_s`, waiting for each reload to end;
+    returns how many were done and how many failed (by their error)."""
     models = reranker_pb2_grpc.RerankerServiceStub(server.channel())
-    generations = []
+    outcomes: collections.Counter = collections.Counter()
     while not stop.wait(every_s):
-        before = models.ListModels(reranker_pb2.ListModelsRequest(), timeout=CALL_TIMEOUT_S).generation
+        before = models.ListModels(reranker_pb2.ListModelsRequest(), timeout=CALL_TIMEOUT_S)
         server.config["inference"]["max_queued_pairs"] ^= 1
         server.write_config()
         server.signal(signal.SIGHUP)
         while not stop.is_set():
             listed = models.ListModels(reranker_pb2.ListModelsRequest(), timeout=CALL_TIMEOUT_S)
-            if listed.generation > before or listed.last_reload_error:
-                generations.append(listed.generation)
+            if listed.generation > before.generation:
+                outcomes["done"] += 1
+                break
+            if listed.last_reload_error and listed.last_reload_error != before.last_reload_error:
+                outcomes[f"failed: {listed.last_reload_error}"] += 1
                 break
             time.sleep(0.2)
-    return generations
+    return outcomes
 
 
 def drive(client: Client, tally: Tally, until: float) -> None:
@@ -207,11 +211,12 @@ def percentile(ordered: list[float], share: float) -> float:
     return ordered[max(math.ceil(share * len(ordered)) - 1, 0)]
 
 
-def report(tally: Tally, rss: tuple[int, int, int], reloads: list[int], minutes: float, clients: int,
+def report(tally: Tally, rss: tuple[int, int, int], reloads: collections.Counter, minutes: float, clients: int,
            data: Data) -> str:
     start, peak, end = (r / 2**20 for r in rss)
     load = ", ".join(f"{x:.1f}" for x in psutil.getloadavg())
-    lines = [f"Soak: {minutes:g} min, {clients} clients, {len(reloads)} model reloads, data: {data.source}",
+    reloaded = ", ".join(f"{n} {outcome}" for outcome, n in reloads.items()) or "none"
+    lines = [f"Soak: {minutes:g} min, {clients} clients, model reloads: {reloaded}; data: {data.source}",
              f"Machine: {psutil.cpu_count()} CPUs, load average at the end {load} (1, 5, 15 min)", "",
              "| RSS | MiB |", "|---|---|", f"| start | {start:.0f} |", f"| peak | {peak:.0f} |",
              f"| end | {end:.0f} ({(end - start) / start:+.1%}) |", "",
@@ -227,16 +232,16 @@ def report(tally: Tally, rss: tuple[int, int, int], reloads: list[int], minutes:
 
 
 def measure(server: Sidecar, clients: list[Client], minutes: float, reload_every: float
-            ) -> tuple[Tally, tuple[int, int, int], list[int]]:
+            ) -> tuple[Tally, tuple[int, int, int], collections.Counter]:
     """Runs the clients (and the reloads) for `minutes`; the tally, RSS (start, peak, end) and reloads done."""
     assert server.process
     sampler = RssSampler(server.process.pid)
     start_rss = sampler.now()
     sampler.start()
-    tally, stop, reloads = Tally(), threading.Event(), []
+    tally, stop, reloads = Tally(), threading.Event(), collections.Counter()
     until = time.monotonic() + minutes * 60
     drivers = [threading.Thread(target=drive, args=(c, tally, until)) for c in clients]
-    reloader = threading.Thread(target=lambda: reloads.extend(reload_models(server, reload_every, stop)))
+    reloader = threading.Thread(target=lambda: reloads.update(reload_models(server, reload_every, stop)))
     for thread in drivers + ([reloader] if reload_every > 0 else []):
         thread.start()
     for thread in drivers:
