@@ -9,6 +9,7 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2
 
+from ragsidecar.identifiers import MAX_ID_CHARS
 from ragsidecar.v1 import chat_knowledge_pb2 as pb, common_pb2, retrieval_pb2 as rpb, retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, entry, llm
 from sidecar import Sidecar, default_config, error_details
@@ -217,3 +218,27 @@ def test_configuration_errors_while_searching_surface_as_in_retrieval(make_sidec
     assert chat_err.code() == enforce_err.code() == grpc.StatusCode.NOT_FOUND
     assert error_details(chat_err)[0].reason == error_details(enforce_err)[0].reason == "UNKNOWN_MODEL"
     assert server.health() == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_owner_knowledge_names_are_checked_as_ids(retrieval_sidecar: Sidecar) -> None:
+    """Issue 10 item 1: a knowledge name with a control character or over the length cap is refused."""
+    at = scope("acme-names")
+    for bad in ("orders\x1b[2J", "o" * (MAX_ID_CHARS + 1)):
+        turn = dict(owners=[owner("ada", [entry(bad, "INLINE", "DIRECT", inline_text="Greet the customer.")])],
+                    context=context(at), llm=llm())
+        assert invalid_fields(lambda: ground(retrieval_sidecar, **turn)) == {"owners[0].knowledge[0].name"}
+
+
+def test_append_past_the_request_or_store_bytes_is_limit_exceeded_and_changes_nothing(make_sidecar) -> None:
+    """chat_knowledge.proto, AppendToBinding: retrieval.max_memory_bytes_per_request (INVALID_ARGUMENT) and
+    retrieval.binding_store_bytes (RESOURCE_EXHAUSTED), both reason LIMIT_EXCEEDED."""
+    config = default_config()
+    config["retrieval"].update(max_memory_bytes_per_request=3000, binding_store_bytes=4000)
+    server = make_sidecar(config).start()
+    at = scope("acme-limits")
+    binding = open_binding(server, at, "ada", "notes", [("a", "x" * 2500)])
+    for text, code in (("y" * 3500, grpc.StatusCode.INVALID_ARGUMENT),
+                       ("z" * 2500, grpc.StatusCode.RESOURCE_EXHAUSTED)):
+        err = raised(lambda: append(server, at, binding, "ada", [("b", text)]))
+        assert (err.code(), error_details(err)[0].reason) == (code, "LIMIT_EXCEEDED"), err.details()
+    assert append(server, at, binding, "ada", [("a", "w" * 2500)]).document_count == 1  # still just "a"

@@ -11,6 +11,7 @@ import pytest
 from google.protobuf import struct_pb2
 
 from conftest import retrieval_config
+from ragsidecar.identifiers import MAX_ID_CHARS
 from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb
 from retrieval_helpers import PRINCIPAL, SCOPE, build_knowledge, entry, llm, params, scifact_queries, target
 from sidecar import Sidecar, error_details
@@ -202,6 +203,62 @@ def test_prepare_chat_knowledge_refuses_a_path_outside_the_roots(server: Sidecar
                                                  entries=[entry("escape", "FILE", "DIRECT", path)])
         refused(lambda: stub(server).PrepareChatKnowledge(request, timeout=60), grpc.StatusCode.PERMISSION_DENIED,
                 "PATH_OUTSIDE_ROOTS")
+
+
+# Knowledge and action names that identifiers.id_problems refuses: a control character, one over the length cap.
+BAD_NAMES = ("sci\x07ence", "n" * (MAX_ID_CHARS + 1))
+
+
+def test_knowledge_and_action_names_are_checked_as_ids_before_anything_is_read(server: Sidecar) -> None:
+    """Issue 10 item 1: entry names (target and outer) and action names key caches, cursors and files."""
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    for bad in BAD_NAMES:
+        named = entry(bad, "FILE", "SEARCH", "science/abstracts.jsonl")
+        validate = pb.ValidateConfigurationRequest(
+            principal=PRINCIPAL, scope=SCOPE, llm=llm(), outer=[entry(bad, "INLINE", "DIRECT", inline_text="x")],
+            target=pb.Target(name="t", knowledge=[named, PERSONA],
+                             actions=[pb.Action(name=bad, knowledge=["persona"])]))
+        found = {(v.field, common_pb2.ErrorReason.Name(v.reason))
+                 for v in stub(server).ValidateConfiguration(validate, timeout=60).violations}
+        assert {("outer[0].name", "ERROR_REASON_INVALID_CONFIGURATION"),
+                ("target.actions[0].name", "ERROR_REASON_INVALID_CONFIGURATION")} <= found, found
+        builds = server.metric("ragsidecar_index_loads_total", how="built")
+        # A path outside the roots would be PERMISSION_DENIED: the names are refused before any path is looked at.
+        calls = {
+            "Enforce": lambda: stub(server).Enforce(enforce_request(
+                [named], [bad], params=params(q="heart"), resolved_paths={bad: "/etc/hostname"}), timeout=60),
+            "Search": lambda: stub(server).Search(pb.SearchRequest(
+                principal=PRINCIPAL, scope=SCOPE, target=target([named]), query="heart"), timeout=60),
+            "RequireLoaded": lambda: stub(server).RequireLoaded(pb.RequireLoadedRequest(
+                principal=PRINCIPAL, scope=SCOPE, target=target([SCIENCE]), outer=[named], names=[bad]), timeout=60),
+            "RequireReady": lambda: stub(server).RequireReady(pb.RequireReadyRequest(
+                principal=PRINCIPAL, scope=SCOPE, target=target([named])), timeout=60),
+            "PrepareChatKnowledge": lambda: stub(server).PrepareChatKnowledge(pb.PrepareChatKnowledgeRequest(
+                principal=PRINCIPAL, scope=SCOPE, agent_id="ada", llm=llm(),
+                entries=[entry(bad, "FILE", "DIRECT", "persona.md")]), timeout=60),
+            "Enforce, action name": lambda: stub(server).Enforce(pb.EnforceRequest(
+                principal=PRINCIPAL, scope=SCOPE, llm=llm(), action=bad, target=target([PERSONA], {bad: ["persona"]})),
+                timeout=60),
+        }
+        for rpc, call in calls.items():
+            err = refused(call, invalid, "INVALID_CONFIGURATION")
+            assert any(field.endswith("name") for field, _ in error_details(err)[1]), (rpc, err.details())
+        assert server.metric("ragsidecar_index_loads_total", how="built") == builds
+
+
+def test_validation_keeps_the_reason_of_each_path_problem(server: Sidecar, root: Path) -> None:
+    """Issue 10 item 4: a NUL is an invalid request and a symlink loop is unreadable, not "outside the roots"."""
+    (root / "loop-a").symlink_to(root / "loop-b")
+    (root / "loop-b").symlink_to(root / "loop-a")
+    entries = [entry("nul", "FILE", "DIRECT", "persona\x00.md", max_tokens=100),
+               entry("loop", "DIRECTORY", "DIRECT", "loop-a", max_tokens=100),
+               entry("escape", "FILE", "DIRECT", "../outside.md", max_tokens=100)]
+    request = pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, llm=llm(), target=target(entries))
+    found = {(v.field, common_pb2.ErrorReason.Name(v.reason))
+             for v in stub(server).ValidateConfiguration(request, timeout=60).violations}
+    assert found == {("target.knowledge[0].path", "ERROR_REASON_INVALID_REQUEST"),
+                     ("target.knowledge[1].path", "ERROR_REASON_SOURCE_UNREADABLE"),
+                     ("target.knowledge[2].path", "ERROR_REASON_PATH_OUTSIDE_ROOTS")}
 
 
 def test_sequential_cursors_are_bounded_and_counted(server: Sidecar) -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
+
 import grpc
 import pytest
 
 from ragsidecar.v1 import retrieval_pb2 as pb, retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, params, scifact_queries, target
-from sidecar import Sidecar, error_details
+from sidecar import Sidecar, default_config, error_details
 from ragsidecar.v1 import common_pb2
 
 
@@ -261,3 +265,68 @@ def test_requests_without_principal_are_refused_before_reading(retrieval_sidecar
     err = raised(lambda: stub(retrieval_sidecar).Search(pb.SearchRequest(
         principal=PRINCIPAL, scope=SCOPE, target=target([SCIENCE]), query="  "), timeout=30))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+SEARCHERS_DURING_THE_RELOAD = 4
+
+
+def test_searches_across_an_encoder_change_pair_query_and_index_of_one_model(make_sidecar) -> None:
+    """Issue 10: a query is embedded by the model whose vectors the searched index holds. Searches keep going
+    while a reload changes the embedder's pooling (same model id and files, other vectors): every answer has
+    the dense scores of the old model or of the new one, never those of one model's query in the other's
+    index; after the reload, those of a server started with the new setting."""
+    config = default_config()
+    notes = [pb.MemoryDocument(id=f"n{i}", text=f"Order {1000 + i}: the {item} shipped on day {i} and arrives soon.")
+             for i, item in enumerate(["Blender X2", "kettle", "toaster", "mixer", "juicer", "grill"] * 4)]
+    search = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, query="Where is my blender order?", top_k=5,
+                              target=target([entry("orders", "MEMORY", "SEARCH")]))
+
+    def scores(server: Sidecar) -> list[tuple[str, float]]:
+        return [(h.chunk_id, h.scores.dense) for h in stub(server).Search(search, timeout=60).hits]
+
+    def started(config: dict) -> Sidecar:
+        server = make_sidecar(config).start()
+        stub(server).UpsertDocuments(pb.UpsertDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="orders",
+                                                               documents=notes), timeout=60)
+        return server
+
+    server = started(config)
+    before = scores(server)
+    (embedder,) = [m for m in config["models"] if m["kind"] == "bi-encoder"]
+    embedder["pooling"] = "mean"
+    server.write_config(config)
+    seen: list[list[tuple[str, float]]] = []
+    done = threading.Event()
+
+    def keep_searching() -> None:
+        while not done.is_set():
+            seen.append(scores(server))
+
+    # Several searches in flight at once, so that the swap likely lands between some query's embedding and its load.
+    searchers = [threading.Thread(target=keep_searching) for _ in range(SEARCHERS_DURING_THE_RELOAD)]
+    for searcher in searchers:
+        searcher.start()
+    try:
+        server.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 120
+        while server.metric("ragsidecar_model_reloads_total", outcome="ok") == 0:
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.005)
+        searched_before_the_swap = len(seen)
+        while len(seen) < searched_before_the_swap + 3 * SEARCHERS_DURING_THE_RELOAD:  # after the new model took over
+            assert all(s.is_alive() for s in searchers)
+            time.sleep(0.005)
+    finally:
+        done.set()
+        for searcher in searchers:
+            searcher.join()
+    expected = scores(started(config))
+    assert not same_scores(expected, before)
+    assert same_scores(scores(server), expected)
+    assert all(same_scores(s, before) or same_scores(s, expected) for s in seen)
+
+
+def same_scores(found: list[tuple[str, float]], expected: list[tuple[str, float]]) -> bool:
+    """Same hits with the same dense scores (up to the float noise of batching)."""
+    return [c for c, _ in found] == [c for c, _ in expected] and \
+        all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(found, expected))

@@ -23,8 +23,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
 from ragsidecar.chat.activity import Activity
 from ragsidecar.chat.bindings import Binding, Bindings
 from ragsidecar.chat.markup import (REQUEST, STATE, fence, marker_count, neutralise_fenced, neutralise_host_text,
@@ -32,8 +30,9 @@ from ragsidecar.chat.markup import (REQUEST, STATE, fence, marker_count, neutral
 from ragsidecar.errors import SidecarError, Violation, invalid
 from ragsidecar.identifiers import id_problems
 from ragsidecar.knowledge.declarations import Entry, Llm, Scope, Target, Use
-from ragsidecar.knowledge.runtime import (Block, DirectMeasure, DirectPlan, Hit, RetrievalRuntime, SearchSpec,
-                                          StaleSource, Work, render_block)
+from ragsidecar.knowledge.runtime import (Block, DirectMeasure, DirectPlan, Hit, Query, RetrievalRuntime,
+                                          SearchSpec, StaleSource, Work, render_block)
+from ragsidecar.knowledge.validation import name_problems
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +159,8 @@ class _Query:
     text: str
     context: RetrievalContext
     deadline: float | None
-    vector: np.ndarray | None = None
+    # The query's embeddings (by model fingerprint), made once for all owners.
+    embedded: Query
 
 
 @dataclass
@@ -210,7 +210,7 @@ class Grounder:
         plan = await self._runtime.prepare_chat(tuple(direct), turn.llm, context.scope)
         # One deadline for all owners, searched in order: a later owner may find it spent.
         deadline = min((d for d in (context.deadline, turn.call_deadline) if d is not None), default=None)
-        shared = _Query(query, context, deadline)
+        shared = _Query(query, context, deadline, Query(query))
         searched = [await self._search(owner, bindings, shared, outcome, result)
                     for owner, bindings, outcome in zip(turn.owners, owned, result.owners)]
         try:
@@ -265,10 +265,8 @@ class Grounder:
         return searched
 
     async def _searched(self, target: Target, query: _Query) -> tuple[list[Hit], list[StaleSource], Work]:
-        if query.vector is None:  # embedded once, by the first owner that searches
-            query.vector = await self._runtime.catalog.query_vector(query.text)
         return await self._runtime.search(target, (), [], query.text, SearchSpec(), {}, query.context.scope,
-                                          query.deadline, query.vector)
+                                          query.deadline, query.embedded)
 
     # -- rendering -------------------------------------------------------------------------------------
 
@@ -427,7 +425,7 @@ def shape_problems(turn: Turn) -> list[Violation]:
             problems.append(Violation(f"owners[{i}].owner_id", f"owner {owner.owner_id!r} is listed twice "
                                       f"(also owners[{owners[owner.owner_id]}])"))
         owners.setdefault(owner.owner_id, i)
-        problems += _duplicate_knowledge(owner, f"owners[{i}]")
+        problems += _knowledge_name_problems(owner, f"owners[{i}]")
     ids: set[str] = set()
     for j, binding in enumerate(turn.bindings):
         if id_problems(binding.binding_id, f"bindings[{j}].binding_id"):
@@ -471,11 +469,14 @@ def _scope_problems(scope: Scope, at: str) -> list[Violation]:
     return id_problems(scope.tenant, f"{at}.tenant") + id_problems(scope.session, f"{at}.session", required=False)
 
 
-def _duplicate_knowledge(owner: Owner, at: str) -> list[Violation]:
+def _knowledge_name_problems(owner: Owner, at: str) -> list[Violation]:
+    """The owner's knowledge names: valid ids, each declared once."""
     seen: set[str] = set()
     problems = []
     for k, entry in enumerate(owner.knowledge):
-        if entry.name in seen:
+        if found := name_problems(entry.name, f"{at}.knowledge[{k}].name", "knowledge name"):
+            problems += found
+        elif entry.name in seen:
             problems.append(Violation(f"{at}.knowledge[{k}].name", f"knowledge {entry.name!r} is declared twice"))
         seen.add(entry.name)
     return problems

@@ -84,7 +84,8 @@ class TextEncoder:
             if stop is not None:
                 stop.check()
             head = _head(text, chars)
-            encoding = self._tokenizer.encode(head, add_special_tokens=False)
+            # The batch call even for one text: it releases the GIL (the single `encode` holds it throughout).
+            encoding = self._tokenizer.encode_batch([head], add_special_tokens=False)[0]
             if len(head) == len(text) or len(encoding.ids) > keep_tokens:
                 return encoding
             chars *= 4

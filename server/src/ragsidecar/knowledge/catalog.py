@@ -25,7 +25,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +64,8 @@ class LoadedSource:
     units: list[Unit]
     index: HybridIndex | None
     built_at: dt.datetime
+    # The model fingerprint its vectors came from: a query is searched in it only with a vector of the same.
+    model: str
     stale: Stale | None = None
 
 
@@ -177,7 +179,7 @@ class Catalog:
                 raise
             last = held[1]
             log.warning("source %s failed to reload (%s); serving its last good index", entry.name, err)
-            return LoadedSource(last.name, last.units, last.index, last.built_at, Stale(str(err), last.built_at))
+            return replace(last, stale=Stale(str(err), last.built_at))
 
     def forget(self, entry: Entry, scope: Scope) -> None:
         """Drops the source's index from memory; the next load rebuilds it (embeddings stay cached)."""
@@ -223,7 +225,7 @@ class Catalog:
                 built = dt.datetime.fromtimestamp(folder.stat().st_mtime, dt.timezone.utc)
                 metrics.INDEX_LOADS.labels("disk").inc()
                 self._remember_vectors(index, model)
-                return LoadedSource(entry.name, units, index, built), _size(units, index)
+                return LoadedSource(entry.name, units, index, built, model), _size(units, index)
             except IndexCorrupt as err:
                 log.warning("index of %s at %s is corrupt (%s); rebuilding it", entry.name, folder, err)
         with embedder.in_use():
@@ -233,7 +235,7 @@ class Catalog:
         metrics.INDEX_LOADS.labels("built").inc()
         if persisted:
             await asyncio.to_thread(index.save, folder, identity)
-        return LoadedSource(entry.name, units, index, dt.datetime.now(dt.timezone.utc)), _size(units, index)
+        return LoadedSource(entry.name, units, index, dt.datetime.now(dt.timezone.utc), model), _size(units, index)
 
     @staticmethod
     def _persisted(entry: Entry) -> bool:
@@ -284,11 +286,12 @@ class Catalog:
             if digest:
                 self._vectors.put(f"{model}:{digest}", vector, vector.nbytes)
 
-    async def query_vector(self, query: str) -> np.ndarray:
+    async def query_vector(self, query: str) -> tuple[np.ndarray, str]:
+        """The query's embedding, and the fingerprint of the model that made it (a loaded source's `model`)."""
         embedder = self._embedder()
         with embedder.in_use():
             vectors, *_ = await embedder.embed([self._config.retrieval.query_prefix + query])
-        return vectors[0]
+        return vectors[0], self._model_fingerprint(embedder)
 
     # -- keys ------------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -32,6 +32,16 @@ class SearchSpec:
                                      ("rerank_order", self.rerank_order))
                    if v is not None}
         return replace(entry, **changes)
+
+
+@dataclass
+class Query:
+    """A query's text and its embeddings, by the fingerprint of the model that made each: a source is searched
+    with the vector of the model its own vectors came from. Embedded once per model, shared by every source of
+    a call (and by every owner of a chat turn)."""
+
+    text: str
+    vectors: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class Ranker:

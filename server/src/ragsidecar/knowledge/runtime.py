@@ -19,15 +19,16 @@ from ragsidecar.config import Config
 from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
 from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge.budget import BudgetPolicy
-from ragsidecar.knowledge.catalog import Catalog, source_error
+from ragsidecar.knowledge.catalog import Catalog, LoadedSource, source_error
 from ragsidecar.knowledge.declarations import Action, Entry, Llm, Reach, Scope, Target, Use
 from ragsidecar.knowledge.direct import DirectBudgets, DirectMeasure, DirectPlan, direct_block
-from ragsidecar.knowledge.ranking import Ranker, SearchSpec
+from ragsidecar.knowledge.ranking import Query, Ranker, SearchSpec
 from ragsidecar.knowledge.results import Block, EnforceResult, Hit, StaleSource, Work, block_head, render_block
 from ragsidecar.knowledge.sequential import Cursors
 from ragsidecar.knowledge.sources import SourceError
 from ragsidecar.knowledge.tokens import Tokens
-from ragsidecar.knowledge.validation import EntryChecks, action_problems, duplicate_names, named
+from ragsidecar.knowledge.validation import (EntryChecks, action_problems, duplicate_names, named,
+                                             require_declared_names)
 from ragsidecar.reranking import Reranker
 
 # Failures of the retrieval itself, not of its configuration: an entry whose on_failure is CONTINUE
@@ -35,8 +36,11 @@ from ragsidecar.reranking import Reranker
 _RETRIEVAL_FAILURES = (ErrorKind.RESOURCE_EXHAUSTED, ErrorKind.DEADLINE_EXCEEDED)
 
 # What callers of the runtime (the servicers, chat grounding) use of its parts.
-__all__ = ["Block", "DirectMeasure", "DirectPlan", "EnforceResult", "Hit", "RetrievalRuntime", "SearchSpec",
-           "StaleSource", "Work", "render_block"]
+__all__ = ["Block", "DirectMeasure", "DirectPlan", "EnforceResult", "Hit", "Query", "RetrievalRuntime",
+           "SearchSpec", "StaleSource", "Work", "render_block"]
+# Loads of one source in one call while the embedder changes under it (a reload between loading and embedding
+# the query): past this, the call is refused as MODEL_NOT_READY, to retry once the reloads settle.
+_LOADS_WHILE_THE_MODEL_CHANGES = 3
 
 
 class RetrievalRuntime:
@@ -86,9 +90,7 @@ class RetrievalRuntime:
                       resolved_paths: dict[str, str], llm: Llm | None, action_knowledge: tuple[str, ...] | None,
                       max_context_tokens: int | None, scope: Scope, deadline: float | None) -> EnforceResult:
         started = time.perf_counter()
-        problems = action_problems(target)
-        if problems:
-            raise invalid(problems, "INVALID_CONFIGURATION")
+        require_declared_names(target.knowledge + outer, target)
         action = target.action(action_name)
         if action is None:
             raise invalid([Violation("action", f"{action_name!r} is not an action of {target.name!r}")])
@@ -109,10 +111,9 @@ class RetrievalRuntime:
         if check.problems:
             raise check.error()
         direct = {m.entry.name: m for m in check.plan.blocks}
-        searching = any(e.use is Use.SEARCH for e in enabled)
-        query_vector = await self.catalog.query_vector(result.query) if searching else None
+        query = Query(result.query)
         for entry in enabled:
-            block = await self._given(entry, target, scope, direct, query_vector, result, deadline)
+            block = await self._given(entry, target, scope, direct, query, result, deadline)
             if block is not None and block.hits:
                 result.blocks.append(block)
         limit = self._config.retrieval.context_window_tokens if max_context_tokens is None else max_context_tokens
@@ -121,15 +122,14 @@ class RetrievalRuntime:
         return result
 
     async def _given(self, entry: Entry, target: Target, scope: Scope, direct: dict[str, DirectMeasure],
-                     query_vector: np.ndarray | None, result: EnforceResult, deadline: float | None) -> Block | None:
+                     query: Query, result: EnforceResult, deadline: float | None) -> Block | None:
         """What one entry gives this dispatch; None when it drops out (its readiness or on_failure say so)."""
         try:
             if entry.use is Use.DIRECT:
                 return direct_block(direct.get(entry.name))
             if entry.use is Use.SEQUENTIAL:
                 return await self._cursors.next_unit(entry, target, scope)
-            return Block(entry.name, Use.SEARCH,
-                         await self._searched(entry, scope, result.query, query_vector, result, deadline))
+            return Block(entry.name, Use.SEARCH, await self._searched(entry, scope, query, result, deadline))
         except (SourceError, OSError) as err:
             if entry.skips(err):
                 return None
@@ -139,13 +139,30 @@ class RetrievalRuntime:
                 return None
             raise
 
-    async def _searched(self, entry: Entry, scope: Scope, query: str, query_vector: np.ndarray,
-                        result: EnforceResult, deadline: float | None) -> list[Hit]:
-        entry.require_location()
-        source = await self.catalog.load(entry, scope)
+    async def _searched(self, entry: Entry, scope: Scope, query: Query, result: EnforceResult,
+                        deadline: float | None) -> list[Hit]:
+        source, query_vector = await self._loaded(entry, scope, query)
         if source.stale:
             result.stale.append(StaleSource(entry.name, source.stale.reason, source.stale.built_at))
-        return await self._ranker.search(entry, source, query, query_vector, result.work, deadline)
+        return await self._ranker.search(entry, source, query.text, query_vector, result.work, deadline)
+
+    async def _loaded(self, entry: Entry, scope: Scope, query: Query) -> tuple[LoadedSource, np.ndarray]:
+        """The source's index and the query's vector by the same model. The query is embedded after the load,
+        so a model reload between the two is seen (the fingerprints differ) and the source is loaded again."""
+        entry.require_location()
+        for _ in range(_LOADS_WHILE_THE_MODEL_CHANGES):
+            source = await self.catalog.load(entry, scope)
+            if source.model not in query.vectors:
+                vector, model = await self.catalog.query_vector(query.text)
+                query.vectors[model] = vector
+            if source.model in query.vectors:
+                return source, query.vectors[source.model]
+            if source.stale:  # a failed rebuild: its last good index holds an earlier model's vectors
+                raise SourceError("SOURCE_UNREADABLE", f"it failed to rebuild with the current embedder "
+                                  f"({source.stale.reason}); its last good index was built by another model")
+        raise SidecarError(ErrorKind.UNAVAILABLE, "MODEL_NOT_READY",
+                           f"the embedder changed with every load of knowledge {entry.name!r}; retry",
+                           metadata={"sources": entry.name})
 
     # -- RequireLoaded / RequireReady ---------------------------------------------------------------
 
@@ -153,6 +170,7 @@ class RetrievalRuntime:
                              resolved_paths: dict[str, str], scope: Scope) -> list[tuple[str, int]]:
         if not names or len(set(names)) != len(names):
             raise invalid([Violation("names", "at least one name, without repeats")])
+        require_declared_names(target.knowledge + outer, target)
         reach = self._checks.with_paths(Reach.of(target, outer), resolved_paths)
         entries = named(reach, names, "names")
         wrong = [Violation(f"names[{i}]", f"{e.name!r} is not an enabled SEARCH entry")
@@ -171,6 +189,7 @@ class RetrievalRuntime:
 
     async def require_ready(self, target: Target, outer: tuple[Entry, ...], resolved_paths: dict[str, str],
                             scope: Scope) -> list[tuple[str, int]]:
+        require_declared_names(target.knowledge + outer, target)
         reach = self._checks.with_paths(Reach.of(target, outer), resolved_paths)
         counts, failing = [], []
         for entry in reach:
@@ -194,6 +213,7 @@ class RetrievalRuntime:
     # -- PrepareChatKnowledge -----------------------------------------------------------------------
 
     async def prepare_chat(self, entries: tuple[Entry, ...], llm: Llm | None, scope: Scope) -> DirectPlan:
+        require_declared_names(entries)
         direct = [e for e in entries if e.enabled and e.use is Use.DIRECT]
         self._checks.require_inside_roots(direct)
         problems = [p for e in direct for p in self._checks.entry_problems(e, paths_per_run=False)]
@@ -210,11 +230,12 @@ class RetrievalRuntime:
 
     async def search(self, target: Target, outer: tuple[Entry, ...], names: list[str], query: str, spec: SearchSpec,
                      resolved_paths: dict[str, str], scope: Scope, deadline: float | None,
-                     query_vector: np.ndarray | None = None) -> tuple[list[Hit], list[StaleSource], Work]:
-        """`query_vector`, when given, is the query's embedding (a chat turn embeds it once for all owners)."""
+                     shared: Query | None = None) -> tuple[list[Hit], list[StaleSource], Work]:
+        """`shared`, when given, holds the query's embeddings (a chat turn embeds it once for all owners)."""
         started = time.perf_counter()
         if not query.strip():
             raise invalid([Violation("query", "must not be blank")])
+        require_declared_names(target.knowledge + outer, target)
         reach = self._checks.with_paths(Reach.of(target, outer), resolved_paths)
         entries = (named(reach, names, "knowledge") if names
                    else [e for e in reach if e.use is Use.SEARCH])
@@ -222,15 +243,13 @@ class RetrievalRuntime:
         problems = [p for e in entries for p in self._checks.entry_problems(e, paths_per_run=True)]
         if problems:
             raise invalid(problems, "INVALID_CONFIGURATION")
-        if query_vector is None:
-            query_vector = await self.catalog.query_vector(query)
+        embedded = shared or Query(query)
         hits: list[Hit] = []
         stale: list[StaleSource] = []
         work = Work()
         for entry in entries:
             try:
-                entry.require_location()
-                source = await self.catalog.load(entry, scope)
+                source, query_vector = await self._loaded(entry, scope, embedded)
             except (SourceError, OSError) as err:
                 if entry.skips(err):
                     continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ragsidecar.errors import SidecarError, Violation, invalid
+from ragsidecar.identifiers import id_problems
 from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge.catalog import Catalog
 from ragsidecar.knowledge.declarations import Entry, Reach, SourceType, Target
@@ -44,8 +45,7 @@ class EntryChecks:
         def problem(name: str, why: str, reason: str = "INVALID_CONFIGURATION") -> None:
             problems.append(Violation(f"{at}.{name}", f"knowledge {entry.name!r}: {why}", reason))
 
-        if not entry.name.strip():
-            problem("name", "a name is required")
+        problems += name_problems(entry.name, f"{at}.name", "knowledge name")
         if entry.type is None:
             problem("type", "a type (FILE, DIRECTORY, MEMORY, INLINE) is required")
         if entry.use is None:
@@ -58,8 +58,8 @@ class EntryChecks:
             if entry.path:
                 try:
                     self._catalog.resolve_path(entry.path)
-                except SidecarError as err:
-                    problem("path", str(err), "PATH_OUTSIDE_ROOTS")
+                except SidecarError as err:  # outside the roots, a NUL, a symlink loop: each its own reason
+                    problem("path", str(err), err.reason)
         elif entry.type is not None:
             if entry.path:
                 problem("path", f"{entry.type.value} sources take no path")
@@ -109,12 +109,26 @@ def named(reach: Reach, names: Iterable[str], field_name: str) -> list[Entry]:
     return entries
 
 
+def name_problems(name: str, field: str, what: str) -> list[Violation]:
+    """A declared knowledge or action name, checked as a caller id (identifiers.id_problems: required, at
+    most MAX_ID_CHARS, no control characters): names key caches, cursors and index files."""
+    return [Violation(v.field, f"{what}: {v.description}", "INVALID_CONFIGURATION") for v in id_problems(name, field)]
+
+
+def require_declared_names(entries: Iterable[Entry], target: Target | None = None) -> None:
+    """INVALID_ARGUMENT for any bad knowledge name (or the target's action names), before anything is read."""
+    problems = [p for e in entries for p in name_problems(e.name, f"{e.origin}.name", "knowledge name")]
+    problems += action_problems(target) if target is not None else []
+    if problems:
+        raise invalid(problems, "INVALID_CONFIGURATION")
+
+
 def action_problems(target: Target) -> list[Violation]:
-    """Action names are required and unique within the target (they key action_knowledge and Enforce)."""
+    """Action names are valid ids and unique within the target (they key action_knowledge and Enforce)."""
     problems, seen = [], set()
     for i, action in enumerate(target.actions):
-        if not action.name.strip():
-            problems.append(Violation(f"target.actions[{i}].name", "an action name is required"))
+        if found := name_problems(action.name, f"target.actions[{i}].name", "action name"):
+            problems += found
         elif action.name in seen:
             problems.append(Violation(f"target.actions[{i}].name", f"action {action.name!r} is declared twice"))
         seen.add(action.name)
