@@ -49,6 +49,8 @@ def test_sizes_over_the_caps_are_refused_and_sizes_under_them_answered(retrieval
         "request_section": dict(request_section="r" * 1_000_001),
         "conversation[0].content": dict(messages=[message("system", MARKER * 20_001), message("user", "hi")]),
         "activity.entries": dict(activity=activity(10_001, 1)),
+        "activity.entries[0].text": dict(activity=pb.ActivityRecord(entries=[pb.ActivityEntry(
+            kind=pb.ACTIVITY_KIND_NOTED, text="t" * 1_000_001)])),
         "activity.max_entries": dict(activity=activity(1, 1, max_entries=10_001)),
         "activity.redaction_roots": dict(activity=activity(1, 2049)),
     }

@@ -22,6 +22,9 @@ DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_CHARS, DEFAULT_MAX_ENTRY_CHARS = 40, 8000
 # They sit well above a real record (the host keeps 40 entries and a couple of roots) and bound the work:
 # redaction is linear in the text, and the one pattern of all roots is at most 3 x MAX_ROOTS_CHARS long.
 MAX_ENTRIES, MAX_REDACTION_ROOTS, MAX_ROOT_CHARS, MAX_ROOTS_CHARS = 10_000, 2048, 4096, 131_072
+# Characters of one entry's peer, type or text: each is scanned by single regex calls, which hold the GIL, so
+# this bounds how long a worker thread rendering the record can keep the event loop waiting (about 25 ms).
+MAX_ENTRY_FIELD_CHARS = 1_000_000
 
 _LINE_BREAKS = re.compile(r"\r\n|[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
 
@@ -62,6 +65,9 @@ class Activity:
         else:
             problems = [Violation(f"{at}.entries[{i}].kind", "an activity kind is required")
                         for i, e in enumerate(self.entries) if e.kind is None]
+            problems += [Violation(f"{at}.entries[{i}].{name}", f"{size} characters; at most {MAX_ENTRY_FIELD_CHARS}")
+                         for i, e in enumerate(self.entries) for name in ("peer", "type", "text")
+                         if (size := len(getattr(e, name))) > MAX_ENTRY_FIELD_CHARS]
         if self.max_entries > MAX_ENTRIES:
             problems.append(Violation(f"{at}.max_entries", f"at most {MAX_ENTRIES}"))
         problems += [Violation(f"{at}.{name}", "must be at least 1 when set")
