@@ -3,8 +3,8 @@
 Several client threads loop over Rerank, Search, UpsertDocuments and GroundTurn (each in its own scope, with
 its own chat binding) while another one reloads the models every few seconds (SIGHUP after flipping an
 [inference] setting, so every reload really replaces both models). The server is a fresh sidecar on a temp
-data folder. Reports the server's RSS at start (after set-up, before traffic), peak and end, the calls that
-failed by status, and p50/p95 latency per RPC.
+data folder. Reports the server's RSS at start (after set-up, before traffic), once warm (after a tenth of
+the run), peak and end, the calls that failed by status, and p50/p95 latency per RPC.
 
 Data: SciFact abstracts and claims from $RAGSIDECAR_IR_DATA (or ../shared/data/ir beside the checkout);
 without them, a generated corpus (said in the report).
@@ -163,10 +163,14 @@ def write_file_source(root: Path, data: Data) -> pb.KnowledgeEntry:
 
 
 class RssSampler(threading.Thread):
-    def __init__(self, pid: int) -> None:
+    """The server's RSS every half second: at start, once warm (after a tenth of the run), peak and end."""
+
+    def __init__(self, pid: int, warm_after_s: float) -> None:
         super().__init__(daemon=True)
         self.process = psutil.Process(pid)
-        self.peak = self.now()
+        self.start_rss = self.peak = self.now()
+        self.warm = 0
+        self.warm_at = time.monotonic() + warm_after_s
         self.stop = threading.Event()
 
     def now(self) -> int:
@@ -174,7 +178,14 @@ class RssSampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.wait(0.5):
-            self.peak = max(self.peak, self.now())
+            rss = self.now()
+            self.peak = max(self.peak, rss)
+            if not self.warm and time.monotonic() >= self.warm_at:
+                self.warm = rss
+
+    def figures(self) -> dict[str, int]:
+        end = self.now()
+        return {"start": self.start_rss, "warm": self.warm or end, "peak": max(self.peak, end), "end": end}
 
 
 def reload_models(server: Sidecar, every_s: float, stop: threading.Event) -> collections.Counter:
@@ -211,15 +222,17 @@ def percentile(ordered: list[float], share: float) -> float:
     return ordered[max(math.ceil(share * len(ordered)) - 1, 0)]
 
 
-def report(tally: Tally, rss: tuple[int, int, int], reloads: collections.Counter, minutes: float, clients: int,
+def report(tally: Tally, rss: dict[str, int], reloads: collections.Counter, minutes: float, clients: int,
            data: Data) -> str:
-    start, peak, end = (r / 2**20 for r in rss)
+    mib = {name: value / 2**20 for name, value in rss.items()}
     load = ", ".join(f"{x:.1f}" for x in psutil.getloadavg())
     reloaded = ", ".join(f"{n} {outcome}" for outcome, n in reloads.items()) or "none"
     lines = [f"Soak: {minutes:g} min, {clients} clients, model reloads: {reloaded}; data: {data.source}",
              f"Machine: {psutil.cpu_count()} CPUs, load average at the end {load} (1, 5, 15 min)", "",
-             "| RSS | MiB |", "|---|---|", f"| start | {start:.0f} |", f"| peak | {peak:.0f} |",
-             f"| end | {end:.0f} ({(end - start) / start:+.1%}) |", "",
+             "| RSS | MiB | vs start | vs warm |", "|---|---|---|---|",
+             *(f"| {name} | {value:.0f} | {value / mib['start'] - 1:+.1%} | {value / mib['warm'] - 1:+.1%} |"
+               for name, value in mib.items()), "",
+             "(warm: after the first tenth of the run, once the caches and indexes have filled)", "",
              "| RPC | ok calls | failed | p50 ms | p95 ms |", "|---|---|---|---|---|"]
     for rpc in MIX:
         ordered = sorted(tally.latencies_ms[rpc])
@@ -232,11 +245,10 @@ def report(tally: Tally, rss: tuple[int, int, int], reloads: collections.Counter
 
 
 def measure(server: Sidecar, clients: list[Client], minutes: float, reload_every: float
-            ) -> tuple[Tally, tuple[int, int, int], collections.Counter]:
-    """Runs the clients (and the reloads) for `minutes`; the tally, RSS (start, peak, end) and reloads done."""
+            ) -> tuple[Tally, dict[str, int], collections.Counter]:
+    """Runs the clients (and the reloads) for `minutes`; the tally, the RSS figures and the reloads done."""
     assert server.process
-    sampler = RssSampler(server.process.pid)
-    start_rss = sampler.now()
+    sampler = RssSampler(server.process.pid, warm_after_s=minutes * 6)
     sampler.start()
     tally, stop, reloads = Tally(), threading.Event(), collections.Counter()
     until = time.monotonic() + minutes * 60
@@ -250,8 +262,7 @@ def measure(server: Sidecar, clients: list[Client], minutes: float, reload_every
     if reloader.is_alive():
         reloader.join()
     sampler.stop.set()
-    end_rss = sampler.now()
-    return tally, (start_rss, max(sampler.peak, end_rss), end_rss), reloads
+    return tally, sampler.figures(), reloads
 
 
 def main() -> None:
