@@ -39,7 +39,9 @@ TRANSPORT_ALLOWANCE_S = 0.1
 PROBE_PAUSE_S = 0.02
 # Caps the server documents: [inference] max_documents_per_request, [retrieval] max_memory_documents_per_request.
 RERANK_DOCUMENTS = 1000
-RERANK_DOCUMENT_WORDS, RERANK_SCORED_TOKENS = 1000, 16
+# About 29 MB of document text in all, under Rerank's 32 Mi characters per request (reranker.proto). The query
+# stays short: a long one is refused once it leaves no room in the model's window, and is tokenized only once.
+RERANK_DOCUMENT_WORDS, RERANK_SCORED_TOKENS = 4000, 16
 UPSERT_DOCUMENTS = 1000
 # About 15 KB each: 15 MB in all, under the 16 MiB of [retrieval] max_memory_bytes_per_request.
 UPSERT_DOCUMENT_WORDS = 2000
