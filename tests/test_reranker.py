@@ -196,11 +196,14 @@ def test_queue_full_is_resource_exhausted(make_sidecar) -> None:
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and error_details(err)[0].reason == "QUEUE_FULL"
     long_text = "a long document about reranking and retrieval " * 60
     pending = server.reranker().Rerank.future(
-        reranker_pb2.RerankRequest(query="q", documents=docs(*[f"{i} {long_text}" for i in range(25)])), timeout=120)
-    time.sleep(0.5)
+        reranker_pb2.RerankRequest(query="q", documents=docs(*[f"{i} {long_text}" for i in range(29)])), timeout=120)
+    # Wait (not a fixed sleep: a busy machine may take longer to queue them) until more than 30 - 10 of its
+    # pairs wait, one long pair inferred at a time, so 10 more do not fit.
+    while server.metric("ragsidecar_queue_depth", model=CROSS) <= 20 and not pending.done():
+        time.sleep(0.01)
     err = raised(lambda: rerank(server, "q", docs(*[f"other {i}" for i in range(10)])))
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert len(pending.result().results) == 25
+    assert len(pending.result().results) == 29
 
 
 def test_deadlines_and_cancellation_drop_queued_work(make_sidecar) -> None:
