@@ -64,6 +64,7 @@ export type {
   KnowledgeEntryInit,
   KnowledgeOnFailureName,
   RerankOrderName,
+  RetrievalModeName,
   KnowledgeReadinessName,
   KnowledgeTypeName,
   KnowledgeUseName,

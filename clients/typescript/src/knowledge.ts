@@ -9,6 +9,7 @@ import {
   KnowledgeType,
   KnowledgeUse,
   RerankOrder,
+  RetrievalMode,
   RetrievalService,
   type ContextBlock as ContextBlockMessage,
   type KnowledgeEntrySchema,
@@ -38,6 +39,12 @@ export type KnowledgeOnFailureName = "FAIL" | "CONTINUE";
  * relevance order cut to topK, as the host's Reranker SPI gives it.
  */
 export type RerankOrderName = "FUSED" | "RERANKER";
+/**
+ * Which lists a SEARCH source's retrieval ranks by; unset means HYBRID. HYBRID: dense and BM25 fused by
+ * reciprocal rank fusion. DENSE: the dense list alone (no hit has `scores.bm25`). LEXICAL: the BM25 list alone
+ * (only chunks holding a query term are found; `scores.dense` still holds each hit's cosine).
+ */
+export type RetrievalModeName = "HYBRID" | "DENSE" | "LEXICAL";
 
 /** The caller of a RetrievalService RPC. An empty id is refused with PermissionDeniedError. */
 export interface PrincipalInit {
@@ -57,10 +64,19 @@ export interface SearchOptionsInit {
   readonly rerank?: boolean;
   /** Reranker model id; unset means the configured default reranker. */
   readonly rerankerModel?: string;
-  /** Fused candidates reranked; at least the entry's topK. */
+  /** Fused candidates reranked; at least the entry's topK. Superseded by rerankDepth (not both). */
   readonly candidates?: number;
   /** The order of the reranked hits (and what their `score` is); unset means FUSED. */
   readonly rerankOrder?: RerankOrderName | RerankOrder;
+  /**
+   * Hits (documents when groupByDocument) reranked, independently of topK: the reranked head, then the rest in
+   * retrieval order, cut to topK. Below topK it needs rerankOrder FUSED. Unset: candidates, as before.
+   */
+  readonly rerankDepth?: number;
+  /** One hit per document (its best chunk), and topK counts documents. */
+  readonly groupByDocument?: boolean;
+  /** Which lists the retrieval ranks by; unset means HYBRID. */
+  readonly retrievalMode?: RetrievalModeName | RetrievalMode;
 }
 
 /** One knowledge declaration (the host's @Knowledge). Enums take their short name or the generated enum. */
@@ -386,6 +402,9 @@ function toSearchOptions(options: SearchOptionsInit) {
     rerankerModel: options.rerankerModel ?? "",
     ...(options.candidates !== undefined ? { candidates: options.candidates } : {}),
     rerankOrder: enumValue<RerankOrder>(RerankOrder, options.rerankOrder, "rerank order") ?? RerankOrder.UNSPECIFIED,
+    ...(options.rerankDepth !== undefined ? { rerankDepth: options.rerankDepth } : {}),
+    groupByDocument: options.groupByDocument ?? false,
+    retrievalMode: enumValue<RetrievalMode>(RetrievalMode, options.retrievalMode, "retrieval mode") ?? RetrievalMode.UNSPECIFIED,
   };
 }
 

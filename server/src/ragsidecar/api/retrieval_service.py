@@ -11,7 +11,8 @@ from google.protobuf import json_format, timestamp_pb2
 from ragsidecar.api.status import deadline_of, translates_errors
 from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
 from ragsidecar.identifiers import id_problems
-from ragsidecar.knowledge.declarations import Action, Entry, Llm, RerankOrder, Scope, SourceType, Target, Use
+from ragsidecar.knowledge.declarations import (Action, Entry, Llm, RerankOrder, RetrievalMode, Scope, SourceType,
+                                               Target, Use)
 from ragsidecar.knowledge.memory import MemoryDocument
 from ragsidecar.knowledge.runtime import Block, Hit, RetrievalRuntime, SearchSpec, StaleSource, Work
 from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc
@@ -23,9 +24,14 @@ _USES = {pb.KNOWLEDGE_USE_DIRECT: Use.DIRECT, pb.KNOWLEDGE_USE_SEARCH: Use.SEARC
 _USE_PROTO = {v: k for k, v in _USES.items()}
 _RERANK_ORDERS = {pb.RERANK_ORDER_UNSPECIFIED: RerankOrder.FUSED, pb.RERANK_ORDER_FUSED: RerankOrder.FUSED,
                   pb.RERANK_ORDER_RERANKER: RerankOrder.RERANKER}
+_RETRIEVAL_MODES = {pb.RETRIEVAL_MODE_UNSPECIFIED: RetrievalMode.HYBRID, pb.RETRIEVAL_MODE_HYBRID: RetrievalMode.HYBRID,
+                    pb.RETRIEVAL_MODE_DENSE: RetrievalMode.DENSE, pb.RETRIEVAL_MODE_LEXICAL: RetrievalMode.LEXICAL}
+# The enum fields of SearchOptions, by path, with their enum.
+_SEARCH_ENUMS = (("rerank_order", pb.RerankOrder), ("retrieval_mode", pb.RetrievalMode))
 # The enum fields of a KnowledgeEntry, by path, with their enum: a number the enum does not define is refused.
 _ENTRY_ENUMS = (("type", pb.KnowledgeType), ("use", pb.KnowledgeUse), ("readiness", pb.KnowledgeReadiness),
-                ("on_failure", pb.KnowledgeOnFailure), ("search.rerank_order", pb.RerankOrder))
+                ("on_failure", pb.KnowledgeOnFailure),
+                *((f"search.{name}", enum) for name, enum in _SEARCH_ENUMS))
 
 
 class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
@@ -97,14 +103,17 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
         if request.HasField("top_k") and request.top_k < 1:
             raise invalid([Violation("top_k", "must be at least 1 when set")])
         options = request.search if request.HasField("search") else None
-        if problems := _enum_problems(request.search, (("rerank_order", pb.RerankOrder),), "search"):
+        if problems := _enum_problems(request.search, _SEARCH_ENUMS, "search"):
             raise invalid(problems)
         spec = SearchSpec(
             top_k=request.top_k if request.HasField("top_k") else None,
             min_score=request.min_score if request.HasField("min_score") else None,
             rerank=options.rerank if options else None, reranker_model=options.reranker_model if options else None,
             candidates=options.candidates if options and options.HasField("candidates") else None,
-            rerank_order=_RERANK_ORDERS[options.rerank_order] if options else None)
+            rerank_order=_RERANK_ORDERS[options.rerank_order] if options else None,
+            rerank_depth=options.rerank_depth if options and options.HasField("rerank_depth") else None,
+            group_by_document=options.group_by_document if options else None,
+            retrieval_mode=_RETRIEVAL_MODES[options.retrieval_mode] if options else None)
         hits, stale, work = await self._runtime.search(
             _target(request.target), knowledge_entries(request.outer, "outer"), list(request.knowledge), request.query,
             spec, dict(request.resolved_paths), scope, deadline_of(context, asyncio.get_running_loop().time()))
@@ -244,7 +253,10 @@ def _entry(entry: pb.KnowledgeEntry, origin: str) -> Entry:
         continue_on_failure=entry.on_failure == pb.KNOWLEDGE_ON_FAILURE_CONTINUE,
         rerank=search.rerank, reranker_model=search.reranker_model,
         candidates=search.candidates if search.HasField("candidates") else None,
-        rerank_order=_RERANK_ORDERS[search.rerank_order], origin=origin)
+        rerank_order=_RERANK_ORDERS[search.rerank_order],
+        rerank_depth=search.rerank_depth if search.HasField("rerank_depth") else None,
+        group_by_document=search.group_by_document, retrieval_mode=_RETRIEVAL_MODES[search.retrieval_mode],
+        origin=origin)
 
 
 def llm_of(request: Any) -> Llm | None:

@@ -33,6 +33,13 @@ class RerankOrder(enum.Enum):
     RERANKER = "RERANKER"
 
 
+class RetrievalMode(enum.Enum):
+    # Dense and BM25 lists fused by reciprocal rank fusion: the default.
+    HYBRID = "HYBRID"
+    DENSE = "DENSE"
+    LEXICAL = "LEXICAL"
+
+
 DEFAULT_TOP_K = 5
 
 log = logging.getLogger(__name__)
@@ -55,6 +62,11 @@ class Entry:
     reranker_model: str = ""
     candidates: int | None = None
     rerank_order: RerankOrder = RerankOrder.FUSED
+    # Hits reranked independently of top_k (the reranked head, then the rest in retrieval order).
+    rerank_depth: int | None = None
+    # One hit per document (its best chunk); top_k then counts documents.
+    group_by_document: bool = False
+    retrieval_mode: RetrievalMode = RetrievalMode.HYBRID
     # Where the entry sits in the request, for violations ("target.knowledge[2]", "outer[0]").
     origin: str = ""
 

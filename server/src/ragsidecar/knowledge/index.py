@@ -197,16 +197,19 @@ class HybridIndex:
         return list(self._chunks)
 
     def search(
-        self, query_vector: np.ndarray, query_text: str, k: int, candidates: int = 50, rrf_k: int = 60
+        self, query_vector: np.ndarray, query_text: str, k: int, candidates: int = 50, rrf_k: int = 60,
+        use_dense: bool = True, use_lexical: bool = True,
     ) -> list[Hit]:
-        """Best `k` chunks by RRF over dense and BM25 top-`candidates` lists (ties: higher cosine first)."""
+        """Best `k` chunks by RRF over dense and BM25 top-`candidates` lists (ties: higher cosine first).
+        `use_dense` / `use_lexical` pick the lists fused (dense-only or lexical-only retrieval); every hit
+        still gets its exact cosine."""
         if k <= 0 or not self._chunks:
             return []
         query = self._unit_query(query_vector)
         # A list shorter than k could not fill k results, so each side fetches at least k.
         depth = min(max(candidates, k), len(self._chunks))
-        dense = self._dense_top(query, depth)
-        lexical = self._lexical.top(query_text or "", depth)
+        dense = self._dense_top(query, depth) if use_dense else []
+        lexical = self._lexical.top(query_text or "", depth) if use_lexical else []
         fused = reciprocal_rank_fusion([[p for p, _ in dense], [p for p, _ in lexical]], rrf_k)
         cosines = dict(dense)
         missing = [p for p in fused if p not in cosines]

@@ -9,9 +9,9 @@ import numpy as np
 
 from ragsidecar.config import Config
 from ragsidecar.knowledge.catalog import LoadedSource
-from ragsidecar.knowledge.declarations import Entry, RerankOrder
-from ragsidecar.knowledge.index import reciprocal_rank_fusion
-from ragsidecar.knowledge.results import Hit, Work
+from ragsidecar.knowledge.declarations import Entry, RerankOrder, RetrievalMode
+from ragsidecar.knowledge.index import HybridIndex, reciprocal_rank_fusion
+from ragsidecar.knowledge.results import Hit, Work, document_of
 from ragsidecar.reranking import Candidate, Reranker, RerankQuery
 
 
@@ -25,11 +25,16 @@ class SearchSpec:
     reranker_model: str | None = None
     candidates: int | None = None
     rerank_order: RerankOrder | None = None
+    rerank_depth: int | None = None
+    group_by_document: bool | None = None
+    retrieval_mode: RetrievalMode | None = None
 
     def applied_to(self, entry: Entry) -> Entry:
         changes = {k: v for k, v in (("top_k", self.top_k), ("min_score", self.min_score), ("rerank", self.rerank),
                                      ("reranker_model", self.reranker_model), ("candidates", self.candidates),
-                                     ("rerank_order", self.rerank_order))
+                                     ("rerank_order", self.rerank_order), ("rerank_depth", self.rerank_depth),
+                                     ("group_by_document", self.group_by_document),
+                                     ("retrieval_mode", self.retrieval_mode))
                    if v is not None}
         return replace(entry, **changes)
 
@@ -54,15 +59,12 @@ class Ranker:
         """The entry's top k hits in the source (reranked when the entry asks), its model work added to `work`."""
         if source.index is None or len(source.index) == 0:
             return []
-        retrieval = self._config.retrieval
-        depth = max(entry.k, entry.candidates or retrieval.rerank_candidates) if entry.rerank else entry.k
-        found = await asyncio.to_thread(source.index.search, query_vector, query, depth,
-                                        max(retrieval.fusion_candidates, depth))
-        hits = [Hit(h.chunk.id, entry.name, h.chunk.text, h.chunk.meta, h.fused, h.dense, h.bm25, h.fused)
-                for h in found]
+        depth = self._rerank_depth(entry)
+        hits = await asyncio.to_thread(self._retrieved, entry, source.index, query_vector, query, max(entry.k, depth))
         if entry.rerank:
             outcome = await self._reranker.rerank(
-                RerankQuery(entry.reranker_model, query, [Candidate(h.chunk_id, h.text) for h in hits]), deadline)
+                RerankQuery(entry.reranker_model, query, [Candidate(h.chunk_id, h.text) for h in hits[:depth]]),
+                deadline)
             reranked = [(r.index, r.relevance_score) for r in outcome.results]
             hits = (_fuse_with_retrieval(hits, reranked) if entry.rerank_order is RerankOrder.FUSED
                     else _reranker_order(hits, reranked))
@@ -72,8 +74,53 @@ class Ranker:
             work.queue_s += outcome.queue_s
             work.inference_s += outcome.inference_s
         if entry.min_score is not None:
-            hits = [h for h in hits if (h.rerank if entry.rerank else h.dense) >= entry.min_score]
+            hits = [h for h in hits if _meets(h, entry)]
         return hits[: entry.k]
+
+    def _rerank_depth(self, entry: Entry) -> int:
+        """Hits reranked: rerank_depth when set, else (as before it existed) the candidates, at least top k."""
+        if not entry.rerank:
+            return 0
+        if entry.rerank_depth is not None:
+            return entry.rerank_depth
+        return max(entry.k, entry.candidates or self._config.retrieval.rerank_candidates)
+
+    def _retrieved(self, entry: Entry, index: HybridIndex, query_vector: np.ndarray, query: str,
+                   count: int) -> list[Hit]:
+        """The best `count` hits in retrieval order: chunks, or with group_by_document each document's best
+        chunk, searching wider until `count` documents are found or every chunk has been seen (runs off the loop)."""
+        mode = entry.retrieval_mode
+        dense, lexical = mode is not RetrievalMode.LEXICAL, mode is not RetrievalMode.DENSE
+        width = count
+        while True:
+            found = index.search(query_vector, query, width, max(self._config.retrieval.fusion_candidates, width),
+                                 use_dense=dense, use_lexical=lexical)
+            hits = [Hit(h.chunk.id, entry.name, h.chunk.text, h.chunk.meta, h.fused, h.dense, h.bm25, h.fused)
+                    for h in found]
+            if not entry.group_by_document:
+                return hits
+            best = _best_per_document(hits)
+            if len(best) >= count or width >= len(index):
+                return best[:count]
+            width *= 2
+
+
+def _meets(hit: Hit, entry: Entry) -> bool:
+    """Whether the hit reaches the entry's min_score: its relevance when the entry reranks (a hit past the
+    rerank depth has none, so it does not), else its cosine."""
+    score = hit.rerank if entry.rerank else hit.dense
+    return score is not None and entry.min_score is not None and score >= entry.min_score
+
+
+def _best_per_document(hits: list[Hit]) -> list[Hit]:
+    """Each document's first (best) chunk, in the hits' order."""
+    seen: set[tuple[str, str]] = set()
+    best = []
+    for hit in hits:
+        if document_of(hit) not in seen:
+            seen.add(document_of(hit))
+            best.append(hit)
+    return best
 
 
 def _reranker_order(hits: list[Hit], reranked: list[tuple[int, float]]) -> list[Hit]:
@@ -87,8 +134,12 @@ def _fuse_with_retrieval(hits: list[Hit], reranked: list[tuple[int, float]]) -> 
 
     A cross-encoder trained on web questions (ms-marco) and the hybrid retrieval err differently; fusing
     their ranks beats either alone (SciFact nDCG@10: hybrid 0.697, rerank order 0.695, fused 0.718;
-    bench/beir.py). The score is the fused one; the reranker's relevance stays in `rerank`."""
-    fused = reciprocal_rank_fusion([[i for i, _ in reranked], list(range(len(hits)))])
+    bench/beir.py). The score is the fused one; the reranker's relevance stays in `rerank`.
+
+    Hits past the rerank depth (not reranked) keep their retrieval rank in the reranker's list too, so they
+    follow the reranked head in retrieval order: 2/(k + rank) is below any head hit's fused score."""
     relevance = dict(reranked)
-    order = sorted(relevance, key=lambda i: -fused[i])
-    return [replace(hits[i], score=fused[i], rerank=relevance[i]) for i in order]
+    reranker_order = [i for i, _ in reranked] + [i for i in range(len(hits)) if i not in relevance]
+    fused = reciprocal_rank_fusion([reranker_order, list(range(len(hits)))])
+    order = sorted(fused, key=lambda i: -fused[i])
+    return [replace(hits[i], score=fused[i], rerank=relevance.get(i)) for i in order]

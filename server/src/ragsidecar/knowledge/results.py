@@ -24,6 +24,12 @@ class Hit:
     rerank: float | None = None
 
 
+def document_of(hit: Hit) -> tuple[str, str]:
+    """The document a chunk came from: its file, and within a file of records the record's key; a MEMORY or
+    binding document's id; ("", "") for the one text of INLINE."""
+    return hit.provenance.get("file") or "", hit.provenance.get("document_id") or ""
+
+
 @dataclass
 class Block:
     source: str

@@ -8,7 +8,7 @@ from ragsidecar.errors import SidecarError, Violation, invalid
 from ragsidecar.identifiers import id_problems
 from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge.catalog import Catalog
-from ragsidecar.knowledge.declarations import Entry, Reach, SourceType, Target
+from ragsidecar.knowledge.declarations import Entry, Reach, RerankOrder, SourceType, Target
 
 
 class EntryChecks:
@@ -79,6 +79,14 @@ class EntryChecks:
         if entry.rerank:
             if entry.candidates is not None and entry.candidates < entry.k:
                 problem("search.candidates", f"{entry.candidates} candidates cannot yield top_k {entry.k}")
+            depth = entry.rerank_depth
+            if depth is not None and entry.candidates is not None:
+                problem("search.rerank_depth", "set rerank_depth or candidates, not both (rerank_depth supersedes)")
+            if depth is not None and depth < 1:
+                problem("search.rerank_depth", "must be at least 1 when set")
+            if depth is not None and depth < entry.k and entry.rerank_order is not RerankOrder.FUSED:
+                problem("search.rerank_depth", f"a depth of {depth} below top_k {entry.k} needs the FUSED rerank "
+                        "order: hits past the depth have no relevance to be ranked by")
         return problems
 
     def reranker_problems(self, entry: Entry) -> list[Violation]:
