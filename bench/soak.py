@@ -232,7 +232,7 @@ def report(tally: Tally, rss: dict[str, int], reloads: collections.Counter, minu
              "| RSS | MiB | vs start | vs warm |", "|---|---|---|---|",
              *(f"| {name} | {value:.0f} | {value / mib['start'] - 1:+.1%} | {value / mib['warm'] - 1:+.1%} |"
                for name, value in mib.items()), "",
-             "(warm: after the first tenth of the run, once the caches and indexes have filled)", "",
+             "(warm: after the first tenth of the run; caches and indexes fill during it in a long run)", "",
              "| RPC | ok calls | failed | p50 ms | p95 ms |", "|---|---|---|---|---|"]
     for rpc in MIX:
         ordered = sorted(tally.latencies_ms[rpc])
