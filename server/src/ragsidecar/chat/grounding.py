@@ -32,7 +32,7 @@ from ragsidecar.identifiers import id_problems
 from ragsidecar.knowledge.declarations import Entry, Llm, Scope, Target, Use
 from ragsidecar.knowledge.runtime import (Block, DirectMeasure, DirectPlan, Hit, Query, RetrievalRuntime,
                                           SearchSpec, StaleSource, Work, render_block)
-from ragsidecar.knowledge.validation import name_problems
+from ragsidecar.knowledge.validation import unique_name_problems
 
 log = logging.getLogger(__name__)
 
@@ -471,15 +471,8 @@ def _scope_problems(scope: Scope, at: str) -> list[Violation]:
 
 def _knowledge_name_problems(owner: Owner, at: str) -> list[Violation]:
     """The owner's knowledge names: valid ids, each declared once."""
-    seen: set[str] = set()
-    problems = []
-    for k, entry in enumerate(owner.knowledge):
-        if found := name_problems(entry.name, f"{at}.knowledge[{k}].name", "knowledge name"):
-            problems += found
-        elif entry.name in seen:
-            problems.append(Violation(f"{at}.knowledge[{k}].name", f"knowledge {entry.name!r} is declared twice"))
-        seen.add(entry.name)
-    return problems
+    return unique_name_problems(((e.name, f"{at}.knowledge[{k}].name") for k, e in enumerate(owner.knowledge)),
+                                "knowledge")
 
 
 def _declaration_problems(owners: tuple[Owner, ...], bindings: list[Binding]) -> list[Violation]:

@@ -131,16 +131,22 @@ def require_declared_names(entries: Iterable[Entry], target: Target | None = Non
         raise invalid(problems, "INVALID_CONFIGURATION")
 
 
+def unique_name_problems(names: Iterable[tuple[str, str]], what: str) -> list[Violation]:
+    """(name, field) pairs: each name a valid id (name_problems) and declared once."""
+    problems, seen = [], set()
+    for name, field in names:
+        if found := name_problems(name, field, f"{what} name"):
+            problems += found
+        elif name in seen:
+            problems.append(Violation(field, f"{what} {name!r} is declared twice"))
+        seen.add(name)
+    return problems
+
+
 def action_problems(target: Target) -> list[Violation]:
     """Action names are valid ids and unique within the target (they key action_knowledge and Enforce)."""
-    problems, seen = [], set()
-    for i, action in enumerate(target.actions):
-        if found := name_problems(action.name, f"target.actions[{i}].name", "action name"):
-            problems += found
-        elif action.name in seen:
-            problems.append(Violation(f"target.actions[{i}].name", f"action {action.name!r} is declared twice"))
-        seen.add(action.name)
-    return problems
+    return unique_name_problems(((a.name, f"target.actions[{i}].name") for i, a in enumerate(target.actions)),
+                                "action")
 
 
 def duplicate_names(own: tuple[Entry, ...], outer: tuple[Entry, ...]) -> list[Violation]:
