@@ -8,8 +8,9 @@ CONFIG ?= config/ragsidecar.toml
 PROTOS := $(wildcard proto/ragsidecar/v1/*.proto)
 GEN_STAMP := server/src/ragsidecar/v1/.generated
 BUF := clients/typescript/node_modules/.bin/buf
+SOAK_MINUTES ?= 30
 
-.PHONY: setup run test test-python test-java test-typescript lint models bench doctor dist clean
+.PHONY: setup run test test-python test-java test-typescript lint models bench soak doctor dist clean
 
 setup: $(VENV)/.installed $(GEN_STAMP) models
 
@@ -60,6 +61,11 @@ bench: setup
 	$(PY) bench/enforce.py
 	$(PY) bench/chat.py
 	$(PY) bench/footprint.py
+	$(PY) bench/soak.py --minutes $(SOAK_MINUTES)
+
+# The soak alone: mixed traffic with model reloads for SOAK_MINUTES (memory and latency over time).
+soak: setup
+	$(PY) bench/soak.py --minutes $(SOAK_MINUTES)
 
 dist: $(VENV)/.installed
 	$(PY) -m build -o dist
