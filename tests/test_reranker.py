@@ -162,6 +162,7 @@ def test_unknown_model_is_not_found(sidecar: Sidecar) -> None:
     (dict(query="q", documents=docs("d"), top_n=-1), "top_n"),
     (dict(query="q", documents=docs("d"), min_relevance_score=1.5), "min_relevance_score"),
     (dict(query="q " * 600, documents=docs("d")), "query"),
+    (dict(query="q", documents=docs("d"), long_document_strategy=7), "long_document_strategy"),
 ])
 def test_malformed_requests_are_invalid_argument_with_violations(sidecar: Sidecar, request_fields, field) -> None:
     err = raised(lambda: sidecar.reranker().Rerank(reranker_pb2.RerankRequest(**request_fields), timeout=30))

@@ -7,6 +7,7 @@ import asyncio
 import grpc
 
 from ragsidecar.api.status import deadline_of, translates_errors
+from ragsidecar.errors import Violation, invalid
 from ragsidecar.inference.registry import ModelRegistry, ModelState
 from ragsidecar.reranking import Candidate, RerankOutcome, Reranker, RerankQuery
 from ragsidecar.v1 import common_pb2, reranker_pb2, reranker_pb2_grpc
@@ -50,11 +51,19 @@ class RerankerService(reranker_pb2_grpc.RerankerServiceServicer):
             documents=[Candidate(d.id, d.text, dict(d.metadata)) for d in request.documents],
             top_n=request.top_n if request.HasField("top_n") else None,
             max_document_tokens=request.max_document_tokens if request.HasField("max_document_tokens") else None,
-            window=_WINDOW.get(request.long_document_strategy),
+            window=_window(request.long_document_strategy),
             min_relevance_score=request.min_relevance_score if request.HasField("min_relevance_score") else None,
         )
         outcome = await self._reranker.rerank(query, deadline_of(context, asyncio.get_running_loop().time()))
         return _response(outcome, request)
+
+
+def _window(strategy: int) -> bool | None:
+    """The request's long-document strategy; a number the enum does not define is refused, as in retrieval."""
+    if strategy not in _WINDOW:
+        raise invalid([Violation("long_document_strategy", f"unknown LongDocumentStrategy value {strategy}",
+                                 "INVALID_REQUEST")])
+    return _WINDOW[strategy]
 
 
 def _response(outcome: RerankOutcome, request: reranker_pb2.RerankRequest) -> reranker_pb2.RerankResponse:
