@@ -7,16 +7,16 @@ import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.atomic.AtomicReference;
-import ragsidecar.v1.ChatKnowledge.AppendToBindingRequest;
-import ragsidecar.v1.ChatKnowledge.AppendToBindingResponse;
-import ragsidecar.v1.ChatKnowledge.CloseBindingRequest;
-import ragsidecar.v1.ChatKnowledge.InvalidateBindingRequest;
-import ragsidecar.v1.ChatKnowledge.InvalidateBindingResponse;
-import ragsidecar.v1.ChatKnowledge.TurnBinding;
-import ragsidecar.v1.ChatKnowledgeServiceGrpc;
-import ragsidecar.v1.Common.Principal;
-import ragsidecar.v1.Common.Scope;
-import ragsidecar.v1.Retrieval.MemoryDocument;
+import io.ragsidecar.v1.AppendToBindingRequest;
+import io.ragsidecar.v1.AppendToBindingResponse;
+import io.ragsidecar.v1.CloseBindingRequest;
+import io.ragsidecar.v1.InvalidateBindingRequest;
+import io.ragsidecar.v1.InvalidateBindingResponse;
+import io.ragsidecar.v1.TurnBinding;
+import io.ragsidecar.v1.ChatKnowledgeServiceGrpc;
+import io.ragsidecar.v1.Principal;
+import io.ragsidecar.v1.Scope;
+import io.ragsidecar.v1.MemoryDocument;
 
 /**
  * An open chat binding: one owner's live corpus of one source, held by the sidecar, bound to the tenant and session it

@@ -3,10 +3,10 @@ package io.ragsidecar.client;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
-import ragsidecar.v1.ChatKnowledge.ChatMessage;
-import ragsidecar.v1.ChatKnowledge.ChatOwner;
-import ragsidecar.v1.ChatKnowledge.ChatRetrievalContext;
-import ragsidecar.v1.Retrieval.KnowledgeEntry;
+import io.ragsidecar.v1.ChatMessage;
+import io.ragsidecar.v1.ChatOwner;
+import io.ragsidecar.v1.ChatRetrievalContext;
+import io.ragsidecar.v1.KnowledgeEntry;
 
 /**
  * Small helpers for the {@code ChatKnowledgeService} messages a host builds most: chat messages, owners and the

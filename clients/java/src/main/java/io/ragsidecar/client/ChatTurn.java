@@ -9,14 +9,14 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
-import ragsidecar.v1.ChatKnowledge.ActivityRecord;
-import ragsidecar.v1.ChatKnowledge.ChatMessage;
-import ragsidecar.v1.ChatKnowledge.ChatOwner;
-import ragsidecar.v1.ChatKnowledge.ChatRetrievalContext;
-import ragsidecar.v1.ChatKnowledge.GroundTurnRequest;
-import ragsidecar.v1.Common.Scope;
-import ragsidecar.v1.Retrieval.KnowledgeEntry;
-import ragsidecar.v1.Retrieval.Llm;
+import io.ragsidecar.v1.ActivityRecord;
+import io.ragsidecar.v1.ChatMessage;
+import io.ragsidecar.v1.ChatOwner;
+import io.ragsidecar.v1.ChatRetrievalContext;
+import io.ragsidecar.v1.GroundTurnRequest;
+import io.ragsidecar.v1.Scope;
+import io.ragsidecar.v1.KnowledgeEntry;
+import io.ragsidecar.v1.Llm;
 
 /**
  * One chat turn, checked when it is built: the host bridge's {@code ChatTurn}. A malformed turn fails in
@@ -400,7 +400,7 @@ public final class ChatTurn {
 
     private void declaredEntry(String at, ChatBinding binding, KnowledgeEntry entry) {
       boolean enabled = entry != null && (!entry.hasEnabled() || entry.getEnabled());
-      if (!enabled || entry.getUse() != ragsidecar.v1.Retrieval.KnowledgeUse.KNOWLEDGE_USE_SEARCH) {
+      if (!enabled || entry.getUse() != io.ragsidecar.v1.KnowledgeUse.KNOWLEDGE_USE_SEARCH) {
         add(at, "declared binding source '" + binding.source() + "' is not an enabled SEARCH entry of owner '"
             + binding.ownerId() + "'");
         return;

@@ -2,7 +2,7 @@ package io.ragsidecar.client;
 
 import java.util.List;
 import java.util.Objects;
-import ragsidecar.v1.Retrieval.ValidateConfigurationResponse;
+import io.ragsidecar.v1.ValidateConfigurationResponse;
 
 /**
  * What {@link SidecarRetrieval#validateConfiguration} found. Configuration problems are not errors: the sidecar
@@ -60,12 +60,12 @@ public record ConfigurationValidation(boolean valid, List<Violation> violations)
       Objects.requireNonNull(description, "description");
     }
 
-    static Violation fromProto(ragsidecar.v1.Retrieval.Violation v) {
+    static Violation fromProto(io.ragsidecar.v1.Violation v) {
       return new Violation(v.getField(), reasonName(v.getReasonValue()), v.getDescription());
     }
 
     static String reasonName(int value) {
-      ragsidecar.v1.Common.ErrorReason reason = ragsidecar.v1.Common.ErrorReason.forNumber(value);
+      io.ragsidecar.v1.ErrorReason reason = io.ragsidecar.v1.ErrorReason.forNumber(value);
       if (reason == null) {
         return "ERROR_REASON_" + value;
       }

@@ -3,14 +3,14 @@ package io.ragsidecar.client;
 import java.util.List;
 import java.util.Objects;
 import java.util.Optional;
-import ragsidecar.v1.ChatKnowledge.ChatMessage;
-import ragsidecar.v1.ChatKnowledge.FailOpenReason;
-import ragsidecar.v1.ChatKnowledge.GroundTurnResponse;
-import ragsidecar.v1.ChatKnowledge.OwnerSearch;
-import ragsidecar.v1.ChatKnowledge.TurnGrounding;
-import ragsidecar.v1.Common.Timing;
-import ragsidecar.v1.Common.Usage;
-import ragsidecar.v1.Retrieval.DirectKnowledgeBlock;
+import io.ragsidecar.v1.ChatMessage;
+import io.ragsidecar.v1.FailOpenReason;
+import io.ragsidecar.v1.GroundTurnResponse;
+import io.ragsidecar.v1.OwnerSearch;
+import io.ragsidecar.v1.TurnGrounding;
+import io.ragsidecar.v1.Timing;
+import io.ragsidecar.v1.Usage;
+import io.ragsidecar.v1.DirectKnowledgeBlock;
 
 /**
  * What {@link SidecarChat#groundTurn} gives a chat turn: the outbound conversation to send to the model as is, and
@@ -127,7 +127,7 @@ public record GroundedTurn(
       directBlocks = List.copyOf(directBlocks);
     }
 
-    static OwnerOutcome fromProto(ragsidecar.v1.ChatKnowledge.OwnerOutcome o) {
+    static OwnerOutcome fromProto(io.ragsidecar.v1.OwnerOutcome o) {
       return new OwnerOutcome(o.getOwnerId(), o.getSearch(), o.getDocumentCount(), o.getFailOpenReason(),
           o.getDetail(), o.getSearchedSourcesList(), o.getDirectBlocksList());
     }

@@ -2,8 +2,8 @@ package io.ragsidecar.client;
 
 import java.util.List;
 import java.util.Objects;
-import ragsidecar.v1.Common.Principal;
-import ragsidecar.v1.Common.Scope;
+import io.ragsidecar.v1.Principal;
+import io.ragsidecar.v1.Scope;
 
 /**
  * Who calls and in which isolation scope: the {@code principal} and {@code scope} every {@code RetrievalService}

@@ -10,14 +10,14 @@ public enum LongDocumentStrategy {
    */
   WINDOW;
 
-  ragsidecar.v1.Reranker.LongDocumentStrategy toProto() {
+  io.ragsidecar.v1.LongDocumentStrategy toProto() {
     return this == TRUNCATE
-        ? ragsidecar.v1.Reranker.LongDocumentStrategy.LONG_DOCUMENT_STRATEGY_TRUNCATE
-        : ragsidecar.v1.Reranker.LongDocumentStrategy.LONG_DOCUMENT_STRATEGY_WINDOW;
+        ? io.ragsidecar.v1.LongDocumentStrategy.LONG_DOCUMENT_STRATEGY_TRUNCATE
+        : io.ragsidecar.v1.LongDocumentStrategy.LONG_DOCUMENT_STRATEGY_WINDOW;
   }
 
   /** Null for the unspecified (or an unknown future) value. */
-  static LongDocumentStrategy fromProto(ragsidecar.v1.Reranker.LongDocumentStrategy proto) {
+  static LongDocumentStrategy fromProto(io.ragsidecar.v1.LongDocumentStrategy proto) {
     switch (proto) {
       case LONG_DOCUMENT_STRATEGY_TRUNCATE:
         return TRUNCATE;

@@ -47,7 +47,7 @@ public record ModelInfo(String id, Kind kind, int maxInputTokens, State state, S
     UNKNOWN
   }
 
-  static ModelInfo fromProto(ragsidecar.v1.Reranker.ModelInfo proto) {
+  static ModelInfo fromProto(io.ragsidecar.v1.ModelInfo proto) {
     Kind kind;
     switch (proto.getKind()) {
       case MODEL_KIND_CROSS_ENCODER:

@@ -9,16 +9,16 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import ragsidecar.v1.Retrieval.Action;
-import ragsidecar.v1.Retrieval.KnowledgeEntry;
-import ragsidecar.v1.Retrieval.KnowledgeType;
-import ragsidecar.v1.Retrieval.KnowledgeUse;
-import ragsidecar.v1.Retrieval.Llm;
-import ragsidecar.v1.Retrieval.MemoryDocument;
-import ragsidecar.v1.Retrieval.Param;
-import ragsidecar.v1.Retrieval.RerankOrder;
-import ragsidecar.v1.Retrieval.SearchOptions;
-import ragsidecar.v1.Retrieval.Target;
+import io.ragsidecar.v1.Action;
+import io.ragsidecar.v1.KnowledgeEntry;
+import io.ragsidecar.v1.KnowledgeType;
+import io.ragsidecar.v1.KnowledgeUse;
+import io.ragsidecar.v1.Llm;
+import io.ragsidecar.v1.MemoryDocument;
+import io.ragsidecar.v1.Param;
+import io.ragsidecar.v1.RerankOrder;
+import io.ragsidecar.v1.SearchOptions;
+import io.ragsidecar.v1.Target;
 
 /**
  * Small helpers for the {@code RetrievalService} messages a host builds most: knowledge entries, actions, targets,

@@ -3,10 +3,10 @@ package io.ragsidecar.client;
 import java.time.Instant;
 import java.util.List;
 import java.util.Objects;
-import ragsidecar.v1.Common.Timing;
-import ragsidecar.v1.Common.Usage;
-import ragsidecar.v1.Retrieval.ContextBlock;
-import ragsidecar.v1.Retrieval.EnforceResponse;
+import io.ragsidecar.v1.Timing;
+import io.ragsidecar.v1.Usage;
+import io.ragsidecar.v1.ContextBlock;
+import io.ragsidecar.v1.EnforceResponse;
 
 /**
  * What {@link SidecarRetrieval#enforce} gives an action: the values the host's {@code RetrievalSpi.enforce} puts into
@@ -71,7 +71,7 @@ public record RetrievedContext(
    * @param lastGoodBuiltAt when the index being served was built; {@code null} when the sidecar did not say
    */
   public record StaleFallback(String source, String reason, Instant lastGoodBuiltAt) {
-    static StaleFallback fromProto(ragsidecar.v1.Retrieval.StaleFallback f) {
+    static StaleFallback fromProto(io.ragsidecar.v1.StaleFallback f) {
       Instant built = f.hasLastGoodBuiltAt()
           ? Instant.ofEpochSecond(f.getLastGoodBuiltAt().getSeconds(), f.getLastGoodBuiltAt().getNanos())
           : null;

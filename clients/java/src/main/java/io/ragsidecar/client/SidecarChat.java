@@ -4,15 +4,15 @@ import java.time.Duration;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
-import ragsidecar.v1.ChatKnowledge.AppendToBindingRequest;
-import ragsidecar.v1.ChatKnowledge.CloseBindingRequest;
-import ragsidecar.v1.ChatKnowledge.CloseBindingResponse;
-import ragsidecar.v1.ChatKnowledge.GroundTurnRequest;
-import ragsidecar.v1.ChatKnowledge.InvalidateBindingRequest;
-import ragsidecar.v1.ChatKnowledge.InvalidateBindingResponse;
-import ragsidecar.v1.ChatKnowledge.OpenBindingRequest;
-import ragsidecar.v1.ChatKnowledge.OpenBindingResponse;
-import ragsidecar.v1.ChatKnowledgeServiceGrpc;
+import io.ragsidecar.v1.AppendToBindingRequest;
+import io.ragsidecar.v1.CloseBindingRequest;
+import io.ragsidecar.v1.CloseBindingResponse;
+import io.ragsidecar.v1.GroundTurnRequest;
+import io.ragsidecar.v1.InvalidateBindingRequest;
+import io.ragsidecar.v1.InvalidateBindingResponse;
+import io.ragsidecar.v1.OpenBindingRequest;
+import io.ragsidecar.v1.OpenBindingResponse;
+import io.ragsidecar.v1.ChatKnowledgeServiceGrpc;
 
 /**
  * The sidecar's {@code ChatKnowledgeService}: owner-aware grounding of chat turns (the grounding side of the host's
@@ -35,7 +35,7 @@ import ragsidecar.v1.ChatKnowledgeServiceGrpc;
  * }</pre>
  *
  * <p>A turn is a {@link ChatTurn}, checked when it is built, or a raw {@code GroundTurnRequest}, checked by the
- * sidecar; other requests are the generated messages of {@code ragsidecar.v1.ChatKnowledge} ({@link ChatRequests}
+ * sidecar; other requests are the generated messages in {@code io.ragsidecar.v1} ({@link ChatRequests}
  * builds the common parts). Every request needs a principal, and most a scope: {@link #withScope(KnowledgeScope)} returns a
  * facade that sets the principal of every request and its scope (for {@code GroundTurn}: the turn's own scope and the
  * scope of its {@code context}, when it has one), replacing what the request carried. A {@link ChatBinding} keeps the principal
@@ -116,14 +116,14 @@ public final class SidecarChat {
   /**
    * {@link #groundTurn(GroundTurnRequest)} of a turn already checked when it was {@linkplain ChatTurn.Builder#build()
    * built}, with this facade's principal (a scoped facade is required, or use {@link #groundTurn(ChatTurn,
-   * ragsidecar.v1.Common.Principal)}).
+   * io.ragsidecar.v1.Principal)}).
    */
   public GroundedTurn groundTurn(ChatTurn turn) {
     return groundTurn(request(turn, null));
   }
 
   /** {@link #groundTurn(ChatTurn)} as this principal (an unscoped facade). */
-  public GroundedTurn groundTurn(ChatTurn turn, ragsidecar.v1.Common.Principal principal) {
+  public GroundedTurn groundTurn(ChatTurn turn, io.ragsidecar.v1.Principal principal) {
     return groundTurn(request(turn, Objects.requireNonNull(principal, "principal")));
   }
 
@@ -132,7 +132,7 @@ public final class SidecarChat {
     return groundTurnAsync(request(turn, null));
   }
 
-  private GroundTurnRequest request(ChatTurn turn, ragsidecar.v1.Common.Principal principal) {
+  private GroundTurnRequest request(ChatTurn turn, io.ragsidecar.v1.Principal principal) {
     GroundTurnRequest.Builder b = Objects.requireNonNull(turn, "turn").request();
     if (principal != null) {
       b.setPrincipal(principal);

@@ -12,13 +12,13 @@ import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
-import ragsidecar.v1.Reranker.ListModelsRequest;
-import ragsidecar.v1.Reranker.ListModelsResponse;
-import ragsidecar.v1.Reranker.RerankDocument;
-import ragsidecar.v1.Reranker.RerankRequest;
-import ragsidecar.v1.Reranker.RerankResponse;
-import ragsidecar.v1.Reranker.RerankResult;
-import ragsidecar.v1.RerankerServiceGrpc;
+import io.ragsidecar.v1.ListModelsRequest;
+import io.ragsidecar.v1.ListModelsResponse;
+import io.ragsidecar.v1.RerankDocument;
+import io.ragsidecar.v1.RerankRequest;
+import io.ragsidecar.v1.RerankResponse;
+import io.ragsidecar.v1.RerankResult;
+import io.ragsidecar.v1.RerankerServiceGrpc;
 
 /**
  * The {@link Reranker} backed by the sidecar's {@code RerankerService}; obtained from

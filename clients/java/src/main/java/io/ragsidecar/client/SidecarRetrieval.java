@@ -10,28 +10,28 @@ import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.function.Function;
 import java.util.function.Supplier;
-import ragsidecar.v1.Retrieval.DeleteDocumentsRequest;
-import ragsidecar.v1.Retrieval.DeleteDocumentsResponse;
-import ragsidecar.v1.Retrieval.EnforceRequest;
-import ragsidecar.v1.Retrieval.MemoryDocument;
-import ragsidecar.v1.Retrieval.PrepareChatKnowledgeRequest;
-import ragsidecar.v1.Retrieval.PrepareChatKnowledgeResponse;
-import ragsidecar.v1.Retrieval.RequireLoadedRequest;
-import ragsidecar.v1.Retrieval.RequireReadyRequest;
-import ragsidecar.v1.Retrieval.SearchRequest;
-import ragsidecar.v1.Retrieval.SearchResponse;
-import ragsidecar.v1.Retrieval.SourceCount;
-import ragsidecar.v1.Retrieval.UpsertDocumentsRequest;
-import ragsidecar.v1.Retrieval.UpsertDocumentsResponse;
-import ragsidecar.v1.Retrieval.ValidateConfigurationRequest;
-import ragsidecar.v1.RetrievalServiceGrpc;
+import io.ragsidecar.v1.DeleteDocumentsRequest;
+import io.ragsidecar.v1.DeleteDocumentsResponse;
+import io.ragsidecar.v1.EnforceRequest;
+import io.ragsidecar.v1.MemoryDocument;
+import io.ragsidecar.v1.PrepareChatKnowledgeRequest;
+import io.ragsidecar.v1.PrepareChatKnowledgeResponse;
+import io.ragsidecar.v1.RequireLoadedRequest;
+import io.ragsidecar.v1.RequireReadyRequest;
+import io.ragsidecar.v1.SearchRequest;
+import io.ragsidecar.v1.SearchResponse;
+import io.ragsidecar.v1.SourceCount;
+import io.ragsidecar.v1.UpsertDocumentsRequest;
+import io.ragsidecar.v1.UpsertDocumentsResponse;
+import io.ragsidecar.v1.ValidateConfigurationRequest;
+import io.ragsidecar.v1.RetrievalServiceGrpc;
 
 /**
  * The sidecar's {@code RetrievalService}: knowledge-context injection at action-dispatch time, the server side of the
  * host's {@code RetrievalSpi}, plus {@link #search} and the write side of MEMORY knowledge. Obtained from
  * {@link RagSidecarClient#retrieval()}.
  *
- * <p>Requests are the generated messages of {@code ragsidecar.v1.Retrieval} ({@link RetrievalRequests} builds the
+ * <p>Requests are the generated messages in {@code io.ragsidecar.v1} ({@link RetrievalRequests} builds the
  * common parts). Calls are stateless: each request carries the target's declarations it needs. Every request needs a
  * principal and a scope; {@link #withScope(KnowledgeScope)} returns a facade that sets both on every call, replacing
  * whatever the request carried:

@@ -6,12 +6,12 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.List;
 import org.junit.jupiter.api.Test;
-import ragsidecar.v1.ChatKnowledge.ChatMessage;
-import ragsidecar.v1.ChatKnowledge.FailOpenReason;
-import ragsidecar.v1.ChatKnowledge.GroundTurnResponse;
-import ragsidecar.v1.ChatKnowledge.OwnerOutcome;
-import ragsidecar.v1.ChatKnowledge.OwnerSearch;
-import ragsidecar.v1.ChatKnowledge.TurnGrounding;
+import io.ragsidecar.v1.ChatMessage;
+import io.ragsidecar.v1.FailOpenReason;
+import io.ragsidecar.v1.GroundTurnResponse;
+import io.ragsidecar.v1.OwnerOutcome;
+import io.ragsidecar.v1.OwnerSearch;
+import io.ragsidecar.v1.TurnGrounding;
 
 /** {@link GroundedTurn} and {@link ChatRequests} without a sidecar. */
 class ChatMappingTest {

@@ -32,23 +32,23 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.extension.ExtendWith;
-import ragsidecar.v1.ChatKnowledge.ActivityEntry;
-import ragsidecar.v1.ChatKnowledge.ActivityRecord;
-import ragsidecar.v1.ChatKnowledge.AppendToBindingRequest;
-import ragsidecar.v1.ChatKnowledge.ChatMessage;
-import ragsidecar.v1.ChatKnowledge.ChatOwner;
-import ragsidecar.v1.ChatKnowledge.CloseBindingRequest;
-import ragsidecar.v1.ChatKnowledge.FailOpenReason;
-import ragsidecar.v1.ChatKnowledge.GroundTurnRequest;
-import ragsidecar.v1.ChatKnowledge.InvalidateBindingRequest;
-import ragsidecar.v1.ChatKnowledge.OpenBindingRequest;
-import ragsidecar.v1.ChatKnowledge.OwnerSearch;
-import ragsidecar.v1.ChatKnowledge.RedactionRoot;
-import ragsidecar.v1.ChatKnowledge.TurnBinding;
-import ragsidecar.v1.ChatKnowledge.TurnGrounding;
-import ragsidecar.v1.Retrieval.KnowledgeEntry;
-import ragsidecar.v1.Retrieval.KnowledgeUse;
-import ragsidecar.v1.Retrieval.MemoryDocument;
+import io.ragsidecar.v1.ActivityEntry;
+import io.ragsidecar.v1.ActivityRecord;
+import io.ragsidecar.v1.AppendToBindingRequest;
+import io.ragsidecar.v1.ChatMessage;
+import io.ragsidecar.v1.ChatOwner;
+import io.ragsidecar.v1.CloseBindingRequest;
+import io.ragsidecar.v1.FailOpenReason;
+import io.ragsidecar.v1.GroundTurnRequest;
+import io.ragsidecar.v1.InvalidateBindingRequest;
+import io.ragsidecar.v1.OpenBindingRequest;
+import io.ragsidecar.v1.OwnerSearch;
+import io.ragsidecar.v1.RedactionRoot;
+import io.ragsidecar.v1.TurnBinding;
+import io.ragsidecar.v1.TurnGrounding;
+import io.ragsidecar.v1.KnowledgeEntry;
+import io.ragsidecar.v1.KnowledgeUse;
+import io.ragsidecar.v1.MemoryDocument;
 
 /**
  * {@link SidecarChat} and {@link ChatBinding} through the real sidecar (the one on its own knowledge root, shared
@@ -359,7 +359,7 @@ class ChatTest {
 
   /** The fields the turn's violations name, once {@code build()} and the sidecar agreed on every violation. */
   private static List<String> assertRefusedLikeTheSidecar(SidecarChat chat, List<ChatMessage> conversation,
-      List<ChatOwner> owners, List<ChatBinding> bindings, ragsidecar.v1.Retrieval.Llm model, ActivityRecord activity) {
+      List<ChatOwner> owners, List<ChatBinding> bindings, io.ragsidecar.v1.Llm model, ActivityRecord activity) {
     ChatTurn.Builder built = ChatTurn.builder(conversation).owners(owners).bindings(bindings)
         .context(ChatRequests.context()).llm(model).activity(activity);
     ValidationException local = assertThrows(ValidationException.class, built::build);

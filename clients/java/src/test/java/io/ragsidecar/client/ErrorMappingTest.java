@@ -17,8 +17,8 @@ import java.util.Map;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.api.Test;
-import ragsidecar.v1.Reranker.RerankResponse;
-import ragsidecar.v1.Reranker.RerankResult;
+import io.ragsidecar.v1.RerankResponse;
+import io.ragsidecar.v1.RerankResult;
 
 /**
  * Statuses the sidecar sends in situations the live tests cannot provoke cheaply (full queue, model still loading,

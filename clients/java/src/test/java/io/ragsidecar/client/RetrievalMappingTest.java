@@ -17,13 +17,13 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
-import ragsidecar.v1.Common.ErrorReason;
-import ragsidecar.v1.Retrieval.EnforceResponse;
-import ragsidecar.v1.Retrieval.Param;
-import ragsidecar.v1.Retrieval.SourceCount;
-import ragsidecar.v1.Retrieval.StaleFallback;
-import ragsidecar.v1.Retrieval.ValidateConfigurationResponse;
-import ragsidecar.v1.Retrieval.Violation;
+import io.ragsidecar.v1.ErrorReason;
+import io.ragsidecar.v1.EnforceResponse;
+import io.ragsidecar.v1.Param;
+import io.ragsidecar.v1.SourceCount;
+import io.ragsidecar.v1.StaleFallback;
+import io.ragsidecar.v1.ValidateConfigurationResponse;
+import io.ragsidecar.v1.Violation;
 
 /** The retrieval facade's conversions and error details, on messages built here (no sidecar). */
 class RetrievalMappingTest {

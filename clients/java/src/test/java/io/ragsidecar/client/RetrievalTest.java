@@ -38,26 +38,26 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.extension.ExtendWith;
-import ragsidecar.v1.Retrieval.ContextBlock;
-import ragsidecar.v1.Retrieval.DeleteDocumentsResponse;
-import ragsidecar.v1.Retrieval.EnforceRequest;
-import ragsidecar.v1.Retrieval.KnowledgeEntry;
-import ragsidecar.v1.Retrieval.KnowledgeNames;
-import ragsidecar.v1.Retrieval.KnowledgeOnFailure;
-import ragsidecar.v1.Retrieval.KnowledgeReadiness;
-import ragsidecar.v1.Retrieval.KnowledgeUse;
-import ragsidecar.v1.Retrieval.PrepareChatKnowledgeRequest;
-import ragsidecar.v1.Retrieval.PrepareChatKnowledgeResponse;
-import ragsidecar.v1.Retrieval.RequireLoadedRequest;
-import ragsidecar.v1.Retrieval.RequireReadyRequest;
-import ragsidecar.v1.Retrieval.RetrievedChunk;
-import ragsidecar.v1.Retrieval.RerankOrder;
-import ragsidecar.v1.Retrieval.SearchOptions;
-import ragsidecar.v1.Retrieval.SearchRequest;
-import ragsidecar.v1.Retrieval.SearchResponse;
-import ragsidecar.v1.Retrieval.Target;
-import ragsidecar.v1.Retrieval.UpsertDocumentsResponse;
-import ragsidecar.v1.Retrieval.ValidateConfigurationRequest;
+import io.ragsidecar.v1.ContextBlock;
+import io.ragsidecar.v1.DeleteDocumentsResponse;
+import io.ragsidecar.v1.EnforceRequest;
+import io.ragsidecar.v1.KnowledgeEntry;
+import io.ragsidecar.v1.KnowledgeNames;
+import io.ragsidecar.v1.KnowledgeOnFailure;
+import io.ragsidecar.v1.KnowledgeReadiness;
+import io.ragsidecar.v1.KnowledgeUse;
+import io.ragsidecar.v1.PrepareChatKnowledgeRequest;
+import io.ragsidecar.v1.PrepareChatKnowledgeResponse;
+import io.ragsidecar.v1.RequireLoadedRequest;
+import io.ragsidecar.v1.RequireReadyRequest;
+import io.ragsidecar.v1.RetrievedChunk;
+import io.ragsidecar.v1.RerankOrder;
+import io.ragsidecar.v1.SearchOptions;
+import io.ragsidecar.v1.SearchRequest;
+import io.ragsidecar.v1.SearchResponse;
+import io.ragsidecar.v1.Target;
+import io.ragsidecar.v1.UpsertDocumentsResponse;
+import io.ragsidecar.v1.ValidateConfigurationRequest;
 
 /**
  * {@link SidecarRetrieval} through the real sidecar, on a knowledge root of real files (a Markdown policy, a text
@@ -416,7 +416,7 @@ class RetrievalTest {
     String session = "mem-" + UUID.randomUUID();
     SidecarRetrieval acme = client.retrieval().withScope(SCOPE.withSession(session));
     SidecarRetrieval intruder = client.retrieval().withScope(new KnowledgeScope("agent-host", "globex", session));
-    List<ragsidecar.v1.Retrieval.MemoryDocument> docs = List.of(
+    List<io.ragsidecar.v1.MemoryDocument> docs = List.of(
         document("n1", "The customer Bob prefers delivery on Saturdays.", Map.of("author", "ada")),
         document("n2", "The warehouse in Leeds closes at 6pm."));
 

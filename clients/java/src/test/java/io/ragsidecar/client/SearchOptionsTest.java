@@ -21,14 +21,14 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.extension.ExtendWith;
-import ragsidecar.v1.Retrieval.KnowledgeEntry;
-import ragsidecar.v1.Retrieval.KnowledgeUse;
-import ragsidecar.v1.Retrieval.MemoryDocument;
-import ragsidecar.v1.Retrieval.RetrievalMode;
-import ragsidecar.v1.Retrieval.RetrievedChunk;
-import ragsidecar.v1.Retrieval.SearchOptions;
-import ragsidecar.v1.Retrieval.SearchRequest;
-import ragsidecar.v1.Retrieval.SearchResponse;
+import io.ragsidecar.v1.KnowledgeEntry;
+import io.ragsidecar.v1.KnowledgeUse;
+import io.ragsidecar.v1.MemoryDocument;
+import io.ragsidecar.v1.RetrievalMode;
+import io.ragsidecar.v1.RetrievedChunk;
+import io.ragsidecar.v1.SearchOptions;
+import io.ragsidecar.v1.SearchRequest;
+import io.ragsidecar.v1.SearchResponse;
 
 /**
  * SearchOptions' rerank depth, grouping by document and retrieval mode through the real sidecar, on MEMORY documents
