@@ -1,0 +1,75 @@
+// The sidecar's reranker as an AI SDK reranking model (RerankingModelV4), for `rerank()` from "ai".
+import type { JSONObject, RerankingModelV4, RerankingModelV4CallOptions, RerankingModelV4Result } from "@ai-sdk/provider";
+import { ValidationError, type LongDocumentStrategyName, type RagSidecarClient, type Reranker } from "@ragsidecar/client";
+
+/** Per-call options, under `providerOptions.ragsidecar` of `rerank()`. */
+export interface RagSidecarRerankOptions {
+  /** Drop documents whose relevance is below this threshold (0..1). */
+  readonly minRelevanceScore?: number;
+  /** Cap on each document's tokens, below the model's window. */
+  readonly maxDocumentTokens?: number;
+  /** What to do with documents longer than the window; unset uses the model's default. */
+  readonly longDocumentStrategy?: LongDocumentStrategyName;
+}
+
+export interface RagSidecarRerankingSettings {
+  /** Where a rerank that returns nothing for a non-empty input is reported; default console.warn. */
+  readonly warn?: (message: string) => void;
+}
+
+/**
+ * A reranking model served by the sidecar. `modelId` is a model id the sidecar serves (case-sensitive, as
+ * `client.reranker.supports()` takes it); an unknown one fails the call with the client's UnknownModelError.
+ * The ranking only references the given documents, each at most once, in descending relevance, cut to topN
+ * after scoring. Object documents are scored as their JSON text.
+ */
+export function ragsidecarReranking(
+  source: RagSidecarClient | Reranker,
+  modelId: string,
+  settings: RagSidecarRerankingSettings = {},
+): RerankingModelV4 {
+  if (modelId.trim() === "") {
+    throw new ValidationError("modelId must name a reranker model the sidecar serves", {
+      code: "INVALID_ARGUMENT",
+      reason: "INVALID_REQUEST",
+    });
+  }
+  const reranker = "reranker" in source ? source.reranker : source;
+  const warn = settings.warn ?? ((message: string) => console.warn(message));
+  return {
+    specificationVersion: "v4",
+    provider: "ragsidecar",
+    modelId,
+    async doRerank(options: RerankingModelV4CallOptions): Promise<RerankingModelV4Result> {
+      const texts = options.documents.type === "text" ? options.documents.values : options.documents.values.map(jsonText);
+      const extra = rerankOptions(options.providerOptions?.["ragsidecar"]);
+      const response = await reranker.rerank(
+        { query: options.query, documents: texts, model: modelId, ...(options.topN !== undefined ? { topN: options.topN } : {}), ...extra },
+        options.abortSignal ? { signal: options.abortSignal } : {},
+      );
+      if (response.results.length === 0 && texts.length > 0) {
+        warn(`ragsidecar reranker ${modelId}: no result for ${texts.length} documents (minRelevanceScore or topN 0)`);
+      }
+      return {
+        // The client checked that every result references a sent document once and applied topN after scoring.
+        ranking: response.results.map((r) => ({ index: r.index, relevanceScore: r.relevanceScore })),
+        response: { modelId: response.model || modelId, timestamp: new Date() },
+        providerMetadata: { ragsidecar: { pairs: response.usage.pairs, tokens: response.usage.tokens, totalUs: response.timing.totalUs } },
+      };
+    },
+  };
+}
+
+function jsonText(value: JSONObject): string {
+  return JSON.stringify(value);
+}
+
+function rerankOptions(options: Record<string, unknown> | undefined): RagSidecarRerankOptions {
+  if (options === undefined) return {};
+  const { minRelevanceScore, maxDocumentTokens, longDocumentStrategy } = options as RagSidecarRerankOptions;
+  return {
+    ...(minRelevanceScore !== undefined ? { minRelevanceScore } : {}),
+    ...(maxDocumentTokens !== undefined ? { maxDocumentTokens } : {}),
+    ...(longDocumentStrategy !== undefined ? { longDocumentStrategy } : {}),
+  };
+}

@@ -1,0 +1,32 @@
+// One real sidecar for an adapter's tests, reusing the client's test support (no copy): the knowledge files
+// of support/knowledge.ts under a temporary root, stopped and removed by `stop()`.
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
+import { writeKnowledge } from "../typescript/test/support/knowledge.ts";
+import { startSidecar } from "../typescript/test/support/sidecar.ts";
+
+export { FAQ } from "../typescript/test/support/knowledge.ts";
+/** The sidecar's default reranker (config/ragsidecar.toml). */
+export const CROSS_ENCODER = "ms-marco-MiniLM-L-12-v2";
+
+export interface TestSidecar {
+  /** "127.0.0.1:<port>". */
+  readonly address: string;
+  stop(): Promise<void>;
+}
+
+export async function startKnowledgeSidecar(): Promise<TestSidecar> {
+  const dir = mkdtempSync(path.join(tmpdir(), "ragsidecar-adapter-"));
+  const knowledgeRoot = path.join(dir, "knowledge");
+  mkdirSync(knowledgeRoot);
+  writeKnowledge(knowledgeRoot);
+  const sidecar = await startSidecar({ dir, knowledgeRoot });
+  return {
+    address: sidecar.address,
+    async stop() {
+      await sidecar.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
