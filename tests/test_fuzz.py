@@ -500,6 +500,9 @@ def test_a_source_named_again_is_searched_once(fuzz_server: Sidecar) -> None:
      grpc.StatusCode.OK),
     # An enum number the proto does not define (was INTERNAL).
     (search_request(search=rpb.SearchOptions(rerank=True, rerank_order=99)), grpc.StatusCode.INVALID_ARGUMENT),
+    # The home of a user who does not exist (was INTERNAL: expanduser raised).
+    (search_request(knowledge=["guide"], resolved_paths={"guide": "~no-such-user-here/guide"}),
+     grpc.StatusCode.PERMISSION_DENIED),
 ])
 def test_defects_the_fuzz_found_stay_fixed(fuzz_server: Sidecar, request_: rpb.SearchRequest,
                                             expected: grpc.StatusCode) -> None:

@@ -112,7 +112,10 @@ class Catalog:
             raise invalid([Violation("path", f"knowledge path {path[:200]!r} contains a NUL character")])
         if not self._roots:
             raise _outside(path, "no knowledge roots are configured")
-        candidate = Path(path).expanduser()
+        try:
+            candidate = Path(path).expanduser()
+        except RuntimeError:  # "~nosuchuser/...": a home that does not exist cannot be inside a root
+            raise _outside(path, "its home directory is unknown") from None
         if not candidate.is_absolute():
             candidate = self._roots[0] / candidate
         prefix = _glob_prefix(candidate)
