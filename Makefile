@@ -47,6 +47,7 @@ test-python: setup
 
 test-java: setup
 	cd clients/java && mvn -q -B test
+	cd clients/java && mvn -q -B test -Pprotobuf3
 
 test-typescript: setup clients/typescript/node_modules/.installed
 	cd clients/typescript && npm test
