@@ -9,9 +9,11 @@ import textwrap
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from sidecar import DEFAULT_CONFIG, REPO, Sidecar, default_config, free_port, to_toml
 
-from ragsidecar.config import BUILT_IN_CONFIG
+from ragsidecar.config import BUILT_IN_CONFIG, ConfigError, load_config
 
 
 def cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -86,3 +88,11 @@ def test_the_kubernetes_example_config_is_valid(tmp_path: Path) -> None:
     config = tomllib.loads(shown.stdout)
     assert config["server"]["unix_socket"] == "/run/ragsidecar/sidecar.sock"
     assert config["paths"]["models_dir"] == "/opt/ragsidecar/models"
+    # It listens beyond loopback (for the kubelet's probes), so it serves only with the Secret's token.
+    protected = load_config(config_file, check_files=False)
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("RAGSIDECAR_TOKEN", raising=False)
+        with pytest.raises(ConfigError, match="server.host: '0.0.0.0' is reachable beyond this machine"):
+            protected.check_listener_protected()
+        env.setenv("RAGSIDECAR_TOKEN", "from-the-secret")
+        protected.check_listener_protected()

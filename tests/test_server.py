@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import os
 import subprocess
 import sys
 import threading
@@ -135,8 +136,9 @@ def test_metrics_count_requests_by_method_and_code(sidecar: Sidecar) -> None:
 def run_with_config(tmp_path, text: str) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "bad.toml"
     path.write_text(text)
+    environ = {k: v for k, v in os.environ.items() if k != "RAGSIDECAR_TOKEN"}
     return subprocess.run([sys.executable, "-m", "ragsidecar", "serve", "--config", str(path)],
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
+                          capture_output=True, text=True, timeout=60, cwd=REPO, env=environ)
 
 
 @pytest.mark.parametrize("mutate, expected", [
@@ -145,6 +147,7 @@ def run_with_config(tmp_path, text: str) -> subprocess.CompletedProcess[str]:
     (lambda c: c["models"][0].update(path="nowhere"), "models[0].path"),
     (lambda c: c["models"][1].update(kind="sparse"), "models[1].kind: 'sparse' is not one of"),
     (lambda c: c["models"].append(dict(c["models"][0], default=False)), "configured twice"),
+    (lambda c: c["server"].update(host="0.0.0.0"), "server.host: '0.0.0.0' is reachable beyond this machine"),
 ])
 def test_bad_config_refuses_to_start_and_names_the_key(tmp_path, mutate, expected) -> None:
     config = default_config()

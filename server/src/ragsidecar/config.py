@@ -11,6 +11,7 @@ relative paths resolve against the ragsidecar home: $RAGSIDECAR_HOME, or the use
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import os
 import tomllib
@@ -50,6 +51,9 @@ class ServerConfig:
     shutdown_grace_s: float = 10.0
     # Seconds between checks of the config file's modification time; 0 disables the watch.
     config_poll_s: float = 2.0
+    # Serve a host beyond loopback with neither a bearer token nor TLS. Off by default: such a config refuses
+    # to start, since whoever reaches the address could read every tenant's knowledge.
+    allow_unprotected_remote: bool = False
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,14 @@ class Config:
             return marked[0]
         cross = [m for m in self.models if m.kind == "cross-encoder"]
         return (cross or list(self.models) or [None])[0]
+
+    def check_listener_protected(self) -> None:
+        """A TCP listener beyond loopback needs a bearer token or TLS, unless server.allow_unprotected_remote."""
+        host = self.server.host
+        if _is_loopback(host) or self.server.allow_unprotected_remote or self.tls.cert_file or self.bearer_token():
+            return
+        raise ConfigError(f"server.host: {host!r} is reachable beyond this machine but neither auth (a bearer "
+                          "token) nor tls is configured; configure one, or set server.allow_unprotected_remote")
 
     def bearer_token(self) -> str | None:
         if self.auth.token_file:
@@ -393,3 +405,13 @@ def _validate(config: Config, check_files: bool) -> None:
                           f"(configured: {', '.join(embedders) or 'none'}; \"\" disables retrieval)")
     if sum(m.default for m in config.models) > 1:
         raise ConfigError("models: more than one model is marked default")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name other than localhost: it may resolve anywhere
+        return False
+
