@@ -1,6 +1,7 @@
 // One real sidecar for an adapter's tests, reusing the client's test support (no copy): the knowledge files
 // of support/knowledge.ts under a temporary root, stopped and removed by `stop()`.
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { after, before } from "node:test";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { writeKnowledge } from "../typescript/test/support/knowledge.ts";
@@ -29,4 +30,29 @@ export async function startKnowledgeSidecar(): Promise<TestSidecar> {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** The client of the package under test, as much of it as the helper needs (it cannot import the package). */
+interface ReadyClient {
+  awaitReady(options: { readonly timeoutMs: number }): Promise<unknown>;
+  close(): void;
+}
+
+/**
+ * Registers before/after hooks on the calling test file: a sidecar and a client made by `create` on it, ready
+ * for reranking, both stopped after the file's tests. `client` is set once the before hook ran.
+ */
+export function withSidecarClient<Client extends ReadyClient>(create: (options: { address: string }) => Client): { client: Client } {
+  let sidecar: TestSidecar | undefined;
+  const context = {} as { client: Client };
+  before(async () => {
+    sidecar = await startKnowledgeSidecar();
+    context.client = create({ address: sidecar.address });
+    await context.client.awaitReady({ timeoutMs: 90_000 });
+  });
+  after(async () => {
+    context.client?.close();
+    await sidecar?.stop();
+  });
+  return context;
 }

@@ -1,41 +1,30 @@
 // One call through the client and through each adapter, imported from the installed tarballs by package name.
 import assert from "node:assert/strict";
-import { after, before, it } from "node:test";
+import { it } from "node:test";
 import { rerank } from "ai";
 import { Document } from "@langchain/core/documents";
-import { createClient, type RagSidecarClient } from "@ragsidecar/client";
+import { createClient } from "@ragsidecar/client";
 import { ragsidecarReranking } from "@ragsidecar/ai-sdk";
 import { RagSidecarRerank, RagSidecarRetriever } from "@ragsidecar/langchain";
 // The repository's test sidecar (not part of the packages): a real sidecar over the FAQ knowledge files.
-import { CROSS_ENCODER, FAQ, startKnowledgeSidecar, type TestSidecar } from "../../../clients/typescript-adapters/test-support.ts";
+import { CROSS_ENCODER, FAQ, withSidecarClient } from "../../../clients/typescript-adapters/test-support.ts";
 
 const query = "how long does shipping take";
-let sidecar: TestSidecar;
-let client: RagSidecarClient;
-
-before(async () => {
-  sidecar = await startKnowledgeSidecar();
-  client = createClient({ address: sidecar.address });
-  await client.awaitReady({ timeoutMs: 90_000 });
-});
-after(async () => {
-  client?.close();
-  await sidecar?.stop();
-});
+const sidecar = withSidecarClient(createClient);
 
 it("client: reranks", async () => {
-  const response = await client.reranker.rerank({ query, documents: FAQ, model: CROSS_ENCODER, topN: 1 });
+  const response = await sidecar.client.reranker.rerank({ query, documents: FAQ, model: CROSS_ENCODER, topN: 1 });
   assert.equal(response.results[0]?.id, "faq-shipping");
 });
 
 it("@ragsidecar/ai-sdk: rerank() from ai", async () => {
-  const { rerankedDocuments } = await rerank({ model: ragsidecarReranking(client, CROSS_ENCODER), documents: FAQ.map((r) => r.text), query, topN: 1 });
+  const { rerankedDocuments } = await rerank({ model: ragsidecarReranking(sidecar.client, CROSS_ENCODER), documents: FAQ.map((r) => r.text), query, topN: 1 });
   assert.deepEqual(rerankedDocuments, [FAQ[1]?.text]);
 });
 
 it("@ragsidecar/langchain: retriever invoke() and compressor", async () => {
   const retriever = new RagSidecarRetriever({
-    client,
+    client: sidecar.client,
     request: {
       principal: { id: "consumer" },
       scope: { tenant: "acme" },
@@ -45,6 +34,6 @@ it("@ragsidecar/langchain: retriever invoke() and compressor", async () => {
   const hits = await retriever.invoke(query);
   assert.equal(hits[0]?.metadata["documentId"], "faq-shipping");
   const documents = FAQ.map((r) => new Document({ pageContent: r.text, id: r.id }));
-  const [best] = await new RagSidecarRerank({ client, model: CROSS_ENCODER, topN: 1 }).compressDocuments(documents, query);
+  const [best] = await new RagSidecarRerank({ client: sidecar.client, model: CROSS_ENCODER, topN: 1 }).compressDocuments(documents, query);
   assert.equal(best?.id, "faq-shipping");
 });

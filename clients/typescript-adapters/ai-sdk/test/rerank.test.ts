@@ -1,28 +1,18 @@
 // rerank() from "ai" with the sidecar's reranking model, against a real sidecar.
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { rerank } from "ai";
-import { createClient, UnknownModelError, type RagSidecarClient } from "@ragsidecar/client";
+import { createClient, UnknownModelError } from "@ragsidecar/client";
 import { ragsidecarReranking } from "../src/index.ts";
-import { CROSS_ENCODER, FAQ, startKnowledgeSidecar, type TestSidecar } from "../../test-support.ts";
+import { CROSS_ENCODER, FAQ, withSidecarClient } from "../../test-support.ts";
 
 const documents = FAQ.map((record) => record.text);
 
 describe("ragsidecarReranking in rerank()", () => {
-  let sidecar: TestSidecar;
-  let client: RagSidecarClient;
-  before(async () => {
-    sidecar = await startKnowledgeSidecar();
-    client = createClient({ address: sidecar.address });
-    await client.awaitReady({ timeoutMs: 90_000 });
-  });
-  after(async () => {
-    client?.close();
-    await sidecar?.stop();
-  });
+  const sidecar = withSidecarClient(createClient);
 
   it("ranks the given documents by relevance, each once, cut to topN after scoring", async () => {
-    const all = await rerank({ model: ragsidecarReranking(client, CROSS_ENCODER), documents, query: "how long does shipping take" });
+    const all = await rerank({ model: ragsidecarReranking(sidecar.client, CROSS_ENCODER), documents, query: "how long does shipping take" });
     assert.equal(all.ranking.length, documents.length);
     assert.deepEqual(new Set(all.ranking.map((r) => r.originalIndex)).size, documents.length);
     assert.equal(all.rerankedDocuments[0], FAQ[1]!.text);
@@ -30,28 +20,28 @@ describe("ragsidecarReranking in rerank()", () => {
     assert.deepEqual(scores, [...scores].sort((a, b) => b - a));
     for (const r of all.ranking) assert.equal(r.document, documents[r.originalIndex]);
 
-    const top = await rerank({ model: ragsidecarReranking(client, CROSS_ENCODER), documents, query: "how long does shipping take", topN: 2 });
+    const top = await rerank({ model: ragsidecarReranking(sidecar.client, CROSS_ENCODER), documents, query: "how long does shipping take", topN: 2 });
     // topN keeps the head of the full ranking: the cut comes after scoring every document.
     assert.deepEqual(top.ranking.map((r) => r.originalIndex), all.ranking.slice(0, 2).map((r) => r.originalIndex));
     assert.equal(top.response.modelId, CROSS_ENCODER);
   });
 
   it("scores object documents as their JSON text", async () => {
-    const result = await rerank({ model: ragsidecarReranking(client.reranker, CROSS_ENCODER), documents: FAQ, query: "reset my password", topN: 1 });
+    const result = await rerank({ model: ragsidecarReranking(sidecar.client.reranker, CROSS_ENCODER), documents: FAQ, query: "reset my password", topN: 1 });
     assert.deepEqual(result.rerankedDocuments, [FAQ[4]]);
   });
 
   it("fails clearly for a model the sidecar does not serve", async () => {
     await assert.rejects(
-      rerank({ model: ragsidecarReranking(client, "no-such-model"), documents, query: "shipping", maxRetries: 0 }),
+      rerank({ model: ragsidecarReranking(sidecar.client, "no-such-model"), documents, query: "shipping", maxRetries: 0 }),
       (error: unknown) => error instanceof UnknownModelError && /no-such-model/.test(error.message),
     );
-    assert.throws(() => ragsidecarReranking(client, " "), /modelId must name a reranker model/);
+    assert.throws(() => ragsidecarReranking(sidecar.client, " "), /modelId must name a reranker model/);
   });
 
   it("reports an empty ranking of a non-empty input", async () => {
     const warnings: string[] = [];
-    const model = ragsidecarReranking(client, CROSS_ENCODER, { warn: (message) => warnings.push(message) });
+    const model = ragsidecarReranking(sidecar.client, CROSS_ENCODER, { warn: (message) => warnings.push(message) });
     const result = await rerank({
       model, documents, query: "shipping", providerOptions: { ragsidecar: { minRelevanceScore: 1 } },
     });

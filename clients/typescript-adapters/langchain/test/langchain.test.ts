@@ -1,11 +1,11 @@
 // The LangChain adapters inside LangChain's own runnables, against a real sidecar.
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { Document } from "@langchain/core/documents";
 import { RunnableLambda } from "@langchain/core/runnables";
-import { createClient, UnknownModelError, type RagSidecarClient } from "@ragsidecar/client";
+import { createClient, UnknownModelError } from "@ragsidecar/client";
 import { RagSidecarRerank, RagSidecarRetriever } from "../src/index.ts";
-import { CROSS_ENCODER, FAQ, startKnowledgeSidecar, type TestSidecar } from "../../test-support.ts";
+import { CROSS_ENCODER, FAQ, withSidecarClient } from "../../test-support.ts";
 
 const request = {
   principal: { id: "agent-host" },
@@ -15,20 +15,10 @@ const request = {
 const faqDocuments = FAQ.map((record) => new Document({ pageContent: record.text, id: record.id, metadata: { key: record.id } }));
 
 describe("RagSidecarRetriever and RagSidecarRerank", () => {
-  let sidecar: TestSidecar;
-  let client: RagSidecarClient;
-  before(async () => {
-    sidecar = await startKnowledgeSidecar();
-    client = createClient({ address: sidecar.address });
-    await client.awaitReady({ timeoutMs: 90_000 });
-  });
-  after(async () => {
-    client?.close();
-    await sidecar?.stop();
-  });
+  const sidecar = withSidecarClient(createClient);
 
   it("retrieves the declared knowledge through invoke(), best hit first", async () => {
-    const retriever = new RagSidecarRetriever({ client, request });
+    const retriever = new RagSidecarRetriever({ client: sidecar.client, request });
     const documents = await retriever.invoke("how do I reset my password");
     assert.ok(documents.length > 0 && documents.length <= 3);
     assert.equal(documents[0]!.pageContent, FAQ[4]!.text);
@@ -38,7 +28,7 @@ describe("RagSidecarRetriever and RagSidecarRerank", () => {
   });
 
   it("reranks the given documents, each once, cut to topN after scoring", async () => {
-    const all = await new RagSidecarRerank({ client, model: CROSS_ENCODER }).compressDocuments(faqDocuments, "how long does shipping take");
+    const all = await new RagSidecarRerank({ client: sidecar.client, model: CROSS_ENCODER }).compressDocuments(faqDocuments, "how long does shipping take");
     assert.equal(all.length, FAQ.length);
     assert.equal(new Set(all.map((d) => d.id)).size, FAQ.length);
     assert.equal(all[0]!.id, "faq-shipping");
@@ -46,14 +36,14 @@ describe("RagSidecarRetriever and RagSidecarRerank", () => {
     const scores = all.map((d) => d.metadata["relevanceScore"] as number);
     assert.deepEqual(scores, [...scores].sort((a, b) => b - a));
 
-    const top = await new RagSidecarRerank({ client: client.reranker, model: CROSS_ENCODER, topN: 2 }).compressDocuments(
+    const top = await new RagSidecarRerank({ client: sidecar.client.reranker, model: CROSS_ENCODER, topN: 2 }).compressDocuments(
       faqDocuments, "how long does shipping take");
     assert.deepEqual(top.map((d) => d.id), all.slice(0, 2).map((d) => d.id));
   });
 
   it("retrieves then reranks in one runnable chain", async () => {
-    const retriever = new RagSidecarRetriever({ client, request: { ...request, topK: 6 } });
-    const rerank = new RagSidecarRerank({ client, model: CROSS_ENCODER, topN: 1 });
+    const retriever = new RagSidecarRetriever({ client: sidecar.client, request: { ...request, topK: 6 } });
+    const rerank = new RagSidecarRerank({ client: sidecar.client, model: CROSS_ENCODER, topN: 1 });
     const chain = RunnableLambda.from(async (query: string) => rerank.compressDocuments(await retriever.invoke(query), query));
     const [best, ...rest] = await chain.invoke("can I return an item for a refund");
     assert.deepEqual(rest, []);
@@ -63,12 +53,12 @@ describe("RagSidecarRetriever and RagSidecarRerank", () => {
 
   it("fails clearly for a model the sidecar does not serve, and reports an empty result", async () => {
     await assert.rejects(
-      new RagSidecarRerank({ client, model: "no-such-model" }).compressDocuments(faqDocuments, "shipping"),
+      new RagSidecarRerank({ client: sidecar.client, model: "no-such-model" }).compressDocuments(faqDocuments, "shipping"),
       (error: unknown) => error instanceof UnknownModelError && /no-such-model/.test(error.message),
     );
-    assert.throws(() => new RagSidecarRerank({ client, model: "" }), /model must name a reranker model/);
+    assert.throws(() => new RagSidecarRerank({ client: sidecar.client, model: "" }), /model must name a reranker model/);
     const warnings: string[] = [];
-    const strict = new RagSidecarRerank({ client, model: CROSS_ENCODER, minRelevanceScore: 1, warn: (m) => warnings.push(m) });
+    const strict = new RagSidecarRerank({ client: sidecar.client, model: CROSS_ENCODER, minRelevanceScore: 1, warn: (m) => warnings.push(m) });
     assert.deepEqual(await strict.compressDocuments(faqDocuments, "shipping"), []);
     assert.equal(warnings.length, 1);
     assert.match(warnings[0]!, /no result for 6 documents/);
