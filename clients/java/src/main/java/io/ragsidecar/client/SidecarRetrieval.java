@@ -19,7 +19,6 @@ import io.ragsidecar.v1.PrepareChatKnowledgeResponse;
 import io.ragsidecar.v1.RequireLoadedRequest;
 import io.ragsidecar.v1.RequireReadyRequest;
 import io.ragsidecar.v1.SearchRequest;
-import io.ragsidecar.v1.SearchResponse;
 import io.ragsidecar.v1.SourceCount;
 import io.ragsidecar.v1.UpsertDocumentsRequest;
 import io.ragsidecar.v1.UpsertDocumentsResponse;
@@ -177,15 +176,16 @@ public final class SidecarRetrieval {
    * Searches declared knowledge with a query (which must not be blank), outside any action dispatch. A hit's
    * {@code score} is what hits are ranked by: the fused retrieval score, or for an entry that reranks, by default the
    * fusion of the reranker's order with the retrieval order; the rerank relevance only with
-   * {@link RetrievalRequests#rerank RERANK_ORDER_RERANKER}. The relevance itself is always {@code scores.rerank}.
+   * {@link RetrievalRequests#rerank RERANK_ORDER_RERANKER}. The relevance itself is always
+   * {@link SearchResult.Hit#rerankScore()}.
    */
-  public SearchResponse search(SearchRequest request) {
-    return context.call(RetrievalServiceGrpc.getSearchMethod(), scoped(request), timeout);
+  public SearchResult search(SearchRequest request) {
+    return SearchResult.fromProto(context.call(RetrievalServiceGrpc.getSearchMethod(), scoped(request), timeout));
   }
 
   /** Asynchronous {@link #search(SearchRequest)}. */
-  public CompletableFuture<SearchResponse> searchAsync(SearchRequest request) {
-    return async(RetrievalServiceGrpc.getSearchMethod(), () -> scoped(request), Function.identity());
+  public CompletableFuture<SearchResult> searchAsync(SearchRequest request) {
+    return async(RetrievalServiceGrpc.getSearchMethod(), () -> scoped(request), SearchResult::fromProto);
   }
 
   // ---- MEMORY writes --------------------------------------------------------------------------------------------

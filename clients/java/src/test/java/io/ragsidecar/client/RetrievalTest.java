@@ -54,7 +54,6 @@ import io.ragsidecar.v1.RetrievedChunk;
 import io.ragsidecar.v1.RerankOrder;
 import io.ragsidecar.v1.SearchOptions;
 import io.ragsidecar.v1.SearchRequest;
-import io.ragsidecar.v1.SearchResponse;
 import io.ragsidecar.v1.Target;
 import io.ragsidecar.v1.UpsertDocumentsResponse;
 import io.ragsidecar.v1.ValidateConfigurationRequest;
@@ -379,30 +378,31 @@ class RetrievalTest {
 
   @Test
   void searchSpansSourcesAndRerankOrdersHits() {
-    SearchResponse response = retrieval.search(SearchRequest.newBuilder()
+    SearchResult response = retrieval.search(SearchRequest.newBuilder()
         .setTarget(target(ROLE, List.of(PRODUCTS, POLICY))).setQuery("how many days do I have to return an item?")
         .setTopK(2).build());
-    assertTrue(response.getHitsCount() > 0 && response.getHitsCount() <= 4);
-    assertEquals("policy", response.getHits(0).getSource());
-    assertTrue(response.getHits(0).getProvenance().getFile().endsWith("returns.md"));
+    assertTrue(response.hits().size() > 0 && response.hits().size() <= 4);
+    assertEquals("policy", response.hits().get(0).source());
+    assertTrue(response.hits().get(0).file().endsWith("returns.md"));
+    assertEquals(response.proto().getHits(0), response.hits().get(0).proto());
 
-    SearchResponse reranked = retrieval.search(SearchRequest.newBuilder()
+    SearchResult reranked = retrieval.search(SearchRequest.newBuilder()
         .setTarget(target(ROLE, List.of(PRODUCTS))).setQuery("toast four slices of bread").setTopK(3)
         .setSearch(SearchOptions.newBuilder().setRerank(true)).build());
-    assertEquals("toaster", reranked.getHits(0).getProvenance().getDocumentId());
-    assertTrue(reranked.getHitsList().stream().allMatch(h -> h.getScores().hasRerank()));
+    assertEquals("toaster", reranked.hits().get(0).documentId());
+    assertTrue(reranked.hits().stream().allMatch(h -> h.rerankScore().isPresent()));
     // By default the score is the fusion of the reranker's order with the retrieval order, not the relevance ...
-    assertTrue(reranked.getHitsList().stream().allMatch(h -> h.getScore() != h.getScores().getRerank()));
+    assertTrue(reranked.hits().stream().allMatch(h -> h.score() != h.rerankScore().getAsDouble()));
     // ... and with the Reranker SPI's order it is the relevance itself, descending.
-    SearchResponse pure = retrieval.search(SearchRequest.newBuilder()
+    SearchResult pure = retrieval.search(SearchRequest.newBuilder()
         .setTarget(target(ROLE, List.of(PRODUCTS))).setQuery("toast four slices of bread").setTopK(3)
         .setSearch(RetrievalRequests.rerank(null, RerankOrder.RERANK_ORDER_RERANKER)).build());
-    assertEquals("toaster", pure.getHits(0).getProvenance().getDocumentId());
-    float previous = Float.POSITIVE_INFINITY;
-    for (var hit : pure.getHitsList()) {
-      assertEquals(hit.getScores().getRerank(), hit.getScore(), hit::toString);
-      assertTrue(hit.getScore() <= previous, pure::toString);
-      previous = hit.getScore();
+    assertEquals("toaster", pure.hits().get(0).documentId());
+    double previous = Double.POSITIVE_INFINITY;
+    for (SearchResult.Hit hit : pure.hits()) {
+      assertEquals(hit.rerankScore().getAsDouble(), hit.score(), hit::toString);
+      assertTrue(hit.score() <= previous, pure::toString);
+      previous = hit.score();
     }
 
     ValidationException blank = assertThrows(ValidationException.class, () -> retrieval.search(
@@ -427,8 +427,8 @@ class RetrievalTest {
 
     SearchRequest search = SearchRequest.newBuilder().setTarget(target(ROLE, List.of(notes)))
         .setQuery("when does Bob want his delivery?").build();
-    assertEquals("n1", acme.search(search).getHits(0).getProvenance().getDocumentId());
-    assertEquals(0, intruder.search(search).getHitsCount());
+    assertEquals("n1", acme.search(search).hits().get(0).documentId());
+    assertTrue(intruder.search(search).isEmpty());
     RetrievedContext enforced = acme.enforce(enforce(List.of(notes), "notes")
         .addAllParams(params(ordered("q", "Bob delivery day"))).build());
     assertTrue(enforced.retrievedContext().contains("Saturdays"));
@@ -440,7 +440,7 @@ class RetrievalTest {
     DeleteDocumentsResponse deleted = acme.deleteDocuments("notes", List.of("n1", "n1", "zz"));
     assertEquals(List.of(1, 1, 1), List.of(deleted.getDeleted(), deleted.getNotFound(), deleted.getDocumentCount()));
     assertEquals(List.of("n2"), acme.search(search.toBuilder().setQuery("Bob delivery Saturdays").build())
-        .getHitsList().stream().map(h -> h.getProvenance().getDocumentId()).toList());
+        .hits().stream().map(SearchResult.Hit::documentId).toList());
 
     ValidationException duplicate = assertThrows(ValidationException.class,
         () -> acme.upsertDocuments("notes", List.of(document("d", "a"), document("d", "b"))));

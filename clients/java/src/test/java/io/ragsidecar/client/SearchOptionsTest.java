@@ -25,10 +25,8 @@ import io.ragsidecar.v1.KnowledgeEntry;
 import io.ragsidecar.v1.KnowledgeUse;
 import io.ragsidecar.v1.MemoryDocument;
 import io.ragsidecar.v1.RetrievalMode;
-import io.ragsidecar.v1.RetrievedChunk;
 import io.ragsidecar.v1.SearchOptions;
 import io.ragsidecar.v1.SearchRequest;
-import io.ragsidecar.v1.SearchResponse;
 
 /**
  * SearchOptions' rerank depth, grouping by document and retrieval mode through the real sidecar, on MEMORY documents
@@ -73,51 +71,51 @@ class SearchOptionsTest {
         .collect(Collectors.joining(" "));
   }
 
-  private SearchResponse search(String query, int topK, SearchOptions.Builder options) {
+  private SearchResult search(String query, int topK, SearchOptions.Builder options) {
     return retrieval.search(SearchRequest.newBuilder().setTarget(target("Notes", List.of(NOTES)))
         .setQuery(query).setTopK(topK).setSearch(options).build());
   }
 
-  private static List<String> ids(List<RetrievedChunk> hits) {
-    return hits.stream().map(RetrievedChunk::getChunkId).toList();
+  private static List<String> ids(List<SearchResult.Hit> hits) {
+    return hits.stream().map(SearchResult.Hit::chunkId).toList();
   }
 
   @Test
   void rerankDepthGivesTheRerankedHeadThenTheRestInRetrievalOrder() {
-    List<String> retrieved = ids(search(QUERY, 100, SearchOptions.newBuilder()).getHitsList());
+    List<String> retrieved = ids(search(QUERY, 100, SearchOptions.newBuilder()).hits());
     assertTrue(retrieved.size() > 3, retrieved::toString);
-    SearchResponse reranked = search(QUERY, 100, SearchOptions.newBuilder().setRerank(true).setRerankDepth(3));
-    assertEquals(3, reranked.getUsage().getPairs());
-    List<String> order = ids(reranked.getHitsList());
+    SearchResult reranked = search(QUERY, 100, SearchOptions.newBuilder().setRerank(true).setRerankDepth(3));
+    assertEquals(3, reranked.usage().getPairs());
+    List<String> order = ids(reranked.hits());
     assertEquals(Set.copyOf(retrieved.subList(0, 3)), Set.copyOf(order.subList(0, 3)));
     assertEquals(retrieved.subList(3, retrieved.size()), order.subList(3, order.size()));
-    assertTrue(reranked.getHitsList().subList(3, order.size()).stream().noneMatch(h -> h.getScores().hasRerank()));
+    assertTrue(reranked.hits().subList(0, 3).stream().allMatch(h -> h.rerankScore().isPresent()));
+    assertTrue(reranked.hits().subList(3, order.size()).stream().noneMatch(h -> h.rerankScore().isPresent()));
   }
 
   @Test
   void groupByDocumentGivesEachDocumentsBestChunk() {
-    List<RetrievedChunk> chunks = search(QUERY, 100, SearchOptions.newBuilder()).getHitsList();
+    List<SearchResult.Hit> chunks = search(QUERY, 100, SearchOptions.newBuilder()).hits();
     List<String> documents = new ArrayList<>(new LinkedHashSet<>(
-        chunks.stream().map(h -> h.getProvenance().getDocumentId()).toList()));
-    List<RetrievedChunk> grouped = search(QUERY, 3, SearchOptions.newBuilder().setGroupByDocument(true)).getHitsList();
-    assertEquals(documents.subList(0, 3), grouped.stream().map(h -> h.getProvenance().getDocumentId()).toList());
-    for (RetrievedChunk hit : grouped) {
-      String best = chunks.stream().filter(h -> h.getProvenance().getDocumentId()
-          .equals(hit.getProvenance().getDocumentId())).findFirst().orElseThrow().getChunkId();
-      assertEquals(best, hit.getChunkId());
+        chunks.stream().map(SearchResult.Hit::documentId).toList()));
+    List<SearchResult.Hit> grouped = search(QUERY, 3, SearchOptions.newBuilder().setGroupByDocument(true)).hits();
+    assertEquals(documents.subList(0, 3), grouped.stream().map(SearchResult.Hit::documentId).toList());
+    for (SearchResult.Hit hit : grouped) {
+      String best = chunks.stream().filter(h -> h.documentId().equals(hit.documentId())).findFirst().orElseThrow()
+          .chunkId();
+      assertEquals(best, hit.chunkId());
     }
   }
 
   @Test
   void retrievalModeLexicalFindsTheRareWordAndDenseHasNoBm25() {
-    SearchResponse lexical = search(RARE + " ledger", 10,
+    SearchResult lexical = search(RARE + " ledger", 10,
         SearchOptions.newBuilder().setRetrievalMode(RetrievalMode.RETRIEVAL_MODE_LEXICAL));
-    assertEquals(List.of("minerals"), lexical.getHitsList().stream().map(h -> h.getProvenance().getDocumentId())
-        .toList());
-    assertTrue(lexical.getHits(0).getScores().hasBm25());
-    SearchResponse dense = search(RARE + " ledger", 10,
+    assertEquals(List.of("minerals"), lexical.hits().stream().map(SearchResult.Hit::documentId).toList());
+    assertTrue(lexical.hits().get(0).proto().getScores().hasBm25());
+    SearchResult dense = search(RARE + " ledger", 10,
         SearchOptions.newBuilder().setRetrievalMode(RetrievalMode.RETRIEVAL_MODE_DENSE));
-    assertTrue(dense.getHitsCount() > 1 && dense.getHitsList().stream().noneMatch(h -> h.getScores().hasBm25()));
+    assertTrue(dense.hits().size() > 1 && dense.hits().stream().noneMatch(h -> h.proto().getScores().hasBm25()));
     ValidationException unknown = assertThrows(ValidationException.class,
         () -> search(QUERY, 3, SearchOptions.newBuilder().setRetrievalModeValue(42)));
     assertEquals("INVALID_REQUEST", unknown.reason());
