@@ -194,34 +194,63 @@ public final class SidecarRetrieval {
    * Adds or replaces MEMORY documents, by id, in the request's (tenant, session); they are searchable when the call
    * returns.
    */
-  public UpsertDocumentsResponse upsertDocuments(UpsertDocumentsRequest request) {
-    return context.call(RetrievalServiceGrpc.getUpsertDocumentsMethod(), scoped(request), timeout);
+  public UpsertResult upsertDocuments(UpsertDocumentsRequest request) {
+    return UpsertResult.fromProto(
+        context.call(RetrievalServiceGrpc.getUpsertDocumentsMethod(), scoped(request), timeout));
   }
 
   /** {@link #upsertDocuments(UpsertDocumentsRequest)} of these documents, in this facade's scope. */
-  public UpsertDocumentsResponse upsertDocuments(String knowledge, Collection<MemoryDocument> documents) {
+  public UpsertResult upsertDocuments(String knowledge, Collection<MemoryDocument> documents) {
     return upsertDocuments(UpsertDocumentsRequest.newBuilder().setKnowledge(knowledge).addAllDocuments(documents)
         .build());
   }
 
   /** Asynchronous {@link #upsertDocuments(UpsertDocumentsRequest)}. */
-  public CompletableFuture<UpsertDocumentsResponse> upsertDocumentsAsync(UpsertDocumentsRequest request) {
-    return async(RetrievalServiceGrpc.getUpsertDocumentsMethod(), () -> scoped(request), Function.identity());
+  public CompletableFuture<UpsertResult> upsertDocumentsAsync(UpsertDocumentsRequest request) {
+    return async(RetrievalServiceGrpc.getUpsertDocumentsMethod(), () -> scoped(request), UpsertResult::fromProto);
   }
 
   /** Deletes MEMORY documents by id in the request's (tenant, session); absent ids are counted, not an error. */
-  public DeleteDocumentsResponse deleteDocuments(DeleteDocumentsRequest request) {
-    return context.call(RetrievalServiceGrpc.getDeleteDocumentsMethod(), scoped(request), timeout);
+  public DeleteResult deleteDocuments(DeleteDocumentsRequest request) {
+    return DeleteResult.fromProto(
+        context.call(RetrievalServiceGrpc.getDeleteDocumentsMethod(), scoped(request), timeout));
   }
 
   /** {@link #deleteDocuments(DeleteDocumentsRequest)} of these ids, in this facade's scope. */
-  public DeleteDocumentsResponse deleteDocuments(String knowledge, Collection<String> ids) {
+  public DeleteResult deleteDocuments(String knowledge, Collection<String> ids) {
     return deleteDocuments(DeleteDocumentsRequest.newBuilder().setKnowledge(knowledge).addAllIds(ids).build());
   }
 
   /** Asynchronous {@link #deleteDocuments(DeleteDocumentsRequest)}. */
-  public CompletableFuture<DeleteDocumentsResponse> deleteDocumentsAsync(DeleteDocumentsRequest request) {
-    return async(RetrievalServiceGrpc.getDeleteDocumentsMethod(), () -> scoped(request), Function.identity());
+  public CompletableFuture<DeleteResult> deleteDocumentsAsync(DeleteDocumentsRequest request) {
+    return async(RetrievalServiceGrpc.getDeleteDocumentsMethod(), () -> scoped(request), DeleteResult::fromProto);
+  }
+
+  /**
+   * What {@link #upsertDocuments} did.
+   *
+   * @param inserted documents whose id was new
+   * @param replaced documents whose id existed and whose text or metadata changed
+   * @param unchanged documents whose id existed with identical text and metadata (nothing re-indexed)
+   * @param documentCount documents the source holds in the scope after the call
+   */
+  public record UpsertResult(int inserted, int replaced, int unchanged, int documentCount) {
+    static UpsertResult fromProto(UpsertDocumentsResponse r) {
+      return new UpsertResult(r.getInserted(), r.getReplaced(), r.getUnchanged(), r.getDocumentCount());
+    }
+  }
+
+  /**
+   * What {@link #deleteDocuments} did.
+   *
+   * @param deleted documents deleted
+   * @param notFound ids that were not present (repeats in the request count once)
+   * @param documentCount documents the source holds in the scope after the call
+   */
+  public record DeleteResult(int deleted, int notFound, int documentCount) {
+    static DeleteResult fromProto(DeleteDocumentsResponse r) {
+      return new DeleteResult(r.getDeleted(), r.getNotFound(), r.getDocumentCount());
+    }
   }
 
   // ---- internals ------------------------------------------------------------------------------------------------

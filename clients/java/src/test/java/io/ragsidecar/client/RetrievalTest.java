@@ -39,7 +39,6 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.extension.ExtendWith;
 import io.ragsidecar.v1.ContextBlock;
-import io.ragsidecar.v1.DeleteDocumentsResponse;
 import io.ragsidecar.v1.EnforceRequest;
 import io.ragsidecar.v1.KnowledgeEntry;
 import io.ragsidecar.v1.KnowledgeNames;
@@ -55,7 +54,6 @@ import io.ragsidecar.v1.RerankOrder;
 import io.ragsidecar.v1.SearchOptions;
 import io.ragsidecar.v1.SearchRequest;
 import io.ragsidecar.v1.Target;
-import io.ragsidecar.v1.UpsertDocumentsResponse;
 import io.ragsidecar.v1.ValidateConfigurationRequest;
 
 /**
@@ -420,10 +418,8 @@ class RetrievalTest {
         document("n1", "The customer Bob prefers delivery on Saturdays.", Map.of("author", "ada")),
         document("n2", "The warehouse in Leeds closes at 6pm."));
 
-    UpsertDocumentsResponse first = acme.upsertDocuments("notes", docs);
-    assertEquals(2, first.getInserted());
-    UpsertDocumentsResponse again = acme.upsertDocuments("notes", docs);
-    assertEquals(List.of(0, 2, 2), List.of(again.getInserted(), again.getUnchanged(), again.getDocumentCount()));
+    assertEquals(new SidecarRetrieval.UpsertResult(2, 0, 0, 2), acme.upsertDocuments("notes", docs));
+    assertEquals(new SidecarRetrieval.UpsertResult(0, 0, 2, 2), acme.upsertDocuments("notes", docs));
 
     SearchRequest search = SearchRequest.newBuilder().setTarget(target(ROLE, List.of(notes)))
         .setQuery("when does Bob want his delivery?").build();
@@ -435,10 +431,9 @@ class RetrievalTest {
     assertTrue(intruder.enforce(enforce(List.of(notes), "notes")
         .addAllParams(params(ordered("q", "Bob delivery day"))).build()).isEmpty());
     // The intruder's delete does not touch acme's documents.
-    assertEquals(0, intruder.deleteDocuments("notes", List.of("n1")).getDeleted());
+    assertEquals(0, intruder.deleteDocuments("notes", List.of("n1")).deleted());
 
-    DeleteDocumentsResponse deleted = acme.deleteDocuments("notes", List.of("n1", "n1", "zz"));
-    assertEquals(List.of(1, 1, 1), List.of(deleted.getDeleted(), deleted.getNotFound(), deleted.getDocumentCount()));
+    assertEquals(new SidecarRetrieval.DeleteResult(1, 1, 1), acme.deleteDocuments("notes", List.of("n1", "n1", "zz")));
     assertEquals(List.of("n2"), acme.search(search.toBuilder().setQuery("Bob delivery Saturdays").build())
         .hits().stream().map(SearchResult.Hit::documentId).toList());
 
