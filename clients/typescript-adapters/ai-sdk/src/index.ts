@@ -1,5 +1,5 @@
 // The sidecar's reranker as an AI SDK reranking model (RerankingModelV4), for `rerank()` from "ai".
-import type { JSONObject, RerankingModelV4, RerankingModelV4CallOptions, RerankingModelV4Result } from "@ai-sdk/provider";
+import type { JSONObject, RerankingModelV4, RerankingModelV4CallOptions, RerankingModelV4Result, SharedV4Warning } from "@ai-sdk/provider";
 import { ValidationError, type LongDocumentStrategyName, type RagSidecarClient, type Reranker } from "@ragsidecar/client";
 
 /** Per-call options, under `providerOptions.ragsidecar` of `rerank()`. */
@@ -12,21 +12,17 @@ export interface RagSidecarRerankOptions {
   readonly longDocumentStrategy?: LongDocumentStrategyName;
 }
 
-export interface RagSidecarRerankingSettings {
-  /** Where a rerank that returns nothing for a non-empty input is reported; default console.warn. */
-  readonly warn?: (message: string) => void;
-}
-
 /**
  * A reranking model served by the sidecar. `modelId` is a model id the sidecar serves (case-sensitive, as
  * `client.reranker.supports()` takes it); an unknown one fails the call with the client's UnknownModelError.
  * The ranking only references the given documents, each at most once, in descending relevance, cut to topN
- * after scoring. Object documents are scored as their JSON text.
+ * after scoring. Object documents are scored as their JSON text. An empty ranking of a non-empty input, and
+ * request headers (the sidecar is reached over gRPC), are reported as the call's warnings, which the AI SDK
+ * logs (its AI_SDK_LOG_WARNINGS global decides where).
  */
 export function ragsidecarReranking(
   source: RagSidecarClient | Reranker,
   modelId: string,
-  settings: RagSidecarRerankingSettings = {},
 ): RerankingModelV4 {
   if (modelId.trim() === "") {
     throw new ValidationError("modelId must name a reranker model the sidecar serves", {
@@ -35,7 +31,6 @@ export function ragsidecarReranking(
     });
   }
   const reranker = "reranker" in source ? source.reranker : source;
-  const warn = settings.warn ?? ((message: string) => console.warn(message));
   return {
     specificationVersion: "v4",
     provider: "ragsidecar",
@@ -47,13 +42,18 @@ export function ragsidecarReranking(
         { query: options.query, documents: texts, model: modelId, ...(options.topN !== undefined ? { topN: options.topN } : {}), ...extra },
         options.abortSignal ? { signal: options.abortSignal } : {},
       );
+      const warnings: SharedV4Warning[] = [];
       if (response.results.length === 0 && texts.length > 0) {
-        warn(`ragsidecar reranker ${modelId}: no result for ${texts.length} documents (minRelevanceScore or topN 0)`);
+        warnings.push({ type: "other", message: `no result for ${texts.length} documents (minRelevanceScore or topN 0)` });
+      }
+      if (options.headers && Object.keys(options.headers).length > 0) {
+        warnings.push({ type: "unsupported", feature: "headers", details: "the sidecar is called over gRPC; configure the client instead" });
       }
       return {
         // The client checked that every result references a sent document once and applied topN after scoring.
         ranking: response.results.map((r) => ({ index: r.index, relevanceScore: r.relevanceScore })),
         response: { modelId: response.model || modelId, timestamp: new Date() },
+        warnings,
         providerMetadata: { ragsidecar: { pairs: response.usage.pairs, tokens: response.usage.tokens, totalUs: response.timing.totalUs } },
       };
     },

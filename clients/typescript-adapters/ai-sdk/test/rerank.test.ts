@@ -39,14 +39,21 @@ describe("ragsidecarReranking in rerank()", () => {
     assert.throws(() => ragsidecarReranking(sidecar.client, " "), /modelId must name a reranker model/);
   });
 
-  it("reports an empty ranking of a non-empty input", async () => {
-    const warnings: string[] = [];
-    const model = ragsidecarReranking(sidecar.client, CROSS_ENCODER, { warn: (message) => warnings.push(message) });
-    const result = await rerank({
-      model, documents, query: "shipping", providerOptions: { ragsidecar: { minRelevanceScore: 1 } },
-    });
-    assert.deepEqual(result.ranking, []);
-    assert.equal(warnings.length, 1);
-    assert.match(warnings[0]!, /no result for 6 documents/);
+  it("reports an empty ranking of a non-empty input, and headers, as warnings the AI SDK logs", async () => {
+    const logged: unknown[] = [];
+    globalThis.AI_SDK_LOG_WARNINGS = (options) => logged.push(...options.warnings);
+    try {
+      const result = await rerank({
+        model: ragsidecarReranking(sidecar.client, CROSS_ENCODER), documents, query: "shipping",
+        providerOptions: { ragsidecar: { minRelevanceScore: 1 } }, headers: { "x-trace": "1" },
+      });
+      assert.deepEqual(result.ranking, []);
+      assert.deepEqual(logged, [
+        { type: "other", message: "no result for 6 documents (minRelevanceScore or topN 0)" },
+        { type: "unsupported", feature: "headers", details: "the sidecar is called over gRPC; configure the client instead" },
+      ]);
+    } finally {
+      globalThis.AI_SDK_LOG_WARNINGS = undefined;
+    }
   });
 });
