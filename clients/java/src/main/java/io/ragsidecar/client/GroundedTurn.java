@@ -10,7 +10,6 @@ import io.ragsidecar.v1.OwnerSearch;
 import io.ragsidecar.v1.TurnGrounding;
 import io.ragsidecar.v1.Timing;
 import io.ragsidecar.v1.Usage;
-import io.ragsidecar.v1.DirectKnowledgeBlock;
 
 /**
  * What {@link SidecarChat#groundTurn} gives a chat turn: the outbound conversation to send to the model as is, and
@@ -116,7 +115,7 @@ public record GroundedTurn(
       FailOpenReason failOpenReason,
       String detail,
       List<String> searchedSources,
-      List<DirectKnowledgeBlock> directBlocks) {
+      List<DirectBlock> directBlocks) {
 
     public OwnerOutcome {
       Objects.requireNonNull(ownerId, "ownerId");
@@ -129,7 +128,8 @@ public record GroundedTurn(
 
     static OwnerOutcome fromProto(io.ragsidecar.v1.OwnerOutcome o) {
       return new OwnerOutcome(o.getOwnerId(), o.getSearch(), o.getDocumentCount(), o.getFailOpenReason(),
-          o.getDetail(), o.getSearchedSourcesList(), o.getDirectBlocksList());
+          o.getDetail(), o.getSearchedSourcesList(),
+          o.getDirectBlocksList().stream().map(DirectBlock::fromProto).toList());
     }
 
     /** Whether its SEARCH evidence was given. */

@@ -15,7 +15,6 @@ import io.ragsidecar.v1.DeleteDocumentsResponse;
 import io.ragsidecar.v1.EnforceRequest;
 import io.ragsidecar.v1.MemoryDocument;
 import io.ragsidecar.v1.PrepareChatKnowledgeRequest;
-import io.ragsidecar.v1.PrepareChatKnowledgeResponse;
 import io.ragsidecar.v1.RequireLoadedRequest;
 import io.ragsidecar.v1.RequireReadyRequest;
 import io.ragsidecar.v1.SearchRequest;
@@ -160,14 +159,15 @@ public final class SidecarRetrieval {
    * Measures every enabled DIRECT entry of an agent's chat knowledge against its budget, once at agent init, and
    * returns the blocks each chat turn gives.
    */
-  public PrepareChatKnowledgeResponse prepareChatKnowledge(PrepareChatKnowledgeRequest request) {
-    return context.call(RetrievalServiceGrpc.getPrepareChatKnowledgeMethod(), scoped(request), timeout);
+  public PreparedChatKnowledge prepareChatKnowledge(PrepareChatKnowledgeRequest request) {
+    return PreparedChatKnowledge.fromProto(
+        context.call(RetrievalServiceGrpc.getPrepareChatKnowledgeMethod(), scoped(request), timeout));
   }
 
   /** Asynchronous {@link #prepareChatKnowledge(PrepareChatKnowledgeRequest)}. */
-  public CompletableFuture<PrepareChatKnowledgeResponse> prepareChatKnowledgeAsync(
-      PrepareChatKnowledgeRequest request) {
-    return async(RetrievalServiceGrpc.getPrepareChatKnowledgeMethod(), () -> scoped(request), Function.identity());
+  public CompletableFuture<PreparedChatKnowledge> prepareChatKnowledgeAsync(PrepareChatKnowledgeRequest request) {
+    return async(RetrievalServiceGrpc.getPrepareChatKnowledgeMethod(), () -> scoped(request),
+        PreparedChatKnowledge::fromProto);
   }
 
   // ---- Search ---------------------------------------------------------------------------------------------------

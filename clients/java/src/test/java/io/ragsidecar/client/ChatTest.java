@@ -128,7 +128,7 @@ class ChatTest {
       assertEquals(OwnerSearch.OWNER_SEARCH_GROUNDED, ada.search());
       assertTrue(ada.documentCount() >= 1 && ada.documentCount() <= 3, "documents: " + ada.documentCount());
       assertEquals(List.of("orders"), ada.searchedSources());
-      assertEquals(List.of("persona"), ada.directBlocks().stream().map(b -> b.getSource()).toList());
+      assertEquals(List.of("persona"), ada.directBlocks().stream().map(DirectBlock::source).toList());
       // The evidence sits inside the fence of the last system message, after the request section and the state.
       ChatMessage last = turn.conversation().stream().filter(m -> m.getRole().equals("system"))
           .reduce((a, b) -> b).orElseThrow();

@@ -46,7 +46,6 @@ import io.ragsidecar.v1.KnowledgeOnFailure;
 import io.ragsidecar.v1.KnowledgeReadiness;
 import io.ragsidecar.v1.KnowledgeUse;
 import io.ragsidecar.v1.PrepareChatKnowledgeRequest;
-import io.ragsidecar.v1.PrepareChatKnowledgeResponse;
 import io.ragsidecar.v1.RequireLoadedRequest;
 import io.ragsidecar.v1.RequireReadyRequest;
 import io.ragsidecar.v1.RetrievedChunk;
@@ -320,15 +319,15 @@ class RetrievalTest {
   void prepareChatKnowledgeMeasuresDirectEntries() {
     List<KnowledgeEntry> entries = List.of(PRODUCTS, PERSONA,
         inline("rules", DIRECT, "Never share card numbers.").setMaxTokens(50).build());
-    PrepareChatKnowledgeResponse prepared = retrieval.prepareChatKnowledge(PrepareChatKnowledgeRequest.newBuilder()
+    PreparedChatKnowledge prepared = retrieval.prepareChatKnowledge(PrepareChatKnowledgeRequest.newBuilder()
         .setAgentId("ada").addAllEntries(entries).setLlm(llm("test-model", 10000)).build());
-    assertEquals(List.of("persona", "rules"),
-        prepared.getBlocksList().stream().map(b -> b.getSource()).toList());
-    assertEquals(List.of(1, 2), prepared.getBlocksList().stream().map(b -> b.getPosition()).toList());
-    assertTrue(prepared.getBlocks(0).getSharedBudget());
-    assertEquals(50, prepared.getBlocks(1).getBudgetTokens());
-    assertTrue(prepared.getBlocks(1).getText().contains("card numbers"));
-    assertEquals(2500, prepared.getDefaultBudgetTokens());
+    assertEquals(List.of("persona", "rules"), prepared.blocks().stream().map(DirectBlock::source).toList());
+    assertEquals(List.of(1, 2), prepared.blocks().stream().map(DirectBlock::position).toList());
+    assertTrue(prepared.blocks().get(0).sharedBudget());
+    assertEquals(50, prepared.blocks().get(1).budgetTokens());
+    assertTrue(prepared.blocks().get(1).text().contains("card numbers"));
+    assertEquals(2500, prepared.defaultBudgetTokens());
+    assertEquals(10000, prepared.inputWindowTokens());
 
     FailedPreconditionException noWindow = assertThrows(FailedPreconditionException.class,
         () -> retrieval.prepareChatKnowledge(PrepareChatKnowledgeRequest.newBuilder().setAgentId("ada")
