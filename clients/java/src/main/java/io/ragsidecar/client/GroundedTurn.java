@@ -4,10 +4,7 @@ import java.util.List;
 import java.util.Objects;
 import java.util.Optional;
 import io.ragsidecar.v1.ChatMessage;
-import io.ragsidecar.v1.FailOpenReason;
 import io.ragsidecar.v1.GroundTurnResponse;
-import io.ragsidecar.v1.OwnerSearch;
-import io.ragsidecar.v1.TurnGrounding;
 import io.ragsidecar.v1.Timing;
 import io.ragsidecar.v1.Usage;
 
@@ -21,7 +18,7 @@ import io.ragsidecar.v1.Usage;
  *
  * @param conversation the outbound conversation, oldest first
  * @param grounding whether the turn was grounded, as a whole
- * @param detail human-readable detail for {@code TURN_GROUNDING_RENDER_FAILED}; empty otherwise
+ * @param detail human-readable detail for {@link Grounding#RENDER_FAILED}; empty otherwise
  * @param owners one outcome per owner, in the request's owner order
  * @param staleFallbacks sources served from their last good index; empty when none
  * @param usage embedding and rerank work spent
@@ -29,7 +26,7 @@ import io.ragsidecar.v1.Usage;
  */
 public record GroundedTurn(
     List<ChatMessage> conversation,
-    TurnGrounding grounding,
+    Grounding grounding,
     String detail,
     List<OwnerOutcome> owners,
     List<RetrievedContext.StaleFallback> staleFallbacks,
@@ -50,7 +47,9 @@ public record GroundedTurn(
   }
 
   static GroundedTurn fromProto(GroundTurnResponse r) {
-    return new GroundedTurn(r.getConversationList(), r.getGrounding(), r.getDetail(),
+    return new GroundedTurn(r.getConversationList(),
+        named(Grounding.class, r.getGrounding(), "TURN_GROUNDING_", Grounding.UNKNOWN, Grounding.UNKNOWN),
+        r.getDetail(),
         r.getOwnersList().stream().map(OwnerOutcome::fromProto).toList(),
         r.getStaleFallbacksList().stream().map(RetrievedContext.StaleFallback::fromProto).toList(),
         r.getUsage(), r.getTiming());
@@ -58,7 +57,7 @@ public record GroundedTurn(
 
   /** Whether knowledge was given: at least one DIRECT block or one piece of evidence is in the fence. */
   public boolean isGrounded() {
-    return grounding == TurnGrounding.TURN_GROUNDING_GROUNDED;
+    return grounding == Grounding.GROUNDED;
   }
 
   /** The outcome of this owner; empty when the turn did not list it. */
@@ -102,8 +101,8 @@ public record GroundedTurn(
    *
    * @param ownerId the owner's id
    * @param search what happened to its SEARCH knowledge
-   * @param documentCount pieces of evidence given for it; 0 unless {@code search} is {@code OWNER_SEARCH_GROUNDED}
-   * @param failOpenReason why it failed open; {@code FAIL_OPEN_REASON_UNSPECIFIED} unless it did
+   * @param documentCount pieces of evidence given for it; 0 unless {@code search} is {@link OwnerSearch#GROUNDED}
+   * @param failOpenReason why it failed open; {@link FailOpenReason#NONE} unless it did
    * @param detail human-readable detail of a failure (not a stable string); empty otherwise
    * @param searchedSources the binding sources searched, in the order searched
    * @param directBlocks the DIRECT blocks given, in declaration order (their text is in the conversation, not here)
@@ -127,19 +126,90 @@ public record GroundedTurn(
     }
 
     static OwnerOutcome fromProto(io.ragsidecar.v1.OwnerOutcome o) {
-      return new OwnerOutcome(o.getOwnerId(), o.getSearch(), o.getDocumentCount(), o.getFailOpenReason(),
+      return new OwnerOutcome(o.getOwnerId(),
+          named(OwnerSearch.class, o.getSearch(), "OWNER_SEARCH_", OwnerSearch.UNKNOWN, OwnerSearch.UNKNOWN),
+          o.getDocumentCount(),
+          named(FailOpenReason.class, o.getFailOpenReason(), "FAIL_OPEN_REASON_", FailOpenReason.NONE,
+              FailOpenReason.UNKNOWN),
           o.getDetail(), o.getSearchedSourcesList(),
           o.getDirectBlocksList().stream().map(DirectBlock::fromProto).toList());
     }
 
     /** Whether its SEARCH evidence was given. */
     public boolean isGrounded() {
-      return search == OwnerSearch.OWNER_SEARCH_GROUNDED;
+      return search == OwnerSearch.GROUNDED;
     }
 
     /** Whether it was searched but failed open ({@link #failOpenReason()} says why). */
     public boolean failedOpen() {
-      return search == OwnerSearch.OWNER_SEARCH_FAILED_OPEN;
+      return search == OwnerSearch.FAILED_OPEN;
     }
+  }
+
+  /** Whether a turn was grounded, as a whole. */
+  public enum Grounding {
+    /** Knowledge was given: at least one DIRECT block or one piece of evidence is in the fence. */
+    GROUNDED,
+    /** The turn has no owners: no state and no knowledge. */
+    NO_OWNERS,
+    /** The turn has no retrieval context: state only, no knowledge read. */
+    NO_CONTEXT,
+    /** The latest user message is missing or blank: dispatched ungrounded (state only). */
+    NO_USER_MESSAGE,
+    /** Rendering failed: dispatched ungrounded (state only); {@link GroundedTurn#detail()} says why. */
+    RENDER_FAILED,
+    /** The turn was eligible but nothing was given (every owner failed open or had nothing to give). */
+    NOTHING_GIVEN,
+    /** A value this client version does not know. */
+    UNKNOWN
+  }
+
+  /** What happened to one owner's SEARCH knowledge. */
+  public enum OwnerSearch {
+    /** Searched; {@link OwnerOutcome#documentCount()} pieces of evidence were given. */
+    GROUNDED,
+    /** Searched, but failed open: {@link OwnerOutcome#failOpenReason()} says why; none of its evidence was given. */
+    FAILED_OPEN,
+    /** The owner declares SEARCH knowledge, but the turn has no binding for it: not searched. */
+    NO_BINDING,
+    /** The owner has no SEARCH knowledge and no binding: nothing to search. */
+    NO_SEARCH_KNOWLEDGE,
+    /** Not searched because the turn reads no knowledge (no context, no user message, or rendering failed). */
+    NOT_ATTEMPTED,
+    /** A value this client version does not know. */
+    UNKNOWN
+  }
+
+  /** Why an owner failed open. */
+  public enum FailOpenReason {
+    /** It did not fail open. */
+    NONE,
+    /** A recoverable retrieval failure (a binding's search failed). */
+    RETRIEVAL_FAILED,
+    /** The searches returned nothing. */
+    EMPTY_RESULT,
+    /** The evidence did not fit the room left in the input window. */
+    EVIDENCE_OVERSIZED,
+    /** The context's deadline was spent before or during this owner's searches. */
+    DEADLINE_EXCEEDED,
+    /** A value this client version does not know. */
+    UNKNOWN
+  }
+
+  /**
+   * The constant of {@code type} named like {@code value} without its {@code prefix}: {@code unspecified} for the
+   * proto's {@code _UNSPECIFIED}, {@code unknown} for a value newer than this client.
+   */
+  static <E extends Enum<E>> E named(Class<E> type, Enum<?> value, String prefix, E unspecified, E unknown) {
+    String name = value.name();
+    if (name.equals(prefix + "UNSPECIFIED")) {
+      return unspecified;
+    }
+    for (E constant : type.getEnumConstants()) {
+      if (name.equals(prefix + constant.name())) {
+        return constant;
+      }
+    }
+    return unknown;
   }
 }

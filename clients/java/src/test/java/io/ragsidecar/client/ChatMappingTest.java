@@ -34,6 +34,10 @@ class ChatMappingTest {
     assertEquals(2, turn.documentCount());
     assertTrue(turn.owner("ada").orElseThrow().isGrounded());
     assertTrue(turn.owner("bob").orElseThrow().failedOpen());
+    assertEquals(GroundedTurn.Grounding.GROUNDED, turn.grounding());
+    assertEquals(GroundedTurn.OwnerSearch.FAILED_OPEN, turn.owner("bob").orElseThrow().search());
+    assertEquals(GroundedTurn.FailOpenReason.EMPTY_RESULT, turn.owner("bob").orElseThrow().failOpenReason());
+    assertEquals(GroundedTurn.FailOpenReason.NONE, turn.owner("ada").orElseThrow().failOpenReason());
     assertFalse(turn.owner("carol").isPresent());
     assertEquals(List.of("orders"), turn.owner("ada").orElseThrow().searchedSources());
   }
@@ -43,8 +47,19 @@ class ChatMappingTest {
     GroundedTurn turn = GroundedTurn.fromProto(GroundTurnResponse.newBuilder()
         .addConversation(ChatRequests.user("Hi")).setGrounding(TurnGrounding.TURN_GROUNDING_NO_OWNERS).build());
     assertFalse(turn.isGrounded());
+    assertEquals(GroundedTurn.Grounding.NO_OWNERS, turn.grounding());
     assertTrue(turn.systemText().isEmpty());
     assertEquals("", turn.knowledge());
+  }
+
+  @Test
+  void valuesNewerThanTheClientReadAsUnknown() {
+    GroundedTurn turn = GroundedTurn.fromProto(GroundTurnResponse.newBuilder().setGroundingValue(99)
+        .addOwners(OwnerOutcome.newBuilder().setOwnerId("ada").setSearchValue(99).setFailOpenReasonValue(99))
+        .build());
+    assertEquals(GroundedTurn.Grounding.UNKNOWN, turn.grounding());
+    assertEquals(GroundedTurn.OwnerSearch.UNKNOWN, turn.owners().get(0).search());
+    assertEquals(GroundedTurn.FailOpenReason.UNKNOWN, turn.owners().get(0).failOpenReason());
   }
 
   @Test

@@ -38,14 +38,11 @@ import io.ragsidecar.v1.AppendToBindingRequest;
 import io.ragsidecar.v1.ChatMessage;
 import io.ragsidecar.v1.ChatOwner;
 import io.ragsidecar.v1.CloseBindingRequest;
-import io.ragsidecar.v1.FailOpenReason;
 import io.ragsidecar.v1.GroundTurnRequest;
 import io.ragsidecar.v1.InvalidateBindingRequest;
 import io.ragsidecar.v1.OpenBindingRequest;
-import io.ragsidecar.v1.OwnerSearch;
 import io.ragsidecar.v1.RedactionRoot;
 import io.ragsidecar.v1.TurnBinding;
-import io.ragsidecar.v1.TurnGrounding;
 import io.ragsidecar.v1.KnowledgeEntry;
 import io.ragsidecar.v1.KnowledgeUse;
 import io.ragsidecar.v1.MemoryDocument;
@@ -122,10 +119,10 @@ class ChatTest {
 
       GroundedTurn turn = chat.groundTurn(request);
 
-      assertEquals(TurnGrounding.TURN_GROUNDING_GROUNDED, turn.grounding());
+      assertEquals(GroundedTurn.Grounding.GROUNDED, turn.grounding());
       assertTrue(turn.isGrounded());
       GroundedTurn.OwnerOutcome ada = turn.owner("ada").orElseThrow();
-      assertEquals(OwnerSearch.OWNER_SEARCH_GROUNDED, ada.search());
+      assertEquals(GroundedTurn.OwnerSearch.GROUNDED, ada.search());
       assertTrue(ada.documentCount() >= 1 && ada.documentCount() <= 3, "documents: " + ada.documentCount());
       assertEquals(List.of("orders"), ada.searchedSources());
       assertEquals(List.of("persona"), ada.directBlocks().stream().map(DirectBlock::source).toList());
@@ -148,7 +145,7 @@ class ChatTest {
       // In a turn without owners the outbound copy is stripped back to the stored conversation.
       GroundedTurn bare = chat.groundTurn(GroundTurnRequest.newBuilder()
           .addAllConversation(turn.conversation()).build());
-      assertEquals(TurnGrounding.TURN_GROUNDING_NO_OWNERS, bare.grounding());
+      assertEquals(GroundedTurn.Grounding.NO_OWNERS, bare.grounding());
       assertEquals(sent, bare.conversation());
       assertEquals("", bare.knowledge());
     }
@@ -171,7 +168,7 @@ class ChatTest {
       GroundedTurn empty = chat.groundTurn(turn("did a toaster arrive", log.turnBinding()));
       GroundedTurn.OwnerOutcome ada = empty.owner("ada").orElseThrow();
       assertTrue(ada.failedOpen());
-      assertEquals(FailOpenReason.FAIL_OPEN_REASON_EMPTY_RESULT, ada.failOpenReason());
+      assertEquals(GroundedTurn.FailOpenReason.EMPTY_RESULT, ada.failOpenReason());
       assertFalse(empty.knowledge().contains("toaster"));
       ValidationException invalid = assertThrows(ValidationException.class,
           () -> log.append(document("a", "x"), document("a", "y")));
@@ -388,7 +385,7 @@ class ChatTest {
           .owners(owner("ada", "", ORDERS_ENTRY)).bindings(orders).context(ChatRequests.context().setRunId("r1"))
           .llm(llm("test-model", 8000)).build();
       GroundedTurn grounded = chat.groundTurn(turn);
-      assertEquals(OwnerSearch.OWNER_SEARCH_GROUNDED, grounded.owner("ada").orElseThrow().search());
+      assertEquals(GroundedTurn.OwnerSearch.GROUNDED, grounded.owner("ada").orElseThrow().search());
       assertTrue(grounded.knowledge().contains("Order 1001"), grounded.knowledge());
       assertEquals(grounded.knowledge(), chat.groundTurnAsync(turn).join().knowledge());
       // An unscoped facade sends the turn as built, with the principal given: the turn names its own scope.
