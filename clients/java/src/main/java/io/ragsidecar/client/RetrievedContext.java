@@ -6,6 +6,7 @@ import java.util.Objects;
 import io.ragsidecar.v1.Timing;
 import io.ragsidecar.v1.Usage;
 import io.ragsidecar.v1.ContextBlock;
+import io.ragsidecar.v1.KnowledgeUse;
 import io.ragsidecar.v1.EnforceResponse;
 
 /**
@@ -35,7 +36,7 @@ public record RetrievedContext(
     int documentCount,
     List<StaleFallback> staleFallbacks,
     boolean truncated,
-    List<ContextBlock> blocks,
+    List<Block> blocks,
     String query,
     Usage usage,
     Timing timing) {
@@ -50,7 +51,7 @@ public record RetrievedContext(
   static RetrievedContext fromProto(EnforceResponse r) {
     return new RetrievedContext(r.getRetrievedContext(), r.getDocumentCount(),
         r.getStaleFallbacksList().stream().map(StaleFallback::fromProto).toList(), r.getTruncated(),
-        r.getBlocksList(), r.getQuery(), r.getUsage(), r.getTiming());
+        r.getBlocksList().stream().map(Block::fromProto).toList(), r.getQuery(), r.getUsage(), r.getTiming());
   }
 
   /** Whether nothing was retrieved (the benign empty case). */
@@ -61,6 +62,29 @@ public record RetrievedContext(
   /** The names of the sources in {@link #staleFallbacks()}, in order. */
   public List<String> staleSources() {
     return staleFallbacks.stream().map(StaleFallback::source).toList();
+  }
+
+  /**
+   * The text one knowledge source contributed to the context.
+   *
+   * @param source the knowledge source's name
+   * @param use how it was consumed
+   * @param chunks the chunks given, in the order they appear in the block: source order for DIRECT and SEQUENTIAL
+   *     (unscored), descending score for SEARCH
+   * @param tokens tokens the rendered block takes, as the sidecar's token counter counts them
+   * @param truncated whether the block lost text to the context window
+   */
+  public record Block(String source, KnowledgeUse use, List<KnowledgeChunk> chunks, int tokens, boolean truncated) {
+    public Block {
+      Objects.requireNonNull(source, "source");
+      Objects.requireNonNull(use, "use");
+      chunks = List.copyOf(chunks);
+    }
+
+    static Block fromProto(ContextBlock b) {
+      return new Block(b.getSource(), b.getUse(), b.getChunksList().stream().map(KnowledgeChunk::fromProto).toList(),
+          b.getTokens(), b.getTruncated());
+    }
   }
 
   /**

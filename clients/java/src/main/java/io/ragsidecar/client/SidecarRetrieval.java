@@ -177,7 +177,7 @@ public final class SidecarRetrieval {
    * {@code score} is what hits are ranked by: the fused retrieval score, or for an entry that reranks, by default the
    * fusion of the reranker's order with the retrieval order; the rerank relevance only with
    * {@link RetrievalRequests#rerank RERANK_ORDER_RERANKER}. The relevance itself is always
-   * {@link SearchResult.Hit#rerankScore()}.
+   * {@link KnowledgeChunk#rerankScore()}.
    */
   public SearchResult search(SearchRequest request) {
     return SearchResult.fromProto(context.call(RetrievalServiceGrpc.getSearchMethod(), scoped(request), timeout));

@@ -38,7 +38,6 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.extension.ExtendWith;
-import io.ragsidecar.v1.ContextBlock;
 import io.ragsidecar.v1.EnforceRequest;
 import io.ragsidecar.v1.KnowledgeEntry;
 import io.ragsidecar.v1.KnowledgeNames;
@@ -48,7 +47,6 @@ import io.ragsidecar.v1.KnowledgeUse;
 import io.ragsidecar.v1.PrepareChatKnowledgeRequest;
 import io.ragsidecar.v1.RequireLoadedRequest;
 import io.ragsidecar.v1.RequireReadyRequest;
-import io.ragsidecar.v1.RetrievedChunk;
 import io.ragsidecar.v1.RerankOrder;
 import io.ragsidecar.v1.SearchOptions;
 import io.ragsidecar.v1.SearchRequest;
@@ -140,7 +138,7 @@ class RetrievalTest {
   }
 
   private static String topDocument(RetrievedContext context) {
-    return context.blocks().get(0).getChunks(0).getProvenance().getDocumentId();
+    return context.blocks().get(0).chunks().get(0).documentId();
   }
 
   // ---- ValidateConfiguration ------------------------------------------------------------------------------------
@@ -193,10 +191,11 @@ class RetrievalTest {
     assertFalse(context.truncated());
     assertEquals(List.of(), context.staleFallbacks());
     assertEquals(1, context.blocks().size());
-    ContextBlock block = context.blocks().get(0);
-    assertEquals("persona", block.getSource());
-    assertEquals(DIRECT, block.getUse());
-    assertFalse(block.getChunks(0).hasScore());
+    RetrievedContext.Block block = context.blocks().get(0);
+    assertEquals("persona", block.source());
+    assertEquals(DIRECT, block.use());
+    assertFalse(block.chunks().get(0).proto().hasScore());
+    assertFalse(block.chunks().get(0).isScored());
   }
 
   @Test
@@ -213,8 +212,8 @@ class RetrievalTest {
       assertEquals(expected, topDocument(context), context.retrievedContext());
       assertTrue(context.retrievedContext().startsWith("### Knowledge: products (SEARCH)"));
       assertTrue(context.retrievedContext().contains("products.jsonl"));
-      RetrievedChunk top = context.blocks().get(0).getChunks(0);
-      assertTrue(top.hasScore() && top.getScores().getDense() > 0, top::toString);
+      KnowledgeChunk top = context.blocks().get(0).chunks().get(0);
+      assertTrue(top.isScored() && top.proto().getScores().getDense() > 0, top::toString);
       assertTrue(context.documentCount() >= 1 && context.documentCount() <= 3);
     });
   }
@@ -227,7 +226,7 @@ class RetrievalTest {
         .addAllParams(params(ordered("topic", "unrelated words", "claim", "how fast is express shipping?")))
         .build());
     assertEquals("how fast is express shipping?", context.query());
-    assertTrue(context.blocks().get(0).getChunks(0).getText().contains("next business day"));
+    assertTrue(context.blocks().get(0).chunks().get(0).text().contains("next business day"));
 
     // No string parameter, a blank one, no knowledge named: all benign and empty.
     assertTrue(retrieval.enforce(enforce(List.of(PRODUCTS), "products")
@@ -352,7 +351,7 @@ class RetrievalTest {
     KnowledgeEntry tolerant = broken.toBuilder().setOnFailure(KnowledgeOnFailure.KNOWLEDGE_ON_FAILURE_CONTINUE).build();
     RetrievedContext rest = retrieval.enforce(enforce(List.of(tolerant, PERSONA), "broken", "persona")
         .addAllParams(params(ordered("q", "x"))).build());
-    assertEquals(List.of("persona"), rest.blocks().stream().map(ContextBlock::getSource).toList());
+    assertEquals(List.of("persona"), rest.blocks().stream().map(RetrievedContext.Block::source).toList());
 
     KnowledgeEntry missing = file("must", SEARCH, "not-there.md").build();
     KnowledgeNotReadyException notReady = assertThrows(KnowledgeNotReadyException.class,
@@ -396,7 +395,7 @@ class RetrievalTest {
         .setSearch(RetrievalRequests.rerank(null, RerankOrder.RERANK_ORDER_RERANKER)).build());
     assertEquals("toaster", pure.hits().get(0).documentId());
     double previous = Double.POSITIVE_INFINITY;
-    for (SearchResult.Hit hit : pure.hits()) {
+    for (KnowledgeChunk hit : pure.hits()) {
       assertEquals(hit.rerankScore().getAsDouble(), hit.score(), hit::toString);
       assertTrue(hit.score() <= previous, pure::toString);
       previous = hit.score();
@@ -434,7 +433,7 @@ class RetrievalTest {
 
     assertEquals(new SidecarRetrieval.DeleteResult(1, 1, 1), acme.deleteDocuments("notes", List.of("n1", "n1", "zz")));
     assertEquals(List.of("n2"), acme.search(search.toBuilder().setQuery("Bob delivery Saturdays").build())
-        .hits().stream().map(SearchResult.Hit::documentId).toList());
+        .hits().stream().map(KnowledgeChunk::documentId).toList());
 
     ValidationException duplicate = assertThrows(ValidationException.class,
         () -> acme.upsertDocuments("notes", List.of(document("d", "a"), document("d", "b"))));
@@ -526,8 +525,8 @@ class RetrievalTest {
               .addAllParams(params(ordered("question", c.getKey()))).build();
           RetrievedContext context = async ? retrieval.enforceAsync(request).join() : retrieval.enforce(request);
           assertEquals(c.getKey(), context.query());
-          assertEquals("persona", context.blocks().get(0).getSource());
-          return context.blocks().get(1).getChunks(0).getProvenance().getDocumentId();
+          assertEquals("persona", context.blocks().get(0).source());
+          return context.blocks().get(1).chunks().get(0).documentId();
         }));
       }
       for (int i = 0; i < results.size(); i++) {
@@ -543,7 +542,7 @@ class RetrievalTest {
     RetrievedContext context = retrieval.enforce(enforce(List.of(PERSONA, PRODUCTS), "persona")
         .setActionKnowledge(KnowledgeNames.newBuilder().addNames("products"))
         .addAllParams(params(ordered("q", "coffee beans"))).build());
-    assertEquals(List.of("products"), context.blocks().stream().map(ContextBlock::getSource).toList());
+    assertEquals(List.of("products"), context.blocks().stream().map(RetrievedContext.Block::source).toList());
     assertEquals("grinder", topDocument(context));
   }
 }

@@ -76,8 +76,8 @@ class SearchOptionsTest {
         .setQuery(query).setTopK(topK).setSearch(options).build());
   }
 
-  private static List<String> ids(List<SearchResult.Hit> hits) {
-    return hits.stream().map(SearchResult.Hit::chunkId).toList();
+  private static List<String> ids(List<KnowledgeChunk> hits) {
+    return hits.stream().map(KnowledgeChunk::chunkId).toList();
   }
 
   @Test
@@ -95,12 +95,12 @@ class SearchOptionsTest {
 
   @Test
   void groupByDocumentGivesEachDocumentsBestChunk() {
-    List<SearchResult.Hit> chunks = search(QUERY, 100, SearchOptions.newBuilder()).hits();
+    List<KnowledgeChunk> chunks = search(QUERY, 100, SearchOptions.newBuilder()).hits();
     List<String> documents = new ArrayList<>(new LinkedHashSet<>(
-        chunks.stream().map(SearchResult.Hit::documentId).toList()));
-    List<SearchResult.Hit> grouped = search(QUERY, 3, SearchOptions.newBuilder().setGroupByDocument(true)).hits();
-    assertEquals(documents.subList(0, 3), grouped.stream().map(SearchResult.Hit::documentId).toList());
-    for (SearchResult.Hit hit : grouped) {
+        chunks.stream().map(KnowledgeChunk::documentId).toList()));
+    List<KnowledgeChunk> grouped = search(QUERY, 3, SearchOptions.newBuilder().setGroupByDocument(true)).hits();
+    assertEquals(documents.subList(0, 3), grouped.stream().map(KnowledgeChunk::documentId).toList());
+    for (KnowledgeChunk hit : grouped) {
       String best = chunks.stream().filter(h -> h.documentId().equals(hit.documentId())).findFirst().orElseThrow()
           .chunkId();
       assertEquals(best, hit.chunkId());
@@ -111,7 +111,7 @@ class SearchOptionsTest {
   void retrievalModeLexicalFindsTheRareWordAndDenseHasNoBm25() {
     SearchResult lexical = search(RARE + " ledger", 10,
         SearchOptions.newBuilder().setRetrievalMode(RetrievalMode.RETRIEVAL_MODE_LEXICAL));
-    assertEquals(List.of("minerals"), lexical.hits().stream().map(SearchResult.Hit::documentId).toList());
+    assertEquals(List.of("minerals"), lexical.hits().stream().map(KnowledgeChunk::documentId).toList());
     assertTrue(lexical.hits().get(0).proto().getScores().hasBm25());
     SearchResult dense = search(RARE + " ledger", 10,
         SearchOptions.newBuilder().setRetrievalMode(RetrievalMode.RETRIEVAL_MODE_DENSE));
