@@ -48,6 +48,7 @@ test-python: setup
 test-java: setup
 	cd clients/java && mvn -q -B test
 	cd clients/java && mvn -q -B test -Pprotobuf3
+	cd clients/java && mvn -q -B install -DskipTests
 
 test-typescript: setup clients/typescript/node_modules/.installed
 	cd clients/typescript && npm test

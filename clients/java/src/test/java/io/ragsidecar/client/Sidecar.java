@@ -33,7 +33,7 @@ import java.util.regex.Pattern;
  * <p>The executable can be overridden with the system property or environment variable {@code RAGSIDECAR_BIN}, the
  * repository root with the system property {@code ragsidecar.repoRoot} (set by the POM).
  */
-final class Sidecar implements AutoCloseable {
+public final class Sidecar implements AutoCloseable {
   private static final Duration STARTUP_TIMEOUT = Duration.ofSeconds(90);
   private static final Pattern TCP = Pattern.compile("ragsidecar listening on (?!unix:)(\\S+):(\\d+)\\s*$");
   private static final Pattern UNIX = Pattern.compile("ragsidecar listening on unix:(\\S+)\\s*$");
@@ -49,7 +49,7 @@ final class Sidecar implements AutoCloseable {
   private volatile int port;
   private volatile boolean closed;
 
-  static Path repoRoot() {
+  public static Path repoRoot() {
     return Paths.get(System.getProperty("ragsidecar.repoRoot", "../..")).toAbsolutePath().normalize();
   }
 
@@ -61,7 +61,7 @@ final class Sidecar implements AutoCloseable {
   }
 
   /** Starts a sidecar; {@code token} non-null requires it as bearer token; {@code unixSocket} also listens there. */
-  static Sidecar start(String token, boolean unixSocket) {
+  public static Sidecar start(String token, boolean unixSocket) {
     return start(token, unixSocket, false);
   }
 
@@ -71,7 +71,7 @@ final class Sidecar implements AutoCloseable {
    * {@code <tmp>/data}, {@code knowledge_roots} at {@code <tmp>/knowledge} ({@link #knowledgeRoot()}, empty, for the
    * test to fill), {@code models_dir} at the repository's {@code models/}. The folder is deleted on {@link #close}.
    */
-  static Sidecar start(String token, boolean unixSocket, boolean ownKnowledge) {
+  public static Sidecar start(String token, boolean unixSocket, boolean ownKnowledge) {
     return start(token, unixSocket, ownKnowledge, 0);
   }
 
@@ -277,7 +277,7 @@ final class Sidecar implements AutoCloseable {
     return sb.toString();
   }
 
-  int port() {
+  public int port() {
     return port;
   }
 
@@ -286,7 +286,7 @@ final class Sidecar implements AutoCloseable {
   }
 
   /** The sidecar's only knowledge root (started with own knowledge); relative knowledge paths resolve against it. */
-  Path knowledgeRoot() {
+  public Path knowledgeRoot() {
     if (workDir == null) {
       throw new IllegalStateException(name + " runs on the repository's configuration");
     }
@@ -294,7 +294,7 @@ final class Sidecar implements AutoCloseable {
   }
 
   /** A client builder aimed at this sidecar over TCP. */
-  RagSidecarClient.Builder clientBuilder() {
+  public RagSidecarClient.Builder clientBuilder() {
     return RagSidecarClient.builder().host("127.0.0.1").port(port).defaultDeadline(Duration.ofSeconds(30));
   }
 

@@ -13,13 +13,13 @@ import org.junit.jupiter.api.extension.ParameterResolver;
  * {@link Options} starts one sidecar for the whole test run, kept in the root extension store: JUnit closes it (and
  * so stops the process) when the run ends, whether the tests passed or not.
  */
-final class SidecarExtension implements ParameterResolver {
+public final class SidecarExtension implements ParameterResolver {
   private static final ExtensionContext.Namespace NAMESPACE = ExtensionContext.Namespace.create(Sidecar.class);
 
   /** How the injected sidecar is started. */
   @Retention(RetentionPolicy.RUNTIME)
   @Target(ElementType.PARAMETER)
-  @interface Options {
+  public @interface Options {
     /** Bearer token the sidecar requires; empty requires none. */
     String token() default "";
 
