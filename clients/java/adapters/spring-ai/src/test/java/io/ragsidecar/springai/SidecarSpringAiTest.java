@@ -1,0 +1,230 @@
+package io.ragsidecar.springai;
+
+import static io.ragsidecar.client.RetrievalRequests.directory;
+import static io.ragsidecar.client.RetrievalRequests.file;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.ragsidecar.client.KnowledgeScope;
+import io.ragsidecar.client.RagSidecarClient;
+import io.ragsidecar.client.Reranker;
+import io.ragsidecar.client.Sidecar;
+import io.ragsidecar.client.SidecarExtension;
+import io.ragsidecar.client.UnknownModelException;
+import io.ragsidecar.v1.KnowledgeEntry;
+import io.ragsidecar.v1.KnowledgeUse;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+import java.util.Map;
+import java.util.logging.Logger;
+import java.util.logging.SimpleFormatter;
+import java.util.logging.StreamHandler;
+import java.util.stream.Collectors;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.api.extension.ExtendWith;
+import org.springframework.ai.chat.client.ChatClient;
+import org.springframework.ai.chat.messages.AssistantMessage;
+import org.springframework.ai.chat.model.ChatModel;
+import org.springframework.ai.chat.model.ChatResponse;
+import org.springframework.ai.chat.model.Generation;
+import org.springframework.ai.chat.prompt.Prompt;
+import org.springframework.ai.document.Document;
+import org.springframework.ai.rag.Query;
+import org.springframework.ai.rag.advisor.RetrievalAugmentationAdvisor;
+
+/**
+ * The adapter inside Spring AI's own RAG pipeline ({@link RetrievalAugmentationAdvisor} run by a {@link ChatClient})
+ * against the real sidecar, with its real embedder and reranker, on real knowledge files.
+ */
+@ExtendWith(SidecarExtension.class)
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class SidecarSpringAiTest {
+  private static final String ROLE = "com.acme.SupportRole";
+  private static final KnowledgeScope SCOPE = new KnowledgeScope("agent-host", "acme", "s1");
+  private static final KnowledgeUse SEARCH = KnowledgeUse.KNOWLEDGE_USE_SEARCH;
+  private static final KnowledgeEntry PRODUCTS = file("products", SEARCH, "products.jsonl").build();
+  private static final KnowledgeEntry POLICY = directory("policy", SEARCH, "policy").build();
+
+  /** The records of products.jsonl, by id. */
+  private static final Map<String, String> PRODUCTS_JSONL = Map.of(
+      "kettle", "The Kettle K1 holds 1.7 litres of water and brings it to the boil in three minutes.",
+      "blender", "The Blender X2 has a 900 watt motor, six speeds and crushes ice for smoothies.",
+      "toaster", "The Toaster T4 browns four slices of bread at once and has a bagel setting.",
+      "grinder", "The Grinder G3 grinds coffee beans with steel burrs in eighteen coarseness steps.",
+      "fridge", "The Fridge F9 keeps groceries cold with 350 litres of space and an ice dispenser.");
+
+  private RagSidecarClient client;
+  private SidecarDocumentRetriever retriever;
+
+  @BeforeAll
+  void start(@SidecarExtension.Options(ownKnowledge = true) Sidecar sidecar) throws IOException {
+    Path root = sidecar.knowledgeRoot();
+    write(root, "products.jsonl", PRODUCTS_JSONL.entrySet().stream()
+        .map(e -> "{\"id\": \"" + e.getKey() + "\", \"text\": \"" + e.getValue() + "\"}")
+        .collect(Collectors.joining("\n", "", "\n")));
+    write(root, "policy/returns.md", "# Returns policy\n\nItems can be returned within 30 days of delivery.\n");
+    client = sidecar.clientBuilder().defaultDeadline(Duration.ofSeconds(120)).build();
+    retriever = SidecarDocumentRetriever.builder(client.retrieval().withScope(SCOPE), ROLE, List.of(PRODUCTS, POLICY))
+        .topK(5).build();
+  }
+
+  @AfterAll
+  void stop() {
+    client.close();
+  }
+
+  private static void write(Path root, String relative, String text) throws IOException {
+    Path path = root.resolve(relative);
+    Files.createDirectories(path.getParent());
+    Files.writeString(path, text, StandardCharsets.UTF_8);
+  }
+
+  /** A stand-in for an LLM: it answers with the prompt it was given, so the test reads what the advisor built. */
+  private static final class EchoChatModel implements ChatModel {
+    @Override
+    public ChatResponse call(Prompt prompt) {
+      return new ChatResponse(List.of(new Generation(new AssistantMessage(prompt.getContents()))));
+    }
+  }
+
+  @Test
+  void advisorPutsTheSidecarsDocumentsIntoThePromptReranked() {
+    String question = "Which appliance toasts four slices of bread?";
+    RetrievalAugmentationAdvisor advisor = RetrievalAugmentationAdvisor.builder().documentRetriever(retriever)
+        .documentPostProcessors(SidecarDocumentPostProcessor.builder(client).topN(2).build()).build();
+    ChatClient chat = ChatClient.builder(new EchoChatModel()).defaultAdvisors(advisor).build();
+
+    ChatResponse response = chat.prompt().user(question).call().chatResponse();
+    String prompt = response.getResult().getOutput().getText();
+    List<Document> context = response.getMetadata().get(RetrievalAugmentationAdvisor.DOCUMENT_CONTEXT);
+
+    // The retriever found more than the reranker kept; the two kept are the reranker's best two, in its order.
+    List<Document> retrieved = retriever.retrieve(new Query(question));
+    assertTrue(retrieved.size() > 2, retrieved::toString);
+    List<String> bestTwo = client.reranker().rerank(Reranker.Request.builder().query(question)
+            .documents(retrieved.stream().map(d -> Reranker.Document.of("", d.getText())).toList()).build())
+        .stream().limit(2).map(r -> retrieved.get(r.index()).getText()).toList();
+    assertEquals(bestTwo, context.stream().map(Document::getText).toList());
+    assertEquals(PRODUCTS_JSONL.get("toaster"), bestTwo.get(0));
+    assertEquals("toaster", context.get(0).getMetadata().get(SidecarDocumentRetriever.DOCUMENT_ID));
+    assertTrue(context.get(0).getScore() >= context.get(1).getScore(), context::toString);
+
+    assertTrue(prompt.contains(question), prompt);
+    assertTrue(prompt.indexOf(bestTwo.get(0)) >= 0, prompt);
+    assertTrue(prompt.indexOf(bestTwo.get(0)) < prompt.indexOf(bestTwo.get(1)), prompt);
+    retrieved.stream().map(Document::getText).filter(text -> !bestTwo.contains(text))
+        .forEach(dropped -> assertFalse(prompt.contains(dropped), dropped));
+  }
+
+  @Test
+  void retrieverMapsHitsOfTheNamedKnowledgeToDocuments() {
+    List<Document> products = SidecarDocumentRetriever.builder(client.retrieval().withScope(SCOPE), ROLE,
+        List.of(PRODUCTS, POLICY)).knowledge("products").topK(3).build()
+        .retrieve(new Query("grind coffee beans"));
+    assertEquals(3, products.size(), products::toString);
+    assertEquals("grinder", products.get(0).getMetadata().get(SidecarDocumentRetriever.DOCUMENT_ID));
+    for (Document d : products) {
+      assertEquals("products", d.getMetadata().get(SidecarDocumentRetriever.SOURCE));
+      assertEquals("products.jsonl", d.getMetadata().get(SidecarDocumentRetriever.FILE));
+      assertFalse(d.getId().isEmpty());
+    }
+    assertTrue(products.get(0).getScore() >= products.get(2).getScore(), products::toString);
+
+    List<Document> policy = retriever.retrieve(new Query("how many days do I have to return an item?"));
+    assertEquals("policy", policy.get(0).getMetadata().get(SidecarDocumentRetriever.SOURCE));
+    assertTrue(policy.get(0).getText().contains("30 days"), policy::toString);
+  }
+
+  @Test
+  void rerankingKeepsTopNOfTheGivenDocumentsEachOnceAfterScoring() {
+    // The best document comes last and two documents share an id, as joined results of several retrievers may.
+    List<Document> given = new ArrayList<>();
+    PRODUCTS_JSONL.forEach((id, text) -> {
+      if (!id.equals("grinder")) {
+        given.add(Document.builder().id("same-id").text(text).build());
+      }
+    });
+    given.add(Document.builder().id("grinder").text(PRODUCTS_JSONL.get("grinder")).build());
+    Query query = new Query("grind coffee beans");
+
+    List<Document> one = SidecarDocumentPostProcessor.builder(client).topN(1).build().process(query, given);
+    assertEquals(List.of("grinder"), one.stream().map(Document::getId).toList());
+
+    List<Document> three = SidecarDocumentPostProcessor.builder(client).topN(3).build().process(query, given);
+    assertEquals(3, three.size());
+    assertEquals(3, three.stream().map(Document::getText).distinct().count());
+    assertTrue(three.stream().allMatch(d -> PRODUCTS_JSONL.containsValue(d.getText())));
+    assertEquals(three.stream().sorted(Comparator.comparing(Document::getScore).reversed()).toList(), three);
+
+    assertEquals(given.size(), SidecarDocumentPostProcessor.builder(client).build().process(query, given).size());
+    assertEquals(List.of(), SidecarDocumentPostProcessor.builder(client).build().process(query, List.of()));
+    // Reranking disabled: the no-op reranker keeps the given order, cut to topN, and the documents as they were.
+    assertEquals(given.subList(0, 2),
+        SidecarDocumentPostProcessor.builder(Reranker.noOp()).topN(2).build().process(query, given));
+  }
+
+  @Test
+  void anUnknownModelFailsClearly() {
+    UnknownModelException unknown = assertThrows(UnknownModelException.class,
+        () -> SidecarDocumentPostProcessor.builder(client).model("no-such-reranker").build()
+            .process(new Query("bread"), List.of(new Document("The Toaster T4 browns bread."))));
+    assertEquals("no-such-reranker", unknown.model());
+  }
+
+  @Test
+  void anEmptyResultOfANonEmptyInputIsLogged() {
+    ByteArrayOutputStream log = new ByteArrayOutputStream();
+    StreamHandler capture = new StreamHandler(log, new SimpleFormatter());
+    Logger logger = Logger.getLogger(SidecarDocumentPostProcessor.class.getName());
+    logger.addHandler(capture);
+    try {
+      SidecarDocumentPostProcessor strict = SidecarDocumentPostProcessor.builder(client).minRelevanceScore(0.9999f)
+          .build();
+      assertEquals(List.of(), strict.process(new Query("toast four slices of bread"), List.of()));
+      capture.flush();
+      assertEquals("", log.toString(StandardCharsets.UTF_8));
+
+      List<Document> none = strict.process(new Query("toast four slices of bread"),
+          List.of(new Document("Penguins live in the southern hemisphere."), new Document("Granite is a rock.")));
+      assertEquals(List.of(), none);
+      capture.flush();
+      String logged = log.toString(StandardCharsets.UTF_8);
+      assertTrue(logged.contains("WARNING") && logged.contains("kept none of 2 documents"), logged);
+    } finally {
+      logger.removeHandler(capture);
+    }
+  }
+
+  @Test
+  void aRerankerThatBreaksTheSpiFailsTheCall() {
+    // A host's own Reranker implementation that answers one document twice: the adapter refuses the answer.
+    Reranker twice = new Reranker() {
+      @Override
+      public boolean supports(String model) {
+        return true;
+      }
+
+      @Override
+      public List<RankedDocument> rerank(Request request) {
+        RankedDocument first = new RankedDocument(0, "", 0.9f, 1f, null, 0);
+        return List.of(first, first);
+      }
+    };
+    IllegalStateException broken = assertThrows(IllegalStateException.class,
+        () -> SidecarDocumentPostProcessor.builder(twice).build()
+            .process(new Query("bread"), List.of(new Document("a"), new Document("b"))));
+    assertTrue(broken.getMessage().contains("twice"), broken.getMessage());
+  }
+}
