@@ -1,0 +1,52 @@
+package com.example.consumer;
+
+import dev.langchain4j.data.segment.TextSegment;
+import dev.langchain4j.rag.content.Content;
+import dev.langchain4j.rag.query.Query;
+import io.ragsidecar.client.KnowledgeScope;
+import io.ragsidecar.client.RagSidecarClient;
+import io.ragsidecar.client.Reranker;
+import io.ragsidecar.client.RetrievalRequests;
+import io.ragsidecar.langchain4j.SidecarContentRetriever;
+import io.ragsidecar.langchain4j.SidecarScoringModel;
+import io.ragsidecar.v1.KnowledgeUse;
+import io.ragsidecar.v1.Target;
+import java.util.List;
+
+/** What a host writes: one client, and each adapter built on it. */
+public final class Consumer implements AutoCloseable {
+  private final RagSidecarClient client;
+
+  public Consumer(RagSidecarClient client) {
+    this.client = client;
+  }
+
+  /** The client's reranker: the ids of the documents, most relevant first. */
+  public List<String> rerank(String query, List<String> texts) {
+    Reranker.Request.Builder request = Reranker.Request.builder().query(query);
+    for (int i = 0; i < texts.size(); i++) {
+      request.document("d" + i, texts.get(i));
+    }
+    return client.reranker().rerank(request.build()).stream().map(Reranker.RankedDocument::id).toList();
+  }
+
+  /** LangChain4j: one relevance per text, in the texts' order. */
+  public List<Double> score(String query, List<String> texts) {
+    return SidecarScoringModel.of(client.reranker())
+        .scoreAll(texts.stream().map(TextSegment::from).toList(), query).content();
+  }
+
+  /** LangChain4j: the texts of the hits of a search over inline knowledge. */
+  public List<String> retrieve(String query, String knowledge) {
+    Target faq = RetrievalRequests.target("com.example.Faq",
+        List.of(RetrievalRequests.inline("faq", KnowledgeUse.KNOWLEDGE_USE_SEARCH, knowledge).build()));
+    SidecarContentRetriever retriever = SidecarContentRetriever.builder().target(faq)
+        .retrieval(client.retrieval().withScope(new KnowledgeScope("consumer", "example", "s1"))).build();
+    return retriever.retrieve(Query.from(query)).stream().map(Content::textSegment).map(TextSegment::text).toList();
+  }
+
+  @Override
+  public void close() {
+    client.close();
+  }
+}
