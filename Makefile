@@ -50,9 +50,10 @@ test-java: setup
 	cd clients/java && mvn -q -B test -Pprotobuf3
 	cd clients/java && mvn -q -B install -DskipTests
 	cd clients/java/adapters/langchain4j && mvn -q -B test
-	cd clients/java/adapters/langchain4j && mvn -q -B install -DskipTests
-	cd tests/external/maven-consumer && mvn -q -B test
 	cd clients/java/adapters/spring-ai && mvn -q -B test
+	cd clients/java/adapters/langchain4j && mvn -q -B install -DskipTests
+	cd clients/java/adapters/spring-ai && mvn -q -B install -DskipTests
+	cd tests/external/maven-consumer && mvn -q -B test
 
 test-typescript: setup clients/typescript/node_modules/.installed
 	cd clients/typescript && npm test

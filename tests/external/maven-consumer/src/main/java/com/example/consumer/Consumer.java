@@ -9,12 +9,17 @@ import io.ragsidecar.client.Reranker;
 import io.ragsidecar.client.RetrievalRequests;
 import io.ragsidecar.langchain4j.SidecarContentRetriever;
 import io.ragsidecar.langchain4j.SidecarScoringModel;
+import io.ragsidecar.springai.SidecarDocumentPostProcessor;
+import io.ragsidecar.springai.SidecarDocumentRetriever;
 import io.ragsidecar.v1.KnowledgeUse;
 import io.ragsidecar.v1.Target;
 import java.util.List;
+import org.springframework.ai.document.Document;
 
 /** What a host writes: one client, and each adapter built on it. */
 public final class Consumer implements AutoCloseable {
+  private static final KnowledgeScope SCOPE = new KnowledgeScope("consumer", "example", "s1");
+
   private final RagSidecarClient client;
 
   public Consumer(RagSidecarClient client) {
@@ -38,11 +43,27 @@ public final class Consumer implements AutoCloseable {
 
   /** LangChain4j: the texts of the hits of a search over inline knowledge. */
   public List<String> retrieve(String query, String knowledge) {
-    Target faq = RetrievalRequests.target("com.example.Faq",
-        List.of(RetrievalRequests.inline("faq", KnowledgeUse.KNOWLEDGE_USE_SEARCH, knowledge).build()));
-    SidecarContentRetriever retriever = SidecarContentRetriever.builder().target(faq)
-        .retrieval(client.retrieval().withScope(new KnowledgeScope("consumer", "example", "s1"))).build();
+    SidecarContentRetriever retriever = SidecarContentRetriever.builder().target(faq(knowledge))
+        .retrieval(client.retrieval().withScope(SCOPE)).build();
     return retriever.retrieve(Query.from(query)).stream().map(Content::textSegment).map(TextSegment::text).toList();
+  }
+
+  /** Spring AI: the texts, most relevant first, cut to the top one. */
+  public List<String> springRerankTop(String query, List<String> texts) {
+    return SidecarDocumentPostProcessor.builder(client).topN(1).build()
+        .process(new org.springframework.ai.rag.Query(query), texts.stream().map(Document::new).toList())
+        .stream().map(Document::getText).toList();
+  }
+
+  /** Spring AI: the texts of the hits of a search over inline knowledge. */
+  public List<String> springRetrieve(String query, String knowledge) {
+    return SidecarDocumentRetriever.builder(client.retrieval().withScope(SCOPE), faq(knowledge)).build()
+        .retrieve(new org.springframework.ai.rag.Query(query)).stream().map(Document::getText).toList();
+  }
+
+  private static Target faq(String knowledge) {
+    return RetrievalRequests.target("com.example.Faq",
+        List.of(RetrievalRequests.inline("faq", KnowledgeUse.KNOWLEDGE_USE_SEARCH, knowledge).build()));
   }
 
   @Override

@@ -47,6 +47,19 @@ class ConsumerTest {
   }
 
   @Test
+  void springAiPostProcessorReranks() {
+    assertEquals(List.of(TEXTS.get(1)), consumer.springRerankTop(QUERY, TEXTS));
+  }
+
+  @Test
+  void springAiRetrieverSearches() {
+    List<String> hits = consumer.springRetrieve("how long do refunds take?",
+        "Refunds go back to the original payment method within 5 business days.");
+    assertEquals(1, hits.size(), hits::toString);
+    assertTrue(hits.get(0).contains("5 business days"), hits::toString);
+  }
+
+  @Test
   void langchain4jContentRetrieverSearches() {
     List<String> hits = consumer.retrieve("how long do refunds take?",
         "Refunds go back to the original payment method within 5 business days.");
