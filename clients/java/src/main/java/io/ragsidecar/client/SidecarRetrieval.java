@@ -5,6 +5,7 @@ import java.time.Duration;
 import java.util.Collection;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
@@ -13,32 +14,34 @@ import java.util.function.Supplier;
 import io.ragsidecar.v1.DeleteDocumentsRequest;
 import io.ragsidecar.v1.DeleteDocumentsResponse;
 import io.ragsidecar.v1.EnforceRequest;
+import io.ragsidecar.v1.Llm;
 import io.ragsidecar.v1.MemoryDocument;
 import io.ragsidecar.v1.PrepareChatKnowledgeRequest;
 import io.ragsidecar.v1.RequireLoadedRequest;
 import io.ragsidecar.v1.RequireReadyRequest;
+import io.ragsidecar.v1.SearchOptions;
 import io.ragsidecar.v1.SearchRequest;
 import io.ragsidecar.v1.SourceCount;
 import io.ragsidecar.v1.UpsertDocumentsRequest;
 import io.ragsidecar.v1.UpsertDocumentsResponse;
 import io.ragsidecar.v1.ValidateConfigurationRequest;
 import io.ragsidecar.v1.RetrievalServiceGrpc;
+import io.ragsidecar.v1.Target;
 
 /**
  * The sidecar's {@code RetrievalService}: knowledge-context injection at action-dispatch time, the server side of the
  * host's {@code RetrievalSpi}, plus {@link #search} and the write side of MEMORY knowledge. Obtained from
  * {@link RagSidecarClient#retrieval()}.
  *
- * <p>Requests are the generated messages in {@code io.ragsidecar.v1} ({@link RetrievalRequests} builds the
- * common parts). Calls are stateless: each request carries the target's declarations it needs. Every request needs a
- * principal and a scope; {@link #withScope(KnowledgeScope)} returns a facade that sets both on every call, replacing
- * whatever the request carried:
+ * <p>The common calls take a target and plain values ({@link RetrievalRequests} builds targets, entries and models);
+ * each has an overload taking the generated request in {@code io.ragsidecar.v1}, for every field the plain ones leave
+ * out. Calls are stateless: each request carries the target's declarations it needs. Every request needs a principal
+ * and a scope; {@link #withScope(KnowledgeScope)} returns a facade that sets both on every call, replacing whatever
+ * the request carried:
  *
  * <pre>{@code
  * SidecarRetrieval retrieval = client.retrieval().withScope(new KnowledgeScope("agent-host", "acme", sessionId));
- * RetrievedContext context = retrieval.enforce(EnforceRequest.newBuilder()
- *     .setTarget(role).setAction("answer").addAllParams(RetrievalRequests.params(params))
- *     .setLlm(RetrievalRequests.llm("gpt-4o")).build());
+ * RetrievedContext context = retrieval.enforce(role, "answer", params, RetrievalRequests.llm("gpt-4o"));
  * }</pre>
  *
  * <p>Immutable and thread-safe: {@code withScope} and {@code withTimeout} return new facades on the same channel,
@@ -102,6 +105,32 @@ public final class SidecarRetrieval {
         ConfigurationValidation::fromProto);
   }
 
+  /**
+   * Checks the target's declarations only ({@code declarations_only}), as the host's one-argument
+   * {@code validateConfiguration} does: no source is read or measured, and no model is needed.
+   */
+  public ConfigurationValidation validateConfiguration(Target target) {
+    return validateConfiguration(declarationsCheck(target));
+  }
+
+  /** Asynchronous {@link #validateConfiguration(Target)}. */
+  public CompletableFuture<ConfigurationValidation> validateConfigurationAsync(Target target) {
+    return validateConfigurationAsync(declarationsCheck(target));
+  }
+
+  /**
+   * Checks the target's declarations and reads and measures its enabled DIRECT sources against their budgets, sized
+   * by this model's input window, as at agent init.
+   */
+  public ConfigurationValidation validateConfiguration(Target target, Llm llm) {
+    return validateConfiguration(budgetCheck(target, llm));
+  }
+
+  /** Asynchronous {@link #validateConfiguration(Target, Llm)}. */
+  public CompletableFuture<ConfigurationValidation> validateConfigurationAsync(Target target, Llm llm) {
+    return validateConfigurationAsync(budgetCheck(target, llm));
+  }
+
   // ---- Enforce --------------------------------------------------------------------------------------------------
 
   /**
@@ -116,6 +145,22 @@ public final class SidecarRetrieval {
   /** Asynchronous {@link #enforce(EnforceRequest)}. */
   public CompletableFuture<RetrievedContext> enforceAsync(EnforceRequest request) {
     return async(RetrievalServiceGrpc.getEnforceMethod(), () -> scoped(request), RetrievedContext::fromProto);
+  }
+
+  /**
+   * {@link #enforce(EnforceRequest)} of this target's action with these parameters, converted by
+   * {@link RetrievalRequests#params(Map)} in the map's iteration order (use a {@link LinkedHashMap}: the first string
+   * value is the default query), on this model ({@code null}: none, so a DIRECT entry without {@code max_tokens}
+   * fails with {@code UNKNOWN_MODEL_WINDOW}).
+   */
+  public RetrievedContext enforce(Target target, String action, Map<String, ?> params, Llm llm) {
+    return enforce(enforceRequest(target, action, params, llm));
+  }
+
+  /** Asynchronous {@link #enforce(Target, String, Map, Llm)}. */
+  public CompletableFuture<RetrievedContext> enforceAsync(Target target, String action, Map<String, ?> params,
+      Llm llm) {
+    return enforceAsync(enforceRequest(target, action, params, llm));
   }
 
   // ---- RequireLoaded / RequireReady -----------------------------------------------------------------------------
@@ -135,6 +180,16 @@ public final class SidecarRetrieval {
         response -> counts(response.getCountsList()));
   }
 
+  /** {@link #requireLoaded(RequireLoadedRequest)} of these SEARCH sources of the target (at least one name). */
+  public LinkedHashMap<String, Integer> requireLoaded(Target target, String... names) {
+    return requireLoaded(loadRequest(target, names));
+  }
+
+  /** Asynchronous {@link #requireLoaded(Target, String...)}. */
+  public CompletableFuture<LinkedHashMap<String, Integer>> requireLoadedAsync(Target target, String... names) {
+    return requireLoadedAsync(loadRequest(target, names));
+  }
+
   /**
    * Checks that every configured WHEN_CONFIGURED source in reach holds at least one unit, and returns each checked
    * source's unit count in sorted name order; empty when nothing was checked.
@@ -151,6 +206,20 @@ public final class SidecarRetrieval {
   public CompletableFuture<LinkedHashMap<String, Integer>> requireReadyAsync(RequireReadyRequest request) {
     return async(RetrievalServiceGrpc.getRequireReadyMethod(), () -> scoped(request),
         response -> counts(response.getCountsList()));
+  }
+
+  /**
+   * {@link #requireReady(RequireReadyRequest)} of this target's sources, FILE and DIRECTORY ones located by these
+   * per-call paths by knowledge name (empty: the declared paths).
+   */
+  public LinkedHashMap<String, Integer> requireReady(Target target, Map<String, String> resolvedPaths) {
+    return requireReady(readyRequest(target, resolvedPaths));
+  }
+
+  /** Asynchronous {@link #requireReady(Target, Map)}. */
+  public CompletableFuture<LinkedHashMap<String, Integer>> requireReadyAsync(Target target,
+      Map<String, String> resolvedPaths) {
+    return requireReadyAsync(readyRequest(target, resolvedPaths));
   }
 
   // ---- PrepareChatKnowledge -------------------------------------------------------------------------------------
@@ -186,6 +255,32 @@ public final class SidecarRetrieval {
   /** Asynchronous {@link #search(SearchRequest)}. */
   public CompletableFuture<SearchResult> searchAsync(SearchRequest request) {
     return async(RetrievalServiceGrpc.getSearchMethod(), () -> scoped(request), SearchResult::fromProto);
+  }
+
+  /**
+   * {@link #search(SearchRequest)} of every enabled SEARCH entry in the target's reach, at most top k hits per source
+   * (at least 1; checked here, since the request's field is unsigned).
+   */
+  public SearchResult search(Target target, String query, int topK) {
+    return search(searchRequest(target, query, topK).build());
+  }
+
+  /** Asynchronous {@link #search(Target, String, int)}. */
+  public CompletableFuture<SearchResult> searchAsync(Target target, String query, int topK) {
+    return searchAsync(searchRequest(target, query, topK).build());
+  }
+
+  /**
+   * {@link #search(Target, String, int)} with these search options replacing each entry's own (for example
+   * {@link RetrievalRequests#rerank}).
+   */
+  public SearchResult search(Target target, String query, int topK, SearchOptions options) {
+    return search(searchRequest(target, query, topK, options));
+  }
+
+  /** Asynchronous {@link #search(Target, String, int, SearchOptions)}. */
+  public CompletableFuture<SearchResult> searchAsync(Target target, String query, int topK, SearchOptions options) {
+    return searchAsync(searchRequest(target, query, topK, options));
   }
 
   // ---- MEMORY writes --------------------------------------------------------------------------------------------
@@ -258,6 +353,47 @@ public final class SidecarRetrieval {
   private <Q, R, T> CompletableFuture<T> async(MethodDescriptor<Q, R> method, Supplier<Q> request,
       Function<R, T> convert) {
     return context.callAsync(method, request, timeout, convert);
+  }
+
+  // The requests of the plain overloads: scoped like any request when they are sent.
+
+  private static ValidateConfigurationRequest declarationsCheck(Target target) {
+    return ValidateConfigurationRequest.newBuilder().setTarget(Objects.requireNonNull(target, "target"))
+        .setDeclarationsOnly(true).build();
+  }
+
+  private static ValidateConfigurationRequest budgetCheck(Target target, Llm llm) {
+    return ValidateConfigurationRequest.newBuilder().setTarget(Objects.requireNonNull(target, "target"))
+        .setLlm(Objects.requireNonNull(llm, "llm")).build();
+  }
+
+  private static EnforceRequest enforceRequest(Target target, String action, Map<String, ?> params, Llm llm) {
+    EnforceRequest.Builder request = EnforceRequest.newBuilder().setTarget(Objects.requireNonNull(target, "target"))
+        .setAction(Objects.requireNonNull(action, "action"))
+        .addAllParams(RetrievalRequests.params(Objects.requireNonNull(params, "params")));
+    return (llm == null ? request : request.setLlm(llm)).build();
+  }
+
+  private static RequireLoadedRequest loadRequest(Target target, String... names) {
+    return RequireLoadedRequest.newBuilder().setTarget(Objects.requireNonNull(target, "target"))
+        .addAllNames(List.of(names)).build();
+  }
+
+  private static RequireReadyRequest readyRequest(Target target, Map<String, String> resolvedPaths) {
+    return RequireReadyRequest.newBuilder().setTarget(Objects.requireNonNull(target, "target"))
+        .putAllResolvedPaths(Objects.requireNonNull(resolvedPaths, "resolvedPaths")).build();
+  }
+
+  private static SearchRequest.Builder searchRequest(Target target, String query, int topK) {
+    if (topK < 1) {
+      throw new IllegalArgumentException("topK must be at least 1: " + topK);
+    }
+    return SearchRequest.newBuilder().setTarget(Objects.requireNonNull(target, "target"))
+        .setQuery(Objects.requireNonNull(query, "query")).setTopK(topK);
+  }
+
+  private static SearchRequest searchRequest(Target target, String query, int topK, SearchOptions options) {
+    return searchRequest(target, query, topK).setSearch(Objects.requireNonNull(options, "options")).build();
   }
 
   static LinkedHashMap<String, Integer> counts(List<SourceCount> counts) {

@@ -537,6 +537,89 @@ class RetrievalTest {
     }
   }
 
+  // ---- Plain overloads -----------------------------------------------------------------------------------------
+
+  /** What a context's blocks hold, by source and chunk id (scores may differ in the last bits between calls). */
+  private static List<String> chunkIds(RetrievedContext context) {
+    return context.blocks().stream()
+        .flatMap(b -> b.chunks().stream().map(c -> b.source() + "/" + c.chunkId())).toList();
+  }
+
+  private static List<String> chunkIds(SearchResult result) {
+    return result.hits().stream().map(h -> h.source() + "/" + h.chunkId()).toList();
+  }
+
+  @Test
+  void plainOverloadsAnswerAsTheirRequestsDo() {
+    Target direct = role(List.of(PERSONA), "persona");
+    // Declarations only: a DIRECT entry without max_tokens needs no model, where the measuring check without one
+    // reports UNKNOWN_MODEL_WINDOW.
+    assertEquals(retrieval.validateConfiguration(ValidateConfigurationRequest.newBuilder().setTarget(direct)
+        .setDeclarationsOnly(true).build()), retrieval.validateConfiguration(direct));
+    assertTrue(retrieval.validateConfiguration(direct).valid());
+    assertEquals(1, retrieval.validateConfiguration(ValidateConfigurationRequest.newBuilder().setTarget(direct)
+        .build()).withReason("UNKNOWN_MODEL_WINDOW").size());
+    Target bad = role(List.of(file("escape", SEARCH, "../../etc/passwd").build()), "escape", "missing-name");
+    assertEquals(retrieval.validateConfiguration(ValidateConfigurationRequest.newBuilder().setTarget(bad)
+        .setLlm(llm("test-model", 8000)).build()), retrieval.validateConfiguration(bad, llm("test-model", 8000)));
+    assertFalse(retrieval.validateConfiguration(bad, llm("test-model", 8000)).valid());
+
+    Map<String, Object> params = ordered("limit", 3, "question", "Which appliance can crush ice for a smoothie?");
+    RetrievedContext byRequest = retrieval.enforce(enforce(List.of(PERSONA, PRODUCTS), "persona", "products")
+        .addAllParams(params(params)).build());
+    RetrievedContext plain = retrieval.enforce(role(List.of(PERSONA, PRODUCTS), "persona", "products"), "answer",
+        params, llm("test-model", 8000));
+    assertEquals(byRequest.query(), plain.query());
+    assertEquals(chunkIds(byRequest), chunkIds(plain));
+    assertEquals(List.of("persona", "products"), plain.blocks().stream().map(RetrievedContext.Block::source).toList());
+    assertEquals("blender", plain.blocks().get(1).chunks().get(0).documentId());
+    // No model: a DIRECT entry without max_tokens cannot be sized.
+    assertEquals("UNKNOWN_MODEL_WINDOW", assertThrows(FailedPreconditionException.class,
+        () -> retrieval.enforce(direct, "answer", Map.of(), null)).reason());
+
+    Target sources = role(List.of(PRODUCTS, POLICY, PERSONA));
+    assertEquals(retrieval.requireLoaded(RequireLoadedRequest.newBuilder().setTarget(sources)
+        .addNames("products").addNames("policy").build()), retrieval.requireLoaded(sources, "products", "policy"));
+    assertEquals(List.of("policy", "products"), List.copyOf(retrieval.requireLoaded(sources, "products", "policy")
+        .keySet()));
+
+    Target perRun = role(List.of(file("located", SEARCH, "").setReadiness(WHEN_CONFIGURED).build()));
+    Map<String, String> paths = Map.of("located", "policy/shipping.txt");
+    assertEquals(Map.of("located", 1), retrieval.requireReady(perRun, paths));
+    assertEquals(retrieval.requireReady(RequireReadyRequest.newBuilder().setTarget(perRun)
+        .putAllResolvedPaths(paths).build()), retrieval.requireReady(perRun, paths));
+    assertEquals(Map.of(), retrieval.requireReady(perRun, Map.of()));
+
+    Target searched = target(ROLE, List.of(PRODUCTS, POLICY));
+    String question = "how many days do I have to return an item?";
+    SearchResult found = retrieval.search(searched, question, 2);
+    assertEquals(chunkIds(retrieval.search(SearchRequest.newBuilder().setTarget(searched).setQuery(question)
+        .setTopK(2).build())), chunkIds(found));
+    assertEquals("policy", found.hits().get(0).source());
+    SearchOptions rerank = RetrievalRequests.rerank(null, RerankOrder.RERANK_ORDER_RERANKER);
+    SearchResult reranked = retrieval.search(searched, "toast four slices of bread", 1, rerank);
+    assertEquals(chunkIds(retrieval.search(SearchRequest.newBuilder().setTarget(searched)
+        .setQuery("toast four slices of bread").setTopK(1).setSearch(rerank).build())), chunkIds(reranked));
+    assertTrue(reranked.hits().stream().allMatch(h -> h.score() == h.rerankScore().getAsDouble()), reranked::toString);
+    assertThrows(IllegalArgumentException.class, () -> retrieval.search(searched, question, 0));
+
+    // The async overloads send the same requests.
+    assertEquals(chunkIds(plain), chunkIds(retrieval.enforceAsync(role(List.of(PERSONA, PRODUCTS), "persona",
+        "products"), "answer", params, llm("test-model", 8000)).join()));
+    assertEquals(chunkIds(found), chunkIds(retrieval.searchAsync(searched, question, 2).join()));
+    assertEquals(chunkIds(reranked), chunkIds(retrieval.searchAsync(searched, "toast four slices of bread", 1,
+        rerank).join()));
+    assertEquals(retrieval.validateConfiguration(direct), retrieval.validateConfigurationAsync(direct).join());
+    assertEquals(retrieval.validateConfiguration(bad, llm("test-model", 8000)),
+        retrieval.validateConfigurationAsync(bad, llm("test-model", 8000)).join());
+    assertEquals(Map.of("products", PRODUCTS_JSONL.size()), retrieval.requireLoadedAsync(sources, "products").join());
+    assertEquals(Map.of("located", 1), retrieval.requireReadyAsync(perRun, paths).join());
+    // Unscoped, the overloads carry no principal, as a request without one.
+    CompletionException unscoped = assertThrows(CompletionException.class,
+        () -> client.retrieval().searchAsync(searched, question, 2).join());
+    assertInstanceOf(PermissionDeniedException.class, unscoped.getCause());
+  }
+
   @Test
   void actionKnowledgeOverridesTheDeclaredNames() {
     RetrievedContext context = retrieval.enforce(enforce(List.of(PERSONA, PRODUCTS), "persona")
