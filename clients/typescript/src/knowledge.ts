@@ -148,6 +148,11 @@ export interface ValidateConfigurationInput extends CallerInit {
   readonly actionKnowledge?: Readonly<Record<string, readonly string[]>>;
   /** The host resolves FILE paths per run: a FILE entry without a path is not a violation. */
   readonly pathsPerRun?: boolean;
+  /**
+   * Check the declarations only (the SPI's one-argument validateConfiguration): no source is read or measured,
+   * so no model is needed. Otherwise DIRECT sources are measured against the llm's input window.
+   */
+  readonly declarationsOnly?: boolean;
 }
 
 export interface EnforceInput extends TargetRequestInit {
@@ -520,6 +525,7 @@ export function retrievalClient(rpc: Client<typeof RetrievalService>): Retrieval
         ...toLlm(request.llm),
         actionKnowledge,
         pathsPerRun: request.pathsPerRun ?? false,
+        declarationsOnly: request.declarationsOnly ?? false,
       };
       const response = await send(rpc.validateConfiguration, message, options);
       return {

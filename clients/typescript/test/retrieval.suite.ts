@@ -94,6 +94,14 @@ describe("retrieval", () => {
       principal, scope, llm, pathsPerRun: true, target: target([{ name: "nofile", type: "FILE", use: "DIRECT" }]),
     });
     assert.equal(perRun.valid, true);
+
+    // declarationsOnly: nothing is read or measured, so a DIRECT source needs no model window.
+    const measured = await client.retrieval.validateConfiguration({ principal, scope, target: target([PERSONA], ["persona"]) });
+    assert.ok(measured.violations.some((v) => v.reason === "UNKNOWN_MODEL_WINDOW"), JSON.stringify(measured.violations));
+    const declared = await client.retrieval.validateConfiguration({
+      principal, scope, declarationsOnly: true, target: target([PERSONA], ["persona"]),
+    });
+    assert.deepEqual(declared, { valid: true, violations: [] });
   });
 
   it("enforce: DIRECT knowledge whole, with the context keys as typed fields", async () => {
