@@ -59,7 +59,7 @@ test-typescript: setup clients/typescript/node_modules/.installed
 	cd clients/typescript && npm test
 	cd clients/typescript-adapters/ai-sdk && npm ci --no-audit --no-fund --silent && npm test
 	cd clients/typescript-adapters/langchain && npm ci --no-audit --no-fund --silent && npm test
-	cd tests/external/npm-consumer && npm ci --no-audit --no-fund --silent && npm test
+	tests/external/run-outside-repo.sh npm-consumer bash -c 'npm ci --no-audit --no-fund --silent && npm test'
 
 test: lint test-python test-java test-typescript
 
