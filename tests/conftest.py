@@ -63,3 +63,15 @@ def retrieval_sidecar(tmp_path_factory: pytest.TempPathFactory, knowledge_root: 
         yield server.start()
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator:
+    """One real PostgreSQL (with pgvector) for the session; each test takes a fresh database of it."""
+    from postgres import Postgres
+
+    server = Postgres()
+    try:
+        yield server
+    finally:
+        server.close()
