@@ -1,4 +1,4 @@
-"""Hybrid retrieval index: dense HNSW (usearch) plus BM25 (bm25s), fused by reciprocal rank fusion.
+"""Hybrid retrieval index: dense HNSW (usearch) plus BM25 (lexical.py), fused as fusion.py says.
 
 An index is immutable once built: incremental updates rebuild from `chunks()` and `vectors()` (the embedding
 cache keeps the float vectors, so a rebuild re-embeds nothing). Persistence is one folder, replaced atomically;
@@ -16,15 +16,14 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Hashable, TypeVar
+from typing import Any
 
-import bm25s
 import numpy as np
 from usearch.index import Index
 
 from ragsidecar.knowledge import leftovers
-
-Key = TypeVar("Key", bound=Hashable)
+from ragsidecar.knowledge.fusion import FusionSettings, fuse
+from ragsidecar.knowledge.lexical import NO_STEMMING, Lexical
 
 FORMAT_VERSION = 1
 DTYPES = ("f16", "i8")
@@ -85,60 +84,6 @@ def make_hnsw(
     )
 
 
-class _Lexical:
-    """BM25 over the chunk texts: English stopwords, lowercase, no stemmer (kept dependency-free)."""
-
-    def __init__(self, model: bm25s.BM25 | None) -> None:
-        self._model = model  # None when there are no chunks: bm25s cannot index an empty corpus
-
-    @classmethod
-    def build(cls, texts: list[str]) -> _Lexical:
-        if not texts:
-            return cls(None)
-        tokens = _tokenize(texts)
-        if not any(tokens):
-            # bm25s cannot index an empty vocabulary (texts of stopwords or symbols only): a term no query
-            # can hold (the tokenizer yields word characters only) keeps the document count and matches nothing.
-            tokens = [[_NO_TERM] for _ in texts]
-        model = bm25s.BM25()
-        model.index(tokens, show_progress=False)
-        return cls(model)
-
-    def top(self, query: str, count: int) -> list[tuple[int, float]]:
-        """Up to `count` (position, score) pairs, best first; only chunks sharing a term with the query."""
-        if self._model is None or count <= 0:
-            return []
-        ids = self._model.get_tokens_ids(_tokenize([query])[0])
-        if not ids:
-            return []  # blank, stopword-only or out-of-vocabulary query: no lexical evidence
-        scores = self._model.get_scores_from_ids(ids)
-        count = min(count, len(scores))
-        best = np.argpartition(-scores, count - 1)[:count]
-        best = best[scores[best] > 0]
-        best = best[np.lexsort((best, -scores[best]))]  # score desc, position asc: deterministic ties
-        return [(int(i), float(scores[i])) for i in best]
-
-    def save(self, folder: Path) -> None:
-        if self._model is not None:
-            self._model.save(str(folder), show_progress=False)
-
-    @classmethod
-    def load(cls, folder: Path, count: int) -> _Lexical:
-        if count == 0:
-            return cls(None)
-        model = bm25s.BM25.load(str(folder), mmap=False, show_progress=False, verbosity=0)
-        if model.scores["num_docs"] != count:
-            raise IndexCorrupt(f"BM25 holds {model.scores['num_docs']} documents, manifest says {count}")
-        return cls(model)
-
-
-_NO_TERM = "\x00"
-
-
-def _tokenize(texts: list[str]) -> list[list[str]]:
-    return bm25s.tokenize(texts, lower=True, stopwords="en", return_ids=False, show_progress=False)
-
-
 class HybridIndex:
     def __init__(
         self,
@@ -148,6 +93,7 @@ class HybridIndex:
         connectivity: int = DEFAULT_CONNECTIVITY,
         expansion_add: int = DEFAULT_EXPANSION_ADD,
         expansion_search: int = DEFAULT_EXPANSION_SEARCH,
+        lexical_language: str = NO_STEMMING,
     ) -> None:
         if dimensions <= 0 or threads <= 0:
             raise ValueError("dimensions and threads must be positive")  # usearch reads threads=0 as all cores
@@ -159,7 +105,7 @@ class HybridIndex:
         self._hnsw = make_hnsw(dimensions, dtype, connectivity, expansion_add, expansion_search)
         self._chunks: list[IndexedChunk] = []
         self._vectors = np.zeros((0, dimensions), dtype=np.float32)
-        self._lexical = _Lexical(None)
+        self._lexical = Lexical(None, lexical_language)
 
     @classmethod
     def build(
@@ -172,19 +118,22 @@ class HybridIndex:
         connectivity: int = DEFAULT_CONNECTIVITY,
         expansion_add: int = DEFAULT_EXPANSION_ADD,
         expansion_search: int = DEFAULT_EXPANSION_SEARCH,
+        lexical_language: str = NO_STEMMING,
     ) -> HybridIndex:
-        """`vectors[i]` is the unit-length float32 embedding of `chunks[i]`."""
+        """`vectors[i]` is the unit-length float32 embedding of `chunks[i]`; `lexical_language` names the
+        analysis of the BM25 side (lexical.LANGUAGES), kept by the index and applied to its queries."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != len(chunks):
             raise ValueError(f"vectors must be [{len(chunks)}, d], got {vectors.shape}")
         if len({c.id for c in chunks}) != len(chunks):
             raise ValueError("chunk ids must be unique")
-        index = cls(vectors.shape[1], threads, dtype, connectivity, expansion_add, expansion_search)
+        index = cls(vectors.shape[1], threads, dtype, connectivity, expansion_add, expansion_search,
+                    lexical_language)
         index._chunks = list(chunks)
         index._vectors = vectors
         if chunks:
             index._hnsw.add(np.arange(len(chunks), dtype=np.uint64), vectors, threads=threads)
-        index._lexical = _Lexical.build([c.text for c in chunks])
+        index._lexical = Lexical.build([c.text for c in chunks], lexical_language)
         return index
 
     def __len__(self) -> int:
@@ -196,13 +145,17 @@ class HybridIndex:
     def chunks(self) -> list[IndexedChunk]:
         return list(self._chunks)
 
+    @property
+    def lexical_language(self) -> str:
+        return self._lexical.language
+
     def search(
-        self, query_vector: np.ndarray, query_text: str, k: int, candidates: int = 50, rrf_k: int = 60,
-        use_dense: bool = True, use_lexical: bool = True,
+        self, query_vector: np.ndarray, query_text: str, k: int, candidates: int = 50,
+        use_dense: bool = True, use_lexical: bool = True, fusion: FusionSettings = FusionSettings(),
     ) -> list[Hit]:
-        """Best `k` chunks by RRF over dense and BM25 top-`candidates` lists (ties: higher cosine first).
-        `use_dense` / `use_lexical` pick the lists fused (dense-only or lexical-only retrieval); every hit
-        still gets its exact cosine."""
+        """Best `k` chunks by `fusion` of the dense and BM25 top-`candidates` lists (ties: higher cosine first).
+        `use_dense` / `use_lexical` pick the lists searched (dense-only or lexical-only retrieval: that list's
+        own order, whatever the fusion's weights); every hit still gets its exact cosine."""
         if k <= 0 or not self._chunks:
             return []
         query = self._unit_query(query_vector)
@@ -210,7 +163,7 @@ class HybridIndex:
         depth = min(max(candidates, k), len(self._chunks))
         dense = self._dense_top(query, depth) if use_dense else []
         lexical = self._lexical.top(query_text or "", depth) if use_lexical else []
-        fused = reciprocal_rank_fusion([[p for p, _ in dense], [p for p, _ in lexical]], rrf_k)
+        fused = fuse(dense, lexical, fusion if use_dense and use_lexical else FusionSettings())
         cosines = dict(dense)
         missing = [p for p in fused if p not in cosines]
         if missing:  # BM25-only candidates still get an exact cosine
@@ -273,7 +226,7 @@ class HybridIndex:
 
     def _manifest_header(self) -> dict[str, Any]:
         return {"format": FORMAT_VERSION, "count": len(self._chunks), "dimensions": self.dimensions,
-                "dtype": self.dtype, **self._settings}
+                "dtype": self.dtype, "lexical_language": self.lexical_language, **self._settings}
 
     @classmethod
     def load(cls, folder: Path, threads: int = 1) -> HybridIndex:
@@ -290,12 +243,14 @@ class HybridIndex:
     @classmethod
     def _from_folder(cls, folder: Path, manifest: dict[str, Any], threads: int) -> HybridIndex:
         count, dimensions = int(manifest["count"]), int(manifest["dimensions"])
+        # An index saved before languages were configurable was analysed without stemming.
         index = cls(dimensions, threads, manifest["dtype"], int(manifest["connectivity"]),
-                    int(manifest["expansion_add"]), int(manifest["expansion_search"]))
+                    int(manifest["expansion_add"]), int(manifest["expansion_search"]),
+                    manifest.get("lexical_language", NO_STEMMING))
         index._vectors = np.load(folder / _VECTORS, allow_pickle=False)
         index._chunks = _read_chunks(folder / _CHUNKS)
         index._hnsw.load(str(folder / _DENSE))
-        index._lexical = _Lexical.load(folder / _BM25, count)
+        index._lexical = Lexical.load(folder / _BM25, count, index.lexical_language)
         _check_shapes(index, count, dimensions)
         return index
 
@@ -313,15 +268,6 @@ def _read_chunks(path: Path) -> list[IndexedChunk]:
     with open(path, encoding="utf-8") as f:
         records = [json.loads(line) for line in f]
     return [IndexedChunk(r["id"], r["text"], r["meta"]) for r in records]
-
-
-def reciprocal_rank_fusion(rankings: list[list[Key]], rrf_k: int = 60) -> dict[Key, float]:
-    """Sum over the rankings of 1 / (rrf_k + rank), rank 1-based: items high in several lists win."""
-    fused: dict[Key, float] = {}
-    for ranking in rankings:
-        for rank, position in enumerate(ranking, start=1):
-            fused[position] = fused.get(position, 0.0) + 1.0 / (rrf_k + rank)
-    return fused
 
 
 # ---- atomic folder replacement ---------------------------------------------------------------------------

@@ -10,7 +10,8 @@ import numpy as np
 from ragsidecar.config import Config
 from ragsidecar.knowledge.catalog import LoadedSource
 from ragsidecar.knowledge.declarations import Entry, RerankOrder, RetrievalMode
-from ragsidecar.knowledge.index import HybridIndex, reciprocal_rank_fusion
+from ragsidecar.knowledge.fusion import reciprocal_rank_fusion
+from ragsidecar.knowledge.index import HybridIndex
 from ragsidecar.knowledge.results import Hit, Work, document_of
 from ragsidecar.reranking import Candidate, Reranker, RerankQuery
 
