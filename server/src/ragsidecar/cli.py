@@ -1,4 +1,4 @@
-"""The `ragsidecar` command line: serve, models install, index, config, health, doctor."""
+"""The `ragsidecar` command line: serve, models install, index, config, health, doctor, db migrate."""
 
 from __future__ import annotations
 
@@ -76,6 +76,15 @@ def _parser() -> argparse.ArgumentParser:
 
     doctor = commands.add_parser("doctor", help="print versions, models, onnxruntime providers and the resolved config")
     _config_option(doctor)
+
+    db = commands.add_parser("db", help="manage the PostgreSQL store's schema ([store] backend = \"postgres\")")
+    db_commands = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    migrate = db_commands.add_parser(
+        "migrate", help="apply the store's pending schema migrations, then exit",
+        description="Apply the schema migrations this version needs to the database named by the environment "
+                    "variable [store] dsn_env (default RAGSIDECAR_STORE_DSN), as the sidecar does at start-up; for "
+                    "teams that migrate separately ([store] migrate_on_start = false). Safe to repeat.")
+    _config_option(migrate)
     return parser
 
 
@@ -91,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG otherwise
     commands = {"serve": _serve, "models": _install_models, "index": lambda a: asyncio.run(_index(a)),
-                "config": _show_config, "health": _health, "doctor": _doctor}
+                "config": _show_config, "health": _health, "doctor": _doctor, "db": _migrate}
     try:
         return commands[args.command](args)
     except ConfigError as err:
@@ -106,9 +115,13 @@ def _serve(args: argparse.Namespace) -> int:
     config = load_config(args.config, environ)
     config.check_listener_protected()
     from ragsidecar.api.server import serve  # the gRPC stack loads only for the command that needs it
+    from ragsidecar.store.migrate import SchemaError
 
     try:
         asyncio.run(serve(args.config, config, environ))
+    except SchemaError as err:
+        print(f"ragsidecar: the store's database cannot be used: {err}", file=sys.stderr)
+        return 1
     except Exception as err:  # noqa: BLE001 - the process exits with a readable reason, not a traceback
         logging.getLogger("ragsidecar").exception("the sidecar stopped: %s", err)
         return 1
@@ -223,11 +236,52 @@ def _doctor(args: argparse.Namespace) -> int:
                     "workers_per_model": config.inference.workers},
         "models": [{"id": m.id, "kind": m.kind, "folder": str(config.model_dir(m)),
                     "found": (config.model_dir(m) / "model.onnx").is_file()} for m in config.models],
+        "store": _store_report(config),
         "config": str(args.config.resolve()),
         "resolved": _public_view(config),
     }
     print(json.dumps(report, indent=2, default=str))
     return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from ragsidecar.store import migrate
+    from ragsidecar.store.database import connect_once, redactor
+
+    store = load_config(args.config, check_files=False).store
+    dsn = store.dsn()
+    try:
+        with connect_once(dsn, store.connect_timeout_s) as connection:
+            applied = migrate.migrate(connection)
+            if store.row_level_security:
+                migrate.enable_row_level_security(connection)
+    except migrate.SchemaError as err:
+        print(f"ragsidecar: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:  # noqa: BLE001 - psycopg's errors, imported lazily; the message is redacted
+        print(f"ragsidecar: migration failed: {redactor(dsn)(str(err).strip())}", file=sys.stderr)
+        return 1
+    print(f"applied {', '.join(m.label for m in applied)}" if applied else "nothing to apply", end="; ")
+    print(f"the store's schema is at version {migrate.latest()}")
+    return 0
+
+
+def _store_report(config: Config) -> dict:
+    """The store's backend and, for postgres, whether its database answers and its schema's version."""
+    store = config.store
+    if store.backend != "postgres":
+        return {"backend": store.backend}
+    from ragsidecar.store import migrate
+    from ragsidecar.store.database import connect_once, redactor
+
+    dsn = store.dsn()
+    report: dict = {"backend": store.backend, "dsn_env": store.dsn_env, "schema_latest": migrate.latest()}
+    try:
+        with connect_once(dsn, store.connect_timeout_s) as connection:
+            report |= {"reachable": True, "schema_version": migrate.version(connection)}
+    except Exception as err:  # noqa: BLE001 - psycopg's errors, imported lazily; the message is redacted
+        report |= {"reachable": False, "error": redactor(dsn)(str(err).strip())}
+    return report
 
 
 def _public_view(config) -> dict:

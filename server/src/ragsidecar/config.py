@@ -169,6 +169,34 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    # Where MEMORY documents, chat bindings, SEQUENTIAL cursors and the embedding cache live: "embedded" (this
+    # pod's disk and memory) or "postgres" (shared by every replica; needs `pip install ragsidecar[postgres]`).
+    backend: Literal["embedded", "postgres"] = "embedded"
+    # Name of the environment variable holding the PostgreSQL DSN. The DSN never comes from this file (it holds
+    # a password) and is never logged or printed.
+    dsn_env: str = "RAGSIDECAR_STORE_DSN"
+    # Connections the pool may open.
+    pool_size: int = 4
+    # Seconds a new connection, or a call waiting for a free one, may take before the store counts as down.
+    connect_timeout_s: float = 5.0
+    # Seconds between probes of the database, so health flips on loss and recovery without traffic.
+    health_interval_s: float = 5.0
+    # Row-level security policies on every tenant table, on top of the tenant filter every query carries.
+    row_level_security: bool = False
+    # Apply pending migrations at start-up; false: only check the schema's version (`ragsidecar db migrate`).
+    migrate_on_start: bool = True
+
+    def dsn(self, environ: typing.Mapping[str, str] | None = None) -> str:
+        """The DSN from the environment; ConfigError (naming the variable, never a value) when unset."""
+        dsn = (os.environ if environ is None else environ).get(self.dsn_env, "").strip()
+        if not dsn:
+            raise ConfigError(f"store: the environment variable {self.dsn_env} (store.dsn_env), which holds the "
+                              "PostgreSQL DSN of the postgres backend, is not set")
+        return dsn
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -177,6 +205,7 @@ class Config:
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
     models: tuple[ModelConfig, ...] = ()
     # Folder of the config file; relative paths resolve against it.
     base_dir: Path = Path(".")
@@ -224,7 +253,8 @@ def ragsidecar_home(environ: typing.Mapping[str, str] | None = None) -> Path:
 def load_config(path: Path, environ: typing.Mapping[str, str] | None = None, check_files: bool = True) -> Config:
     """Reads, overrides from the environment, and validates a config file.
 
-    check_files=False skips the checks that model files exist (to show a configuration before installing).
+    check_files=False skips the checks that model files exist and that the store's DSN variable is set (to show a
+    configuration before installing).
     """
     environ = os.environ if environ is None else environ
     try:
@@ -237,6 +267,8 @@ def load_config(path: Path, environ: typing.Mapping[str, str] | None = None, che
     base_dir = ragsidecar_home(environ) if path.resolve() == BUILT_IN_CONFIG.resolve() else path.resolve().parent
     config = _build(Config, {**raw, "base_dir": base_dir}, "")
     _validate(config, check_files)
+    if check_files and config.store.backend == "postgres":
+        config.store.dsn(environ)  # refuses now, naming the variable, rather than at the first request
     return config
 
 
@@ -405,6 +437,16 @@ def _validate(config: Config, check_files: bool) -> None:
                           f"(configured: {', '.join(embedders) or 'none'}; \"\" disables retrieval)")
     if sum(m.default for m in config.models) > 1:
         raise ConfigError("models: more than one model is marked default")
+    _validate_store(config.store)
+
+
+def _validate_store(store: StoreConfig) -> None:
+    for key, value in (("store.pool_size", store.pool_size), ("store.connect_timeout_s", store.connect_timeout_s),
+                       ("store.health_interval_s", store.health_interval_s)):
+        if value <= 0:
+            raise ConfigError(f"{key}: must be positive, got {value}")
+    if not store.dsn_env.strip():
+        raise ConfigError("store.dsn_env: must name an environment variable")
 
 
 def _is_loopback(host: str) -> bool:

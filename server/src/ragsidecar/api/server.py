@@ -21,6 +21,7 @@ from ragsidecar.config import Config, ConfigError, load_config
 from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge.runtime import RetrievalRuntime
 from ragsidecar.reranking import Reranker
+from ragsidecar.store.database import open_database
 from ragsidecar.v1 import (chat_knowledge_pb2, chat_knowledge_pb2_grpc, reranker_pb2, reranker_pb2_grpc,
                            retrieval_pb2, retrieval_pb2_grpc)
 
@@ -41,6 +42,8 @@ class Sidecar:
         self._environ = environ
         self._config = config
         self.registry = ModelRegistry(config)
+        # The shared store ([store] backend = "postgres"), None when embedded; connected by `listen`.
+        self.database = open_database(config, environ)
         self._health = health.aio.HealthServicer()
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -63,7 +66,7 @@ class Sidecar:
             ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)])
         reranker = Reranker(self.registry, config.inference.max_documents_per_request, config.inference.cache_bytes)
         reranker_pb2_grpc.add_RerankerServiceServicer_to_server(RerankerService(self.registry, reranker), server)
-        runtime = RetrievalRuntime(config, self.registry, reranker)
+        runtime = RetrievalRuntime(config, self.registry, reranker, self.database)
         retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalService(runtime), server)
         chat = ChatKnowledgeService(runtime, config.retrieval)
         chat_knowledge_pb2_grpc.add_ChatKnowledgeServiceServicer_to_server(chat, server)
@@ -79,7 +82,13 @@ class Sidecar:
         return grpc.ssl_server_credentials([(key, cert)])
 
     async def listen(self) -> None:
-        """Starts serving at once; health says NOT_SERVING until load_models has warmed the models."""
+        """Starts serving at once; health says NOT_SERVING until load_models has warmed the models.
+
+        The store's database is connected (and migrated) first: a schema this build cannot use stops start-up, an
+        unreachable database does not (retrieval and chat say NOT_SERVING until the probe reaches it)."""
+        if self.database is not None:
+            self.database.on_health_change(lambda _healthy: self._schedule_health_refresh())
+            await self.database.start()
         await self._refresh_health()
         credentials = self._credentials()
         server_config = self._config.server
@@ -118,12 +127,14 @@ class Sidecar:
         self._model_health_names = names
         default = self._config.default_model()
         embedder = self._config.retrieval.embedder
+        store_up = self.database is None or self.database.healthy
         ready = {SERVICE_NAMES[0]: default is None or self.registry.is_ready(default.id),
-                 SERVICE_NAMES[1]: bool(embedder) and self.registry.is_ready(embedder)}
+                 SERVICE_NAMES[1]: bool(embedder) and self.registry.is_ready(embedder) and store_up}
         ready[SERVICE_NAMES[2]] = ready[SERVICE_NAMES[1]]
         for name, up in ready.items():
             await self._health.set(name, SERVING if up else NOT_SERVING)
-        # Overall: every enabled service is up (a sidecar configured without an embedder only reranks).
+        # Overall: every enabled service is up (a sidecar configured without an embedder only reranks). While the
+        # store's database is unreachable retrieval and chat are down, so the overall entry is too; Rerank serves.
         overall = ready[SERVICE_NAMES[0]] and (ready[SERVICE_NAMES[1]] or not embedder)
         await self._health.set("", SERVING if overall else NOT_SERVING)
 
@@ -173,6 +184,8 @@ class Sidecar:
         log.info("shutting down; draining in-flight calls for up to %.1fs", self._config.server.shutdown_grace_s)
         await self._server.stop(self._config.server.shutdown_grace_s)
         await self.registry.close()
+        if self.database is not None:
+            await self.database.close()
         self._stopped.set()
 
     async def wait_stopped(self) -> None:

@@ -43,6 +43,7 @@ from ragsidecar.knowledge.declarations import Entry, Scope, SourceType
 from ragsidecar.knowledge.index import HybridIndex, IndexCorrupt, IndexedChunk
 from ragsidecar.knowledge.memory import MemoryStore
 from ragsidecar.knowledge.sources import SourceError, Unit, inline_units, list_files, read_units
+from ragsidecar.store.database import Database
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +71,11 @@ class LoadedSource:
 
 
 class Catalog:
-    def __init__(self, config: Config, registry: ModelRegistry) -> None:
+    def __init__(self, config: Config, registry: ModelRegistry, database: Database | None = None) -> None:
         self._config = config
         self._registry = registry
+        # The shared store's database ([store] backend = "postgres"); None for the embedded backend.
+        self.database = database
         self._roots = config.knowledge_roots()
         retrieval = config.retrieval
         self._index_dir = config.resolve(config.paths.data_dir) / "indexes"

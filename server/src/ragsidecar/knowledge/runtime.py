@@ -30,6 +30,7 @@ from ragsidecar.knowledge.tokens import Tokens
 from ragsidecar.knowledge.validation import (EntryChecks, action_problems, duplicate_names, named,
                                              require_declared_names)
 from ragsidecar.reranking import Reranker
+from ragsidecar.store.database import Database
 
 # Failures of the retrieval itself, not of its configuration: an entry whose on_failure is CONTINUE
 # drops out on these as on a load failure. Configuration errors (unknown or unready model) always surface.
@@ -44,9 +45,10 @@ _LOADS_WHILE_THE_MODEL_CHANGES = 3
 
 
 class RetrievalRuntime:
-    def __init__(self, config: Config, registry: ModelRegistry, reranker: Reranker) -> None:
+    def __init__(self, config: Config, registry: ModelRegistry, reranker: Reranker,
+                 database: Database | None = None) -> None:
         self._config = config
-        self.catalog = Catalog(config, registry)
+        self.catalog = Catalog(config, registry, database)
         self._tokens = Tokens(registry, config.retrieval.embedder)
         self._checks = EntryChecks(self.catalog, registry)
         self._direct = DirectBudgets(

@@ -1,0 +1,262 @@
+"""The PostgreSQL connection behind `[store] backend = "postgres"`: a pool, its health, and one transaction per call.
+
+Domain code hands `Database.run` a function of a psycopg (sync) connection; it runs on a worker thread (the
+event loop never waits on the database) inside one transaction, committed when the function returns and rolled
+back when it raises. With a tenant, the transaction first sets `ragsidecar.tenant` (SET LOCAL), which the
+row-level security policies read.
+
+Health: a background probe checks the database every `[store] health_interval_s`, so health flips on loss and
+recovery without traffic. While the database is down, calls fail at once with UNAVAILABLE (reason
+STORE_UNAVAILABLE) instead of each waiting out a connect timeout. On (re)connection the schema is brought up to
+date (or, with `migrate_on_start = false`, checked), then a fresh pool replaces the one that lost its server.
+
+The DSN holds a password: it is never logged, and every message built from a driver error is redacted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ragsidecar.config import Config, ConfigError
+from ragsidecar.errors import ErrorKind, SidecarError
+from ragsidecar.store import migrate
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _driver() -> tuple[Any, Any]:
+    """psycopg and its pool, imported only when the postgres backend is configured (an optional extra)."""
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError:
+        raise ConfigError('store.backend is "postgres" but psycopg is not installed: '
+                          'pip install "ragsidecar[postgres]"') from None
+    return psycopg, psycopg_pool
+
+
+def unavailable() -> SidecarError:
+    return SidecarError(ErrorKind.UNAVAILABLE, "STORE_UNAVAILABLE",
+                        "the knowledge store (PostgreSQL) is unreachable; retry later")
+
+
+class Database:
+    """A psycopg (sync) ConnectionPool for the configured DSN; calls run in threads (asyncio.to_thread)."""
+
+    def __init__(self, dsn: str, pool_size: int, *, row_level_security: bool, connect_timeout_s: float = 5.0,
+                 health_interval_s: float = 5.0, migrate_on_start: bool = True) -> None:
+        self._psycopg, self._psycopg_pool = _driver()
+        # The probe logs each loss and recovery once; the pool would warn at every failed attempt in between.
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+        self._dsn = dsn
+        self.redact = redactor(dsn)
+        self._pool_size = pool_size
+        self._row_level_security = row_level_security
+        self._connect_timeout_s = connect_timeout_s
+        self._health_interval_s = health_interval_s
+        self._migrate = migrate_on_start
+        self._pool: psycopg_pool.ConnectionPool | None = None
+        # Serializes (re)connecting: the probe and a CLI call never build two pools at once.
+        self._lock = threading.Lock()
+        self._healthy = False
+        self._listeners: list[Callable[[bool], None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._probe: asyncio.Task | None = None
+        self._closed = False
+        # The last schema problem, logged once (not at every probe) until it changes.
+        self._schema_problem = ""
+
+    # -- calls ---------------------------------------------------------------------------------------
+
+    async def run(self, work: Callable[[psycopg.Connection], T], tenant: str | None = None) -> T:
+        """work(connection) on a worker thread inside one transaction; STORE_UNAVAILABLE when the database is down."""
+        return await asyncio.to_thread(self.run_sync, work, tenant)
+
+    def run_sync(self, work: Callable[[psycopg.Connection], T], tenant: str | None = None) -> T:
+        """The same as `run`, for code already on a worker thread."""
+        pool = self._pool
+        if pool is None or not self._healthy:
+            raise unavailable()
+        try:
+            with pool.connection(timeout=self._connect_timeout_s) as connection, connection.transaction():
+                if tenant is not None:
+                    connection.execute("SELECT set_config('ragsidecar.tenant', %s, true)", (tenant,))
+                return work(connection)
+        except self._psycopg.OperationalError as err:  # PoolTimeout is one too
+            if _connection_lost(err):
+                self._lost(err)
+            else:
+                log.warning("store call failed: %s", self.redact(str(err).strip()))
+            raise unavailable() from None
+
+    # -- health --------------------------------------------------------------------------------------
+
+    @property
+    def healthy(self) -> bool:
+        return self._healthy
+
+    def on_health_change(self, listener: Callable[[bool], None]) -> None:
+        """listener(healthy) runs on the event loop (from `start`) each time reachability changes."""
+        self._listeners.append(listener)
+
+    async def start(self) -> None:
+        """Connects (migrating or checking the schema) and starts the probe. An unreachable database is no error
+        (health says NOT_SERVING until it is reached); a schema this build cannot use raises SchemaError."""
+        self._loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self.connect)
+        if not self._healthy:
+            log.warning("the store's database is unreachable; retrieval and chat stay NOT_SERVING until it is "
+                        "(retrying every %.1fs)", self._health_interval_s)
+        self._probe = self._loop.create_task(self._probe_forever())
+
+    def connect(self) -> bool:
+        """Checks the database, reconnecting (and migrating) when it was down; True when it is reachable now.
+
+        Raises SchemaError only when the database is reached and its schema cannot be used."""
+        with self._lock:
+            if self._closed:
+                return False
+            if self._healthy and self._pool is not None and self._ping():
+                return True
+            # A pool that lost its server would retry on its own; a fresh one replaces it once the server is back.
+            self._close_pool()
+            try:
+                self._prepare_schema()
+            except self._psycopg.OperationalError as err:
+                self._lost(err)
+                return False
+            self._open_pool()
+            self._set_healthy(True)
+            return True
+
+    async def _probe_forever(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self._health_interval_s)
+            try:
+                await asyncio.to_thread(self.connect)
+            except migrate.SchemaError as err:
+                self._set_healthy(False)
+                if str(err) != self._schema_problem:
+                    self._schema_problem = str(err)
+                    log.error("the store's database cannot be used: %s", err)
+            except Exception:  # noqa: BLE001 - the probe must outlive any one failure; log it and go on
+                log.exception("store health probe failed")
+
+    def _ping(self) -> bool:
+        assert self._pool is not None
+        try:
+            with self._pool.connection(timeout=self._connect_timeout_s) as connection:
+                connection.execute("SELECT 1")
+            return True
+        except self._psycopg.OperationalError as err:
+            self._lost(err)
+            return False
+
+    def _prepare_schema(self) -> None:
+        with connect_once(self._dsn, self._connect_timeout_s) as connection:
+            if self._migrate:
+                applied = migrate.migrate(connection)
+                if applied:
+                    log.info("store schema migrated: %s", ", ".join(m.label for m in applied))
+            else:
+                migrate.check(connection)
+            if self._row_level_security:
+                migrate.enable_row_level_security(connection)
+        self._schema_problem = ""
+
+    def _open_pool(self) -> None:
+        self._pool = self._psycopg_pool.ConnectionPool(
+            self._dsn, min_size=1, max_size=self._pool_size, open=False, timeout=self._connect_timeout_s,
+            kwargs={"connect_timeout": _whole_seconds(self._connect_timeout_s)},
+            check=self._psycopg_pool.ConnectionPool.check_connection, name="ragsidecar-store")
+        self._pool.open(wait=False)
+
+    def _close_pool(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close(timeout=self._connect_timeout_s)
+
+    def _lost(self, err: Exception) -> None:
+        if self._healthy:
+            log.warning("the store's database became unreachable: %s", self.redact(str(err).strip()))
+        self._set_healthy(False)
+
+    def _set_healthy(self, healthy: bool) -> None:
+        if healthy == self._healthy:
+            return
+        self._healthy = healthy
+        if healthy:
+            log.info("the store's database is reachable")
+        for listener in self._listeners:
+            if self._loop is None or self._loop.is_closed():
+                listener(healthy)
+            else:
+                self._loop.call_soon_threadsafe(listener, healthy)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._probe is not None:
+            self._probe.cancel()
+        await asyncio.to_thread(self._shut)
+
+    def _shut(self) -> None:
+        with self._lock:
+            self._close_pool()
+            self._healthy = False
+
+
+def redactor(dsn: str) -> Callable[[str], str]:
+    """A function removing the DSN and its password from a text (driver messages may quote connection parameters)."""
+    psycopg, _ = _driver()
+    secrets = [dsn]
+    try:
+        secrets.append(psycopg.conninfo.conninfo_to_dict(dsn).get("password") or "")
+    except psycopg.Error:
+        pass  # a DSN the driver cannot parse: it is never used, and redacted whole
+    secrets = sorted((s for s in secrets if s), key=len, reverse=True)
+
+    def redact(text: str) -> str:
+        for secret in secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    return redact
+
+
+def connect_once(dsn: str, timeout_s: float) -> psycopg.Connection:
+    """One autocommit connection outside the pool: migrations, and the `db migrate` and `doctor` commands."""
+    psycopg, _ = _driver()
+    return psycopg.connect(dsn, autocommit=True, connect_timeout=_whole_seconds(timeout_s))
+
+
+def _whole_seconds(timeout_s: float) -> int:
+    return max(1, math.ceil(timeout_s))  # libpq's connect_timeout: whole seconds, and 0 would mean forever
+
+
+def _connection_lost(err: Exception) -> bool:
+    """Whether an OperationalError means the database is out of reach (not, say, a cancelled statement)."""
+    state = getattr(err, "sqlstate", None)
+    # No SQLSTATE: the client lost the connection or gave up waiting; 08: connection exception; 57P: the server
+    # is shutting down or starting.
+    return state is None or state.startswith(("08", "57P"))
+
+
+def open_database(config: Config, environ: Mapping[str, str] | None = None) -> Database | None:
+    """The configured store's database (None for the embedded backend); `start()` it to connect and migrate."""
+    store = config.store
+    if store.backend != "postgres":
+        return None
+    return Database(store.dsn(environ), store.pool_size, row_level_security=store.row_level_security,
+                    connect_timeout_s=store.connect_timeout_s, health_interval_s=store.health_interval_s,
+                    migrate_on_start=store.migrate_on_start)

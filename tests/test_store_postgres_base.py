@@ -1,0 +1,221 @@
+"""The PostgreSQL store's foundation, through the real sidecar on a real PostgreSQL: start-up migration, the
+`ragsidecar db migrate` command, schema versions, the DSN kept secret, and health through an outage."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from grpc_health.v1 import health_pb2
+
+from ragsidecar.config import ConfigError, StoreConfig, load_config
+from ragsidecar.store import migrate
+from ragsidecar.v1 import reranker_pb2
+from sidecar import Sidecar, default_config, to_toml
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+RERANKER = "ragsidecar.v1.RerankerService"
+RETRIEVAL = "ragsidecar.v1.RetrievalService"
+CHAT = "ragsidecar.v1.ChatKnowledgeService"
+PASSWORD = "not-in-logs-123"
+# Probes often, so that an outage shows within seconds.
+FAST_PROBE = {"health_interval_s": 0.5, "connect_timeout_s": 1.0}
+
+
+def store_dsn(postgres, name: str) -> str:
+    """A fresh database's DSN carrying a password (the test server trusts local connections, so any works)."""
+    return f"{postgres.database(name)}&password={PASSWORD}"
+
+
+def postgres_config(**store) -> dict:
+    config = default_config()
+    config["store"] = {"backend": "postgres", **store}
+    return config
+
+
+def sidecar(make_sidecar, dsn: str, **store) -> Sidecar:
+    return make_sidecar(postgres_config(**store), env={"RAGSIDECAR_STORE_DSN": dsn})
+
+
+def recorded(dsn: str) -> list[tuple[int, str, object]]:
+    with psycopg.connect(dsn) as connection:
+        return connection.execute(f"SELECT version, name, applied_at FROM {migrate.TABLE} ORDER BY version").fetchall()
+
+
+def cli(*args: str, cwd: Path, dsn: str | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGSIDECAR_")}
+    if dsn is not None:
+        env["RAGSIDECAR_STORE_DSN"] = dsn
+    return subprocess.run([sys.executable, "-m", "ragsidecar", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def config_file(folder: Path, **store) -> Path:
+    path = folder / "ragsidecar.toml"
+    path.write_text(to_toml(postgres_config(**store)))
+    return path
+
+
+def test_a_sidecar_migrates_at_start_up_and_a_second_one_applies_nothing_again(postgres, make_sidecar) -> None:
+    dsn = store_dsn(postgres, "pga_start")
+    first = sidecar(make_sidecar, dsn).start()
+    applied = recorded(dsn)
+    assert [(v, n) for v, n, _ in applied] == [(m.version, m.name) for m in migrate.known()]
+    assert applied[0][:2] == (1, "base")
+    with psycopg.connect(dsn) as connection:
+        assert connection.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
+    second = sidecar(make_sidecar, dsn).start()
+    assert recorded(dsn) == applied  # same rows, same times: nothing applied twice
+    assert "store schema migrated: 0001_base" in first.log()
+    assert "store schema migrated" not in second.log()
+    for server in (first, second):
+        assert server.health(RETRIEVAL) == server.health(CHAT) == server.health() == SERVING
+        assert dsn not in server.log() and PASSWORD not in server.log()
+
+
+def test_db_migrate_is_idempotent_and_start_up_without_migrating_refuses_an_old_schema(
+        postgres, make_sidecar, tmp_path: Path) -> None:
+    dsn = store_dsn(postgres, "pga_cli")
+    refused = sidecar(make_sidecar, dsn, migrate_on_start=False)
+    with pytest.raises(RuntimeError, match="lacks migrations 0001_base.*run `ragsidecar db migrate`"):
+        refused.start()
+    assert refused.process.returncode == 1
+    path = config_file(tmp_path, migrate_on_start=False)
+    first, again = cli("db", "migrate", "--config", str(path), cwd=tmp_path, dsn=dsn), None
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("applied 0001_base") and f"at version {migrate.latest()}" in first.stdout
+    applied = recorded(dsn)
+    again = cli("db", "migrate", "--config", str(path), cwd=tmp_path, dsn=dsn)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("nothing to apply") and recorded(dsn) == applied
+    started = sidecar(make_sidecar, dsn, migrate_on_start=False).start()
+    assert started.health(RETRIEVAL) == SERVING and recorded(dsn) == applied
+    for output in (first, again):
+        assert PASSWORD not in output.stdout + output.stderr
+
+
+def test_db_migrate_names_the_missing_variable(tmp_path: Path) -> None:
+    result = cli("db", "migrate", "--config", str(config_file(tmp_path)), cwd=tmp_path, dsn=None)
+    assert result.returncode == 2
+    assert "RAGSIDECAR_STORE_DSN" in result.stderr and "not set" in result.stderr
+
+
+def test_a_database_migrated_by_a_newer_build_is_refused(postgres, make_sidecar, tmp_path: Path) -> None:
+    dsn = store_dsn(postgres, "pga_future")
+    newer = migrate.latest() + 1
+    with psycopg.connect(dsn) as connection:
+        connection.execute(f"CREATE TABLE {migrate.TABLE} (version integer PRIMARY KEY, name text NOT NULL, "
+                           "applied_at timestamptz NOT NULL)")
+        connection.execute(f"INSERT INTO {migrate.TABLE} SELECT v, 'm' || v, now() FROM generate_series(1, %s) v",
+                           (newer,))
+    server = sidecar(make_sidecar, dsn)
+    with pytest.raises(RuntimeError, match=f"schema is at version {newer} .*newer than this build knows"):
+        server.start()
+    assert server.process.returncode == 1
+    result = cli("db", "migrate", "--config", str(config_file(tmp_path)), cwd=tmp_path, dsn=dsn)
+    assert result.returncode == 1 and "newer than this build knows" in result.stderr
+    assert len(recorded(dsn)) == newer  # untouched
+
+
+def test_the_dsn_is_never_printed(postgres, tmp_path: Path) -> None:
+    dsn = store_dsn(postgres, "pga_secret")
+    path = config_file(tmp_path)
+    shown = cli("config", "--config", str(path), cwd=tmp_path, dsn=dsn)
+    assert shown.returncode == 0, shown.stderr
+    assert 'backend = "postgres"' in shown.stdout and 'dsn_env = "RAGSIDECAR_STORE_DSN"' in shown.stdout
+    doctor = cli("doctor", "--config", str(path), cwd=tmp_path, dsn=dsn)
+    assert doctor.returncode == 0, doctor.stderr
+    assert '"reachable": true' in doctor.stdout and '"schema_version": 0' in doctor.stdout
+    for output in (shown, doctor):
+        assert PASSWORD not in output.stdout + output.stderr and dsn not in output.stdout + output.stderr
+
+
+def rerank_request() -> reranker_pb2.RerankRequest:
+    return reranker_pb2.RerankRequest(query="what is a cross encoder?", documents=[
+        reranker_pb2.RerankDocument(id=f"d{i}", text=f"cross encoders score query and passage together {i}")
+        for i in range(3)])
+
+
+def wait_health(server: Sidecar, service: str, status: int, timeout: float = 20.0) -> None:
+    server.wait_health(status, service=service, timeout=timeout)
+
+
+def test_an_outage_turns_retrieval_and_chat_not_serving_while_rerank_serves(postgres, make_sidecar) -> None:
+    dsn = store_dsn(postgres, "pga_outage")
+    server = sidecar(make_sidecar, dsn, **FAST_PROBE).start()
+    postgres.stop()
+    try:
+        lost = time.monotonic()
+        for service in (RETRIEVAL, CHAT, ""):
+            wait_health(server, service, NOT_SERVING)
+        assert time.monotonic() - lost < 10  # a few probe intervals, without any traffic
+        assert server.health(RERANKER) == SERVING
+        assert len(server.reranker().Rerank(rerank_request(), timeout=30).results) == 3
+    finally:
+        postgres.start()
+    for service in (RETRIEVAL, CHAT, ""):
+        wait_health(server, service, SERVING)
+    assert "the store's database became unreachable" in server.log()
+    assert server.log().count("the store's database is reachable") == 2  # at start-up and after the outage
+    assert PASSWORD not in server.log()
+
+
+def test_a_sidecar_started_while_the_database_is_down_serves_rerank_and_migrates_once_it_is_up(
+        postgres, make_sidecar) -> None:
+    dsn = store_dsn(postgres, "pga_late")
+    server = sidecar(make_sidecar, dsn, **FAST_PROBE)
+    postgres.stop()
+    try:
+        server.start(wait_serving=False)
+        wait_health(server, RERANKER, SERVING, timeout=90)
+        assert len(server.reranker().Rerank(rerank_request(), timeout=30).results) == 3
+        assert server.health(RETRIEVAL) == server.health(CHAT) == server.health() == NOT_SERVING
+        assert "the store's database is unreachable" in server.log()
+    finally:
+        postgres.start()
+    wait_health(server, RETRIEVAL, SERVING)
+    assert [v for v, _, _ in recorded(dsn)] == [m.version for m in migrate.known()]
+
+
+# -- configuration (no database) ------------------------------------------------------------------------
+
+def write(tmp_path: Path, store: dict) -> Path:
+    config = default_config()
+    config["store"] = store
+    path = tmp_path / "ragsidecar.toml"
+    path.write_text(to_toml(config))
+    return path
+
+
+def test_the_store_defaults_to_the_embedded_backend(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, {}), environ={}).store == StoreConfig()
+    assert StoreConfig().backend == "embedded"
+
+
+@pytest.mark.parametrize(("store", "message"), [
+    ({"backend": "sqlite"}, "store.backend: 'sqlite' is not one of 'embedded', 'postgres'"),
+    ({"dsn": "postgresql://x"}, "store.dsn: unknown key"),
+    ({"pool_size": 0}, "store.pool_size: must be positive"),
+    ({"connect_timeout_s": 0}, "store.connect_timeout_s: must be positive"),
+    ({"health_interval_s": -1.0}, "store.health_interval_s: must be positive"),
+    ({"dsn_env": " "}, "store.dsn_env: must name an environment variable"),
+    ({"row_level_security": "yes"}, "store.row_level_security: expected bool"),
+    ({"backend": "postgres", "dsn_env": "MY_DSN"}, "MY_DSN .*is not set"),
+])
+def test_store_settings_are_validated(tmp_path: Path, store: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, store), environ={})
+
+
+def test_the_dsn_comes_from_the_named_variable_and_only_when_needed(tmp_path: Path) -> None:
+    path = write(tmp_path, {"backend": "postgres", "dsn_env": "MY_DSN"})
+    config = load_config(path, environ={"MY_DSN": "postgresql:///x"})
+    assert config.store.dsn({"MY_DSN": "postgresql:///x"}) == "postgresql:///x"
+    # Showing a configuration needs no database.
+    assert load_config(path, environ={}, check_files=False).store.backend == "postgres"
