@@ -97,6 +97,8 @@ def test_the_installed_package_has_its_stubs_defaults_and_version(prefix: Path, 
     (site,) = (prefix / "venv" / "lib").glob("python3.*/site-packages")
     installed = {str(p.relative_to(site)) for p in (site / "ragsidecar").rglob("*") if p.is_file()}
     assert STUBS <= installed and "ragsidecar/default_config.toml" in installed
+    assert "ragsidecar/store/migrations/0001_base.sql" in installed  # the PostgreSQL store's schema
+    assert list(site.glob("psycopg_pool/__init__.py")) and list(site.glob("psycopg/__init__.py"))  # postgres extra
     version = ragsidecar(prefix, "--version", cwd=tmp_path)
     assert version.stdout.strip() == "ragsidecar 0.2.0"
 

@@ -155,12 +155,14 @@ def test_an_outage_turns_retrieval_and_chat_not_serving_while_rerank_serves(post
         for service in (RETRIEVAL, CHAT, ""):
             wait_health(server, service, NOT_SERVING)
         assert time.monotonic() - lost < 10  # a few probe intervals, without any traffic
+        assert server.metric("ragsidecar_store_up") == 0
         assert server.health(RERANKER) == SERVING
         assert len(server.reranker().Rerank(rerank_request(), timeout=30).results) == 3
     finally:
         postgres.start()
     for service in (RETRIEVAL, CHAT, ""):
         wait_health(server, service, SERVING)
+    assert server.metric("ragsidecar_store_up") == 1
     assert "the store's database became unreachable" in server.log()
     assert server.log().count("the store's database is reachable") == 2  # at start-up and after the outage
     assert PASSWORD not in server.log()
@@ -219,3 +221,66 @@ def test_the_dsn_comes_from_the_named_variable_and_only_when_needed(tmp_path: Pa
     assert config.store.dsn({"MY_DSN": "postgresql:///x"}) == "postgresql:///x"
     # Showing a configuration needs no database.
     assert load_config(path, environ={}, check_files=False).store.backend == "postgres"
+
+
+# -- the Database and migrations in-process, on the real server -----------------------------------------
+
+def test_replicas_migrating_at_once_apply_each_migration_exactly_once(postgres) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    dsn = postgres.database("pga_race")
+
+    def run_migrations(_: int) -> list[int]:
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            return [m.version for m in migrate.migrate(connection)]
+
+    with ThreadPoolExecutor(4) as pool:
+        applied = list(pool.map(run_migrations, range(4)))
+    assert sorted(v for each in applied for v in each) == [m.version for m in migrate.known()]
+    assert [v for v, _, _ in recorded(dsn)] == [m.version for m in migrate.known()]
+
+
+async def test_row_level_security_admits_only_the_rows_of_the_calls_tenant(postgres) -> None:
+    from ragsidecar.store.database import Database
+
+    admin = postgres.database("pga_rls")
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute("DROP ROLE IF EXISTS pga_app")
+        connection.execute("CREATE ROLE pga_app LOGIN NOSUPERUSER NOBYPASSRLS")  # superusers bypass RLS
+        connection.execute("ALTER DATABASE pga_rls OWNER TO pga_app")
+        connection.execute("ALTER SCHEMA public OWNER TO pga_app")
+        connection.execute("CREATE EXTENSION vector")  # an administrator's step where the role may not
+    app = psycopg.conninfo.make_conninfo(admin, user="pga_app")
+    with psycopg.connect(app, autocommit=True) as connection:
+        connection.execute("CREATE TABLE ragsidecar_rls_probe (tenant text NOT NULL, note text NOT NULL)")
+    database = Database(app, 2, row_level_security=True, health_interval_s=60.0)
+    await database.start()
+    try:
+        assert database.healthy
+
+        def insert(tenant: str):
+            return lambda c: c.execute("INSERT INTO ragsidecar_rls_probe VALUES (%s, 'x')", (tenant,))
+
+        def notes(c) -> int:
+            return c.execute("SELECT count(*) FROM ragsidecar_rls_probe").fetchone()[0]
+
+        await database.run(insert("a"), tenant="a")
+        await database.run(insert("a"), tenant="a")
+        assert await database.run(notes, tenant="a") == 2
+        assert await database.run(notes, tenant="b") == 0  # no filter in the query: the policy alone
+        assert await database.run(notes) == 0  # no tenant set: nothing
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+            await database.run(insert("a"), tenant="b")
+        assert await database.run(notes, tenant="a") == 2  # the refused call was rolled back
+    finally:
+        await database.close()
+
+
+def test_the_postgres_backend_without_psycopg_fails_with_the_install_hint(monkeypatch, tmp_path: Path) -> None:
+    from ragsidecar.store.database import open_database
+
+    config = load_config(write(tmp_path, {"backend": "postgres"}), environ={"RAGSIDECAR_STORE_DSN": "dbname=x"})
+    for module in ("psycopg", "psycopg_pool"):
+        monkeypatch.setitem(sys.modules, module, None)  # what an install without the extra sees: ImportError
+    with pytest.raises(ConfigError, match=r'psycopg is not installed: pip install "ragsidecar\[postgres\]"'):
+        open_database(config, {"RAGSIDECAR_STORE_DSN": "dbname=x"})

@@ -15,9 +15,10 @@ prefix=$2
 constraints=${CONSTRAINTS:-$(cd "$(dirname "$0")/../.." && pwd)/constraints.txt}
 
 "${PYTHON:-python3}" -m venv "$prefix/venv"
-# pip builds the wheel (the build hook generates the gRPC stubs) and installs it with pinned dependencies;
-# it also compiles the bytecode now, since the image's root file system is read-only at run time.
-"$prefix/venv/bin/pip" install --quiet --disable-pip-version-check -c "$constraints" "$source"
+# pip builds the wheel (the build hook generates the gRPC stubs) and installs it with pinned dependencies,
+# the postgres extra included (psycopg), so one image serves both store backends ([store] backend); it also
+# compiles the bytecode now, since the image's root file system is read-only at run time.
+"$prefix/venv/bin/pip" install --quiet --disable-pip-version-check -c "$constraints" "$source[postgres]"
 RAGSIDECAR_HOME="$prefix" "$prefix/venv/bin/ragsidecar" models install
 # Fails unless the installed package, its built-in defaults and the models fit together.
 RAGSIDECAR_HOME="$prefix" "$prefix/venv/bin/ragsidecar" doctor > /dev/null

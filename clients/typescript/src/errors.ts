@@ -102,7 +102,10 @@ export class UnauthenticatedError extends RagSidecarError {}
 export class PermissionDeniedError extends RagSidecarError {}
 /** RESOURCE_EXHAUSTED: a full queue (reason QUEUE_FULL; retry with backoff) or a size limit. */
 export class ResourceExhaustedError extends RagSidecarError {}
-/** UNAVAILABLE: the sidecar cannot be reached, or a model is not ready (reason MODEL_NOT_READY). */
+/**
+ * UNAVAILABLE: the sidecar cannot be reached, a model is not ready (reason MODEL_NOT_READY), or the shared store's
+ * database is unreachable (reason STORE_UNAVAILABLE). Transient: retry with backoff.
+ */
 export class UnavailableError extends RagSidecarError {}
 /** DEADLINE_EXCEEDED: the call's timeout passed. */
 export class DeadlineExceededError extends RagSidecarError {}

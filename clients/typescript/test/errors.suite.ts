@@ -80,6 +80,9 @@ describe("error mapping", () => {
     const notLoaded = toRagSidecarError(wireError(Code.Unavailable, "MODEL_NOT_READY"));
     assert.ok(notLoaded instanceof UnavailableError);
     assert.equal(notLoaded.reason, "MODEL_NOT_READY");
+    const storeDown = toRagSidecarError(wireError(Code.Unavailable, "STORE_UNAVAILABLE"));
+    assert.ok(storeDown instanceof UnavailableError);
+    assert.equal(storeDown.reason, "STORE_UNAVAILABLE");
   });
 
   it("maps statuses without details, aborts and foreign errors", () => {

@@ -122,6 +122,9 @@ def _serve(args: argparse.Namespace) -> int:
     except SchemaError as err:
         print(f"ragsidecar: the store's database cannot be used: {err}", file=sys.stderr)
         return 1
+    except ConfigError as err:  # found while the sidecar is built (the postgres extra missing)
+        print(f"ragsidecar: invalid configuration: {err}", file=sys.stderr)
+        return 2
     except Exception as err:  # noqa: BLE001 - the process exits with a readable reason, not a traceback
         logging.getLogger("ragsidecar").exception("the sidecar stopped: %s", err)
         return 1

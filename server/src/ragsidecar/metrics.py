@@ -58,6 +58,8 @@ INDEX_BUILDS_JOINED = Counter("ragsidecar_index_builds_joined_total",
                               "Index loads that awaited a build of the same index already in flight")
 LEFTOVERS_SWEPT = Counter("ragsidecar_leftovers_swept_total",
                           "Files and folders left by killed writes or superseded indexes, removed at start-up")
+STORE_UP = Gauge("ragsidecar_store_up",
+                 "1 while the shared store's database (postgres backend) answers its probe, else 0")
 
 
 def track_size(cache: str, sized: Any) -> None:

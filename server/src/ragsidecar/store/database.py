@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ragsidecar import metrics
 from ragsidecar.config import Config, ConfigError
 from ragsidecar.errors import ErrorKind, SidecarError
 from ragsidecar.store import migrate
@@ -196,6 +197,7 @@ class Database:
         if healthy == self._healthy:
             return
         self._healthy = healthy
+        metrics.STORE_UP.set(int(healthy))
         if healthy:
             log.info("the store's database is reachable")
         for listener in self._listeners:

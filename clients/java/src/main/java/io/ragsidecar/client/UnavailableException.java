@@ -1,8 +1,9 @@
 package io.ragsidecar.client;
 
 /**
- * Status {@code UNAVAILABLE}: the sidecar cannot be reached, is shutting down, or the named model is not loaded yet
- * (see {@link ModelNotReadyException}). Usually transient.
+ * Status {@code UNAVAILABLE}: the sidecar cannot be reached, is shutting down, the named model is not loaded yet
+ * (see {@link ModelNotReadyException}), or the shared store's database is unreachable (reason
+ * {@code STORE_UNAVAILABLE}). Usually transient: retry with backoff.
  */
 public class UnavailableException extends RagSidecarException {
   private static final long serialVersionUID = 1L;

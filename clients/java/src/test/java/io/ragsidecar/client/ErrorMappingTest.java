@@ -52,6 +52,7 @@ class ErrorMappingTest {
       "UNAUTHENTICATED, UNAUTHENTICATED, UnauthenticatedException",
       "RESOURCE_EXHAUSTED, QUEUE_FULL, ResourceExhaustedException",
       "UNAVAILABLE, MODEL_NOT_READY, ModelNotReadyException",
+      "UNAVAILABLE, STORE_UNAVAILABLE, UnavailableException",
       "DEADLINE_EXCEEDED, DEADLINE_EXCEEDED, DeadlineExceededException",
       "UNIMPLEMENTED, '', RagSidecarException",
       "INTERNAL, '', RagSidecarException",
