@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ragsidecar.knowledge.fusion import FusionMethod, RerankFusion
+from ragsidecar.knowledge.lexical import LANGUAGES as LEXICAL_LANGUAGES
+
 # The built-in defaults: used when neither --config nor $RAGSIDECAR_CONFIG names a file.
 BUILT_IN_CONFIG = Path(__file__).with_name("default_config.toml")
 
@@ -108,10 +111,24 @@ class RetrievalConfig:
     chunk_overlap_tokens: int = 32
     # Files larger than this are refused (LIMIT_EXCEEDED) before they are read.
     max_file_bytes: int = 50 * 1024 * 1024
-    # Depth of the dense and BM25 candidate lists fused by reciprocal rank fusion.
+    # Depth of the dense and BM25 candidate lists fused into one.
     fusion_candidates: int = 50
     # Fused candidates reranked when an entry asks for rerank without saying how many.
     rerank_candidates: int = 20
+    # Analysis of the BM25 side: a Snowball language (its stopwords removed, words stemmed) or "none" (words as
+    # written, English stopwords). Part of every index's key: changing it rebuilds the indexes.
+    lexical_language: str = "none"
+    # How the dense and BM25 lists become one (knowledge/fusion.py): "rrf" (reciprocal rank fusion, equal
+    # weights), "weighted_rrf", or "convex" (weighted sum of scaled cosine and BM25 scores).
+    fusion: FusionMethod = "rrf"
+    # The dense list's weight in "weighted_rrf" and "convex", in [0, 1]; the BM25 list gets 1 - dense_weight.
+    dense_weight: float = 0.5
+    # How a rerank with rerank_order FUSED combines the reranker's relevance with the retrieval order: "rrf"
+    # (reciprocal rank fusion of the two orders) or "interpolate" (rerank_weight * scaled relevance +
+    # (1 - rerank_weight) * scaled retrieval score over the reranked head).
+    rerank_fusion: RerankFusion = "rrf"
+    # The reranker's weight in "interpolate", in [0, 1].
+    rerank_weight: float = 0.5
     # Most tokens of an Enforce context when the request sets no max_context_tokens.
     context_window_tokens: int = 8192
     # Share of the model's input window that DIRECT entries without max_tokens may take together.
@@ -408,6 +425,13 @@ def _validate(config: Config, check_files: bool) -> None:
         raise ConfigError("retrieval.chunk_overlap_tokens: must be in [0, chunk_tokens/2)")
     if not 0 < retrieval.direct_budget_fraction <= 1:
         raise ConfigError("retrieval.direct_budget_fraction: must be in (0, 1]")
+    if retrieval.lexical_language not in LEXICAL_LANGUAGES:
+        raise ConfigError(f"retrieval.lexical_language: {retrieval.lexical_language!r} is not one of "
+                          f"{', '.join(LEXICAL_LANGUAGES)}")
+    for key, weight in (("retrieval.dense_weight", retrieval.dense_weight),
+                        ("retrieval.rerank_weight", retrieval.rerank_weight)):
+        if not 0 <= weight <= 1:
+            raise ConfigError(f"{key}: must be in [0, 1], got {weight}")
     for key, port in (("server.port", config.server.port), ("metrics.port", config.metrics.port)):
         if not 0 <= port <= 65535:
             raise ConfigError(f"{key}: {port} is not a port number")

@@ -259,7 +259,8 @@ class Catalog:
     def _index(self, chunks: list[Chunk], vectors: np.ndarray) -> HybridIndex:
         indexed = [IndexedChunk(c.id, c.text, _meta(c)) for c in chunks]
         retrieval = self._config.retrieval
-        return HybridIndex.build(indexed, vectors, threads=retrieval.index_threads, dtype=retrieval.index_dtype)
+        return HybridIndex.build(indexed, vectors, threads=retrieval.index_threads, dtype=retrieval.index_dtype,
+                                 lexical_language=retrieval.lexical_language)
 
     async def _embed_chunks(self, name: str, chunks: list[Chunk], embedder: BiEncoder, model: str) -> np.ndarray:
         """Vectors for the chunks; only texts not embedded before (by content hash) reach the model."""
@@ -327,7 +328,7 @@ class Catalog:
     def _key(self, entry: Entry, scope: Scope, model: str) -> str:
         """Hash of everything the index depends on; equal keys mean an identical index."""
         retrieval = self._config.retrieval
-        parts = [self._identity(entry, scope), model, retrieval.index_dtype]
+        parts = [self._identity(entry, scope), model, retrieval.index_dtype, retrieval.lexical_language]
         if entry.type in (SourceType.FILE, SourceType.DIRECTORY):
             for file in self.files_of(entry):
                 stat = file.stat()

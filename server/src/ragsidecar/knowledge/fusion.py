@@ -9,25 +9,30 @@
   for a cosine and 0 for BM25; unlike min-max over the list, it does not stretch a list of uniformly weak
   matches to span [0, 1]. A candidate missing from one list gets that side's minimum (scaled 0).
 
+`combine_reranked` puts a reranker's relevance and the retrieval order together ([retrieval] rerank_fusion):
+by reciprocal rank fusion of the two orders, or by `interpolate`, a convex combination of scaled scores.
+
 Pure functions: the embedded index and the PostgreSQL store fuse alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, get_args
 
 K = TypeVar("K", bound=Hashable)
 
-FUSIONS = ("rrf", "weighted_rrf", "convex")
+FusionMethod = Literal["rrf", "weighted_rrf", "convex"]
+RerankFusion = Literal["rrf", "interpolate"]
+FUSIONS: tuple[str, ...] = get_args(FusionMethod)
 COSINE_MIN = -1.0
 BM25_MIN = 0.0
 
 
 @dataclass(frozen=True)
 class FusionSettings:
-    method: Literal["rrf", "weighted_rrf", "convex"] = "rrf"
+    method: FusionMethod = "rrf"
     # Share of the dense list ("weighted_rrf", "convex"); the lexical list gets the rest.
     dense_weight: float = 0.5
     rrf_k: int = 60
@@ -75,3 +80,48 @@ def theoretical_min_max(scored: Sequence[tuple[K, float]], floor: float) -> dict
         return {}
     span = max(score for _, score in scored) - floor
     return {k: (max(score, floor) - floor) / span if span > 0 else 0.0 for k, score in scored}
+
+
+def combine_reranked(retrieval: Sequence[float], relevance: Mapping[int, float], method: RerankFusion,
+                     rerank_weight: float) -> list[tuple[int, float]]:
+    """The final order of hits given in retrieval order, as (position, score) pairs best first. `retrieval`
+    holds every hit's retrieval (fused) score, `relevance` the reranker's relevance by position of the hits
+    reranked (the head); hits past the rerank depth follow the head in retrieval order.
+
+    "rrf": reciprocal rank fusion of the reranker's order and the retrieval order. A cross-encoder trained on
+    web questions (ms-marco) and the hybrid retrieval err differently; fusing their ranks beat either alone on
+    SciFact (nDCG@10: hybrid 0.697, rerank order 0.695, fused 0.718; bench/beir.py). Hits not reranked keep
+    their retrieval rank in the reranker's list too, so 2/(k + rank) puts them below every reranked hit.
+    "interpolate": `interpolate` with `rerank_weight`."""
+    count = len(retrieval)
+    if method == "rrf":
+        by_relevance = sorted(relevance, key=lambda i: (-relevance[i], i))
+        reranker_order = by_relevance + [i for i in range(count) if i not in relevance]
+        fused = reciprocal_rank_fusion([reranker_order, range(count)])
+        return [(i, fused[i]) for i in sorted(fused, key=lambda i: -fused[i])]  # ties: the reranker's order
+    scores = interpolate([relevance.get(i) for i in range(count)], retrieval, rerank_weight)
+    head = sorted(relevance, key=lambda i: (-scores[i], i))  # ties: retrieval order
+    return [(i, scores[i]) for i in head] + [(i, scores[i]) for i in range(count) if i not in relevance]
+
+
+def interpolate(relevance: Sequence[float | None], retrieval: Sequence[float], rerank_weight: float) -> list[float]:
+    """Per hit, rerank_weight * scaled relevance + (1 - rerank_weight) * scaled retrieval score.
+
+    `relevance` is None for a hit past the rerank depth. Both sides are min-max scaled over the reranked hits:
+    neither has bounds that hold for every reranker and every fusion, and over the head both span [0, 1], so
+    the weight means what it says. A hit not reranked counts as the least relevant (scaled 0); as its retrieval
+    score is at most the head's lowest, its score is at most 0, below every reranked hit but a tie at 0."""
+    if len(relevance) != len(retrieval):
+        raise ValueError(f"{len(relevance)} relevance scores for {len(retrieval)} retrieval scores")
+    head = [(r, s) for r, s in zip(relevance, retrieval) if r is not None]
+    if not head:
+        return [0.0] * len(retrieval)
+    scale_relevance, scale_retrieval = _min_max([r for r, _ in head]), _min_max([s for _, s in head])
+    return [rerank_weight * (0.0 if r is None else scale_relevance(r)) + (1.0 - rerank_weight) * scale_retrieval(s)
+            for r, s in zip(relevance, retrieval)]
+
+
+def _min_max(scores: Sequence[float]) -> Callable[[float], float]:
+    """Maps the scores' minimum to 0 and maximum to 1 (everything to 0 when they are equal: no evidence)."""
+    low, span = min(scores), max(scores) - min(scores)
+    return lambda score: (score - low) / span if span > 0 else 0.0

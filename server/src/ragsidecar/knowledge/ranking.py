@@ -10,7 +10,7 @@ import numpy as np
 from ragsidecar.config import Config
 from ragsidecar.knowledge.catalog import LoadedSource
 from ragsidecar.knowledge.declarations import Entry, RerankOrder, RetrievalMode
-from ragsidecar.knowledge.fusion import reciprocal_rank_fusion
+from ragsidecar.knowledge.fusion import FusionSettings, combine_reranked
 from ragsidecar.knowledge.index import HybridIndex
 from ragsidecar.knowledge.results import Hit, Work, document_of
 from ragsidecar.reranking import Candidate, Reranker, RerankQuery
@@ -54,6 +54,7 @@ class Ranker:
     def __init__(self, config: Config, reranker: Reranker) -> None:
         self._config = config
         self._reranker = reranker
+        self._fusion = FusionSettings(config.retrieval.fusion, config.retrieval.dense_weight)
 
     async def search(self, entry: Entry, source: LoadedSource, query: str, query_vector: np.ndarray, work: Work,
                      deadline: float | None) -> list[Hit]:
@@ -66,9 +67,7 @@ class Ranker:
             outcome = await self._reranker.rerank(
                 RerankQuery(entry.reranker_model, query, [Candidate(h.chunk_id, h.text) for h in hits[:depth]]),
                 deadline)
-            reranked = [(r.index, r.relevance_score) for r in outcome.results]
-            hits = (_fuse_with_retrieval(hits, reranked) if entry.rerank_order is RerankOrder.FUSED
-                    else _reranker_order(hits, reranked))
+            hits = self._combined(entry, hits, [(r.index, r.relevance_score) for r in outcome.results])
             work.pairs += outcome.pairs
             work.tokens += outcome.tokens
             work.cached_pairs += outcome.cached_pairs
@@ -77,6 +76,16 @@ class Ranker:
         if entry.min_score is not None:
             hits = [h for h in hits if _meets(h, entry)]
         return hits[: entry.k]
+
+    def _combined(self, entry: Entry, hits: list[Hit], reranked: list[tuple[int, float]]) -> list[Hit]:
+        """The hits reordered by the reranker's (position, relevance) pairs as the entry and config say."""
+        if entry.rerank_order is RerankOrder.RERANKER:
+            return _reranker_order(hits, reranked)
+        # The score becomes the combined one; the reranker's relevance stays in `rerank`.
+        relevance = dict(reranked)
+        retrieval = self._config.retrieval
+        order = combine_reranked([h.fused for h in hits], relevance, retrieval.rerank_fusion, retrieval.rerank_weight)
+        return [replace(hits[i], score=score, rerank=relevance.get(i)) for i, score in order]
 
     def _rerank_depth(self, entry: Entry) -> int:
         """Hits reranked: rerank_depth when set, else (as before it existed) the candidates, at least top k."""
@@ -95,7 +104,7 @@ class Ranker:
         width = count
         while True:
             found = index.search(query_vector, query, width, max(self._config.retrieval.fusion_candidates, width),
-                                 use_dense=dense, use_lexical=lexical)
+                                 use_dense=dense, use_lexical=lexical, fusion=self._fusion)
             hits = [Hit(h.chunk.id, entry.name, h.chunk.text, h.chunk.meta, h.fused, h.dense, h.bm25, h.fused)
                     for h in found]
             if not entry.group_by_document:
@@ -128,19 +137,3 @@ def _reranker_order(hits: list[Hit], reranked: list[tuple[int, float]]) -> list[
     """The reranker's own order (the host's Reranker SPI): descending relevance, which is also the score."""
     order = sorted(reranked, key=lambda r: -r[1])
     return [replace(hits[i], score=relevance, rerank=relevance) for i, relevance in order]
-
-
-def _fuse_with_retrieval(hits: list[Hit], reranked: list[tuple[int, float]]) -> list[Hit]:
-    """The reranker's order and the retrieval order, combined by reciprocal rank fusion.
-
-    A cross-encoder trained on web questions (ms-marco) and the hybrid retrieval err differently; fusing
-    their ranks beats either alone (SciFact nDCG@10: hybrid 0.697, rerank order 0.695, fused 0.718;
-    bench/beir.py). The score is the fused one; the reranker's relevance stays in `rerank`.
-
-    Hits past the rerank depth (not reranked) keep their retrieval rank in the reranker's list too, so they
-    follow the reranked head in retrieval order: 2/(k + rank) is below any head hit's fused score."""
-    relevance = dict(reranked)
-    reranker_order = [i for i, _ in reranked] + [i for i in range(len(hits)) if i not in relevance]
-    fused = reciprocal_rank_fusion([reranker_order, list(range(len(hits)))])
-    order = sorted(fused, key=lambda i: -fused[i])
-    return [replace(hits[i], score=fused[i], rerank=relevance.get(i)) for i in order]

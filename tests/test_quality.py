@@ -1,0 +1,283 @@
+"""Retrieval quality settings: the lexical analysis' language, the fusion of the dense and BM25 lists and the
+combination of reranker and retrieval. Pure functions first, then through the real server (real files, MEMORY
+documents, embedder and reranker) on a small corpus of one-chunk documents written here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import retrieval_config
+from ragsidecar.knowledge.fusion import FusionSettings, combine_reranked, fuse, interpolate, theoretical_min_max
+from ragsidecar.knowledge.lexical import LANGUAGES, Lexical, terms
+from ragsidecar.v1 import retrieval_pb2 as pb, retrieval_pb2_grpc
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
+from sidecar import Sidecar
+
+# ---- the analysis ---------------------------------------------------------------------------------------
+
+
+def test_terms_stem_and_drop_stopwords_and_none_keeps_the_words() -> None:
+    assert terms(["The lab RUNS a study", "running studies"], "english") == [["lab", "run", "studi"],
+                                                                            ["run", "studi"]]
+    assert terms(["The lab RUNS a study", "running studies"], "none") == [["lab", "runs", "study"],
+                                                                         ["running", "studies"]]
+    assert terms(["Die Kinder spielten im Garten"], "german") == [["kind", "spielt", "gart"]]
+    assert "english" in LANGUAGES and "none" in LANGUAGES
+
+
+def test_terms_refuse_an_unknown_language() -> None:
+    with pytest.raises(ValueError, match="klingon.*english"):
+        terms(["text"], "klingon")
+
+
+def test_lexical_matches_inflections_only_when_stemmed(tmp_path: Path) -> None:
+    texts = ["The sleep lab runs a study of night shifts.", "Bread needs flour, water and an oven."]
+    assert Lexical.build(texts, "english").top("running studies", 5)[0][0] == 0
+    assert Lexical.build(texts, "none").top("running studies", 5) == []
+    Lexical.build(texts, "english").save(tmp_path / "bm25")
+    assert Lexical.load(tmp_path / "bm25", 2, "english").top("studies", 5)[0][0] == 0
+
+
+# ---- fusion ---------------------------------------------------------------------------------------------
+
+DENSE = [("a", 0.9), ("b", 0.5), ("c", 0.1)]
+LEXICAL = [("c", 12.0), ("d", 6.0)]
+
+
+def test_rrf_sums_reciprocal_ranks_with_equal_weights() -> None:
+    fused = fuse(DENSE, LEXICAL, FusionSettings())
+    assert fused == pytest.approx({"a": 1 / 61, "b": 1 / 62, "c": 1 / 63 + 1 / 61, "d": 1 / 62})
+
+
+def test_weighted_rrf_at_the_extremes_is_one_list_and_at_a_half_orders_as_rrf() -> None:
+    def order(fused: dict[str, float]) -> list[str]:
+        return sorted(fused, key=lambda k: -fused[k])
+
+    assert order(fuse(DENSE, LEXICAL, FusionSettings("weighted_rrf", 1.0)))[:3] == ["a", "b", "c"]
+    assert order(fuse(DENSE, LEXICAL, FusionSettings("weighted_rrf", 0.0)))[:2] == ["c", "d"]
+    assert order(fuse(DENSE, LEXICAL, FusionSettings("weighted_rrf", 0.5))) == order(fuse(DENSE, LEXICAL,
+                                                                                          FusionSettings()))
+
+
+def test_convex_scales_cosine_from_minus_one_and_bm25_from_zero_missing_counts_as_the_minimum() -> None:
+    fused = fuse(DENSE, LEXICAL, FusionSettings("convex", 0.25))
+    cosine = {k: (s + 1) / (0.9 + 1) for k, s in DENSE}
+    bm25 = {"c": 1.0, "d": 0.5}
+    assert fused == pytest.approx({k: 0.25 * cosine.get(k, 0) + 0.75 * bm25.get(k, 0) for k in "abcd"})
+    assert theoretical_min_max([("x", 3.0)], 0.0) == {"x": 1.0}
+    assert theoretical_min_max([("x", -1.0)], -1.0) == {"x": 0.0}  # nothing above the minimum: no evidence
+
+
+def test_fusion_of_one_empty_list_follows_the_other() -> None:
+    for settings in (FusionSettings(), FusionSettings("weighted_rrf", 0.7), FusionSettings("convex", 0.7)):
+        fused = fuse(DENSE, [], settings)
+        assert sorted(fused, key=lambda k: -fused[k]) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("settings", [dict(method="max"), dict(dense_weight=1.5), dict(dense_weight=-0.1),
+                                      dict(rrf_k=0)])
+def test_fusion_settings_refuse_what_they_cannot_mean(settings: dict) -> None:
+    with pytest.raises(ValueError):
+        FusionSettings(**settings)
+
+
+def test_interpolation_scales_both_sides_over_the_head_and_keeps_the_tail_below() -> None:
+    relevance, retrieval = [0.2, 0.9, 0.5, None, None], [0.05, 0.04, 0.03, 0.02, 0.01]
+    assert interpolate(relevance, retrieval, 1.0)[:3] == pytest.approx([0.0, 1.0, 3 / 7])
+    assert interpolate(relevance, retrieval, 0.0)[:3] == pytest.approx([1.0, 0.5, 0.0])
+    half = interpolate(relevance, retrieval, 0.5)
+    assert half == pytest.approx([0.5, 0.75, 3 / 14, -0.25, -0.5])
+    assert max(half[3:]) <= min(half[:3])
+    assert interpolate([None, None], [0.3, 0.2], 0.5) == [0.0, 0.0]
+    with pytest.raises(ValueError):
+        interpolate([0.1], [0.1, 0.2], 0.5)
+
+
+def test_combining_the_reranked_head_with_retrieval_keeps_the_tail_in_retrieval_order() -> None:
+    retrieval, relevance = [0.05, 0.04, 0.03, 0.02, 0.01], {0: 0.2, 1: 0.9, 2: 0.5}
+    rrf = combine_reranked(retrieval, relevance, "rrf", 0.5)
+    assert [i for i, _ in rrf] == [1, 0, 2, 3, 4]  # 1: ranks 1 and 2; 0: ranks 3 and 1; 2: ranks 2 and 3
+    assert rrf[0][1] == pytest.approx(1 / 61 + 1 / 62)
+    assert [i for i, _ in combine_reranked(retrieval, relevance, "interpolate", 1.0)] == [1, 2, 0, 3, 4]
+    assert [i for i, _ in combine_reranked(retrieval, relevance, "interpolate", 0.0)] == [0, 1, 2, 3, 4]
+    for method in ("rrf", "interpolate"):
+        scores = [score for _, score in combine_reranked(retrieval, relevance, method, 0.5)]
+        assert scores == sorted(scores, reverse=True)
+
+
+# ---- configuration --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("lexical_language", '"klingon"', "retrieval.lexical_language: 'klingon' is not one of none, arabic"),
+    ("fusion", '"max"', "retrieval.fusion: 'max' is not one of 'rrf', 'weighted_rrf', 'convex'"),
+    ("dense_weight", "1.5", "retrieval.dense_weight: must be in [0, 1], got 1.5"),
+    ("rerank_fusion", '"mean"', "retrieval.rerank_fusion: 'mean' is not one of 'rrf', 'interpolate'"),
+    ("rerank_weight", "-0.5", "retrieval.rerank_weight: must be in [0, 1], got -0.5"),
+])
+def test_invalid_quality_settings_are_refused_at_config_load(tmp_path: Path, key: str, value: str,
+                                                             message: str) -> None:
+    config = tmp_path / "ragsidecar.toml"
+    config.write_text(f"[retrieval]\n{key} = {value}\n", encoding="utf-8")
+    shown = subprocess.run([sys.executable, "-m", "ragsidecar", "config", "--config", str(config)],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 2
+    assert message in shown.stderr and "invalid configuration" in shown.stderr
+
+
+# ---- through the server ---------------------------------------------------------------------------------
+
+DOCUMENTS = {
+    "study.md": "The sleep lab runs a study of night shifts and how nurses rest between them.",
+    "volcano.md": "Magma rises through the vent of a volcano; an eruption throws lava and ash over the crater.",
+    "garden.md": "Tomato seedlings need compost, mulch and careful watering in the greenhouse.",
+    "telescope.md": "A telescope shows a distant galaxy and a comet crossing the orbit of a planet.",
+    "bread.md": "Sourdough bread needs flour, water, yeast, a long knead and a hot oven for its crust.",
+    "sailing.md": "The sail, the mast and the keel keep the boat steady when the wind and the tide turn.",
+    "chess.md": "A gambit in the chess opening gives up a pawn so that bishop and knight develop quickly.",
+    "ash.md": "Volcanic ash from the eruption closed the airport; flights waited for the crater to calm.",
+}
+STEMMED_QUERY = "running studies"  # shares no word with study.md as written, both stems
+QUERY = "what comes out of a volcano when it erupts"
+DOCS = entry("docs", "DIRECTORY", "SEARCH", "docs")
+NOTES = entry("notes", "MEMORY", "SEARCH")
+
+
+@pytest.fixture(scope="module")
+def knowledge(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("quality-knowledge")
+    (root / "docs").mkdir()
+    for name, text in DOCUMENTS.items():
+        (root / "docs" / name).write_text(text + "\n", encoding="utf-8")
+    return root
+
+
+def quality_sidecar(workdir: Path, knowledge: Path, data: Path, **retrieval: object) -> Sidecar:
+    config = retrieval_config(knowledge, data)
+    config["retrieval"].update(retrieval)
+    workdir.mkdir(parents=True, exist_ok=True)
+    return Sidecar(workdir, config)
+
+
+@pytest.fixture(scope="module")
+def english(tmp_path_factory: pytest.TempPathFactory, knowledge: Path) -> Sidecar:
+    sidecar = quality_sidecar(tmp_path_factory.mktemp("english"), knowledge, tmp_path_factory.mktemp("data"),
+                              lexical_language="english", fusion="rrf", rerank_fusion="rrf")
+    yield sidecar.start()
+    sidecar.stop()
+
+
+def search(server: Sidecar, query: str = QUERY, top_k: int = 8, source: pb.KnowledgeEntry = DOCS,
+           **options) -> list[pb.RetrievedChunk]:
+    request = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([source]), query=query, top_k=top_k,
+                               search=pb.SearchOptions(**options))
+    return list(retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).Search(request, timeout=120).hits)
+
+
+def files(hits: list[pb.RetrievedChunk]) -> list[str]:
+    return [Path(h.provenance.file).name for h in hits]
+
+
+def lexical_files(server: Sidecar, query: str, source: pb.KnowledgeEntry = DOCS) -> list[str]:
+    return files(search(server, query, source=source, retrieval_mode=pb.RETRIEVAL_MODE_LEXICAL))
+
+
+def test_a_stemmed_query_finds_other_forms_of_its_words_in_files_and_memory(english: Sidecar) -> None:
+    assert lexical_files(english, STEMMED_QUERY) == ["study.md"]
+    hybrid = search(english, STEMMED_QUERY)
+    assert files(hybrid)[0] == "study.md" and hybrid[0].scores.HasField("bm25")
+
+    documents = [pb.MemoryDocument(id=name, text=text) for name, text in DOCUMENTS.items()]
+    stub = retrieval_pb2_grpc.RetrievalServiceStub(english.channel())
+    stub.UpsertDocuments(pb.UpsertDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes",
+                                                   documents=documents), timeout=120)
+    found = search(english, STEMMED_QUERY, source=NOTES, retrieval_mode=pb.RETRIEVAL_MODE_LEXICAL)
+    assert [h.text for h in found] == [DOCUMENTS["study.md"]]
+
+
+def test_changing_the_language_rebuilds_the_index_and_none_analyses_as_before(
+        tmp_path: Path, knowledge: Path) -> None:
+    data = tmp_path / "data"
+    unstemmed = quality_sidecar(tmp_path / "none", knowledge, data, lexical_language="none").start()
+    try:
+        assert lexical_files(unstemmed, STEMMED_QUERY) == []
+        assert lexical_files(unstemmed, "runs study") == ["study.md"]  # the words as written
+    finally:
+        unstemmed.stop()
+    assert _languages(data) == ["none"]
+
+    stemmed = quality_sidecar(tmp_path / "english", knowledge, data, lexical_language="english").start()
+    try:
+        assert lexical_files(stemmed, STEMMED_QUERY) == ["study.md"]  # the unstemmed index was not reused
+        assert stemmed.metric("ragsidecar_index_loads_total", how="built") == 1
+        assert stemmed.metric("ragsidecar_index_loads_total", how="disk") == 0
+    finally:
+        stemmed.stop()
+    assert sorted(_languages(data)) == ["english", "none"]
+
+
+def _languages(data: Path) -> list[str]:
+    """The lexical language of each index persisted under the data folder."""
+    manifests = (data / "indexes").glob("*/manifest.json")
+    return [json.loads(m.read_text(encoding="utf-8"))["lexical_language"] for m in manifests]
+
+
+def _order(hits: list[pb.RetrievedChunk]) -> list[str]:
+    return [h.chunk_id for h in hits]
+
+
+def _descending(hits: list[pb.RetrievedChunk]) -> bool:
+    scores = [h.score for h in hits]
+    return scores == sorted(scores, reverse=True)
+
+
+def test_rrf_fuses_dense_and_lexical_and_reranks_by_fused_ranks(english: Sidecar) -> None:
+    dense = _order(search(english, retrieval_mode=pb.RETRIEVAL_MODE_DENSE))
+    lexical = _order(search(english, retrieval_mode=pb.RETRIEVAL_MODE_LEXICAL))
+    assert dense[:len(lexical)] != lexical  # the two lists disagree: fusion has something to decide
+    hybrid = search(english)
+    assert _descending(hybrid) and set(_order(hybrid)) == set(dense)
+    assert all(h.scores.fused == pytest.approx(h.score) for h in hybrid)
+    reranked = search(english, rerank=True, rerank_depth=8)
+    assert _descending(reranked) and all(h.scores.HasField("rerank") for h in reranked)
+
+
+def test_weighted_rrf_and_convex_weigh_the_lists_and_interpolation_weighs_the_reranker(
+        tmp_path_factory: pytest.TempPathFactory, knowledge: Path, english: Sidecar) -> None:
+    dense = _order(search(english, retrieval_mode=pb.RETRIEVAL_MODE_DENSE))
+    lexical = _order(search(english, retrieval_mode=pb.RETRIEVAL_MODE_LEXICAL))
+    retrieval = _order(search(english))
+    reranker = _order(search(english, rerank=True, rerank_depth=8, rerank_order=pb.RERANK_ORDER_RERANKER))
+    assert reranker != retrieval  # the reranker disagrees with the retrieval order: interpolation decides
+
+    def started(**retrieval_settings: object) -> Sidecar:
+        return quality_sidecar(tmp_path_factory.mktemp("fusion"), knowledge, tmp_path_factory.mktemp("data"),
+                               lexical_language="english", **retrieval_settings).start()
+
+    # All lexical weight: BM25's order first, then the dense-only candidates; the reranker alone orders the head.
+    lexical_first = started(fusion="weighted_rrf", dense_weight=0.0, rerank_fusion="interpolate", rerank_weight=1.0)
+    try:
+        hybrid = search(lexical_first)
+        assert _order(hybrid)[:len(lexical)] == lexical and _descending(hybrid) and _order(hybrid) != retrieval
+        reranked = search(lexical_first, rerank=True, rerank_depth=8)
+        assert _order(reranked) == reranker and _descending(reranked)
+        assert reranked[0].score == pytest.approx(1.0)
+    finally:
+        lexical_first.stop()
+
+    # All dense weight: the cosine order; no reranker weight: the reranked head keeps the retrieval order.
+    dense_first = started(fusion="convex", dense_weight=1.0, rerank_fusion="interpolate", rerank_weight=0.0)
+    try:
+        hybrid = search(dense_first)
+        assert _order(hybrid) == dense and _descending(hybrid)
+        assert 0 <= hybrid[-1].score <= hybrid[0].score == pytest.approx(1.0)  # scaled scores
+        reranked = search(dense_first, rerank=True, rerank_depth=5)
+        assert _order(reranked) == dense and _descending(reranked)
+        assert [h.scores.HasField("rerank") for h in reranked] == [True] * 5 + [False] * 3
+    finally:
+        dense_first.stop()
