@@ -1,26 +1,33 @@
-"""Chat bindings: an owner's live corpus of one source name, held in server memory for one tenant and session.
+"""Chat bindings: an owner's live corpus of one source name, for one tenant and session.
 
-A binding's corpus is a partition of the catalog's in-memory binding store keyed by (tenant, session,
-binding id), indexed by the catalog's MEMORY path (incrementally: only new chunks are embedded). Only its
-owner, in its tenant and session, presenting its handle, may use it.
+A binding's corpus is a partition of the catalog's binding store keyed by (tenant, session, binding id),
+indexed by the catalog's MEMORY path (incrementally: only new chunks are embedded). Only its owner, in its
+tenant and session, presenting its handle, may use it.
 
 The handle stands in for the host's reference identity of the owner (a Java binding is authorised by the
 owner object it holds, which no other caller can name). It is a secret of 256 random bits returned once by
 OpenBinding; the binding id, which is logged and echoed in error details, is not enough to use a binding.
-Handles are compared in constant time, never logged (`repr=False`) and never put in an error.
+Only the handle's sha256 is kept (in memory or in the database), compared in constant time with the digest
+of the handle presented; a handle is never logged (`repr=False`), stored or put in an error.
 
-Open bindings are bounded (count, least recently used closed first) and closed after an idle time, so a
-host that forgets to close them cannot grow the server without limit; both are counted in metrics.
+Where the open bindings are kept is the registry's business: in server memory (the embedded store: this
+process only), or in PostgreSQL (`[store] backend = "postgres"`, store/bindings.py), where a binding opened
+on one replica is used and closed on any other. Either way open bindings are bounded (count, least recently
+used closed first) and closed after an idle time, so a host that forgets to close them cannot grow the
+server without limit; both are counted in metrics.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import hmac
 import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from ragsidecar import metrics
 from ragsidecar.errors import ErrorKind, SidecarError
@@ -40,6 +47,8 @@ class Binding:
     source: str
     top_k: int
     declared: bool
+    handle_digest: bytes = field(default=b"", repr=False, compare=False)
+    # The handle itself: set only on the binding OpenBinding returns, never kept.
     handle: str = field(default="", repr=False, compare=False)
 
     @property
@@ -48,47 +57,64 @@ class Binding:
         return Entry(self.id, SourceType.BINDING, Use.SEARCH, top_k=self.top_k)
 
 
+class Registry(Protocol):
+    """Where the open bindings are kept, least recently used first; `use` makes one the most recent."""
+
+    async def add(self, binding: Binding, max_open: int) -> list[Binding]:
+        """Keeps the binding; removes and returns the least recently used others past `max_open`."""
+
+    async def find(self, binding_id: str, tenant: str) -> Binding | None:
+        """The open binding with that id (`tenant` is the caller's, for the database's row security)."""
+
+    async def use(self, binding: Binding) -> None: ...
+
+    async def remove(self, binding: Binding) -> bool:
+        """False when it was no longer open (closed meanwhile, here or elsewhere)."""
+
+    async def remove_idle(self, idle_seconds: float) -> list[Binding]:
+        """Removes and returns the bindings unused for `idle_seconds`."""
+
+    async def count(self) -> int: ...
+
+
 class Bindings:
-    """The open bindings, least recently used first. Ids are minted here (random, unique), so a plain id is
-    an unambiguous key: no caller-supplied part goes into it."""
+    """The open bindings. Ids are minted here (random, unique), so a plain id is an unambiguous key: no
+    caller-supplied part goes into it."""
 
     def __init__(self, catalog: Catalog, max_open: int, idle_seconds: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._catalog = catalog
         self._store = catalog.bindings
-        self._max_open, self._idle_seconds, self._clock = max_open, idle_seconds, clock
-        self._open: OrderedDict[str, Binding] = OrderedDict()
-        self._used: dict[str, float] = {}
+        self._max_open, self._idle_seconds = max_open, idle_seconds
+        self._registry = _registry(catalog, clock)
 
     async def open(self, owner_id: str, scope: Scope, source: str, top_k: int, declared: bool) -> Binding:
         await self._close_idle()
-        while len(self._open) >= self._max_open:
-            await self._release(next(iter(self._open)), "lru")
+        handle = secrets.token_urlsafe(_HANDLE_BYTES)
         binding = Binding(secrets.token_urlsafe(_ID_BYTES), owner_id, scope, source, top_k, declared,
-                          secrets.token_urlsafe(_HANDLE_BYTES))
-        self._open[binding.id] = binding
-        self._touch(binding.id)
-        metrics.OPEN_BINDINGS.set(len(self._open))
-        return binding
+                          _digest(handle))
+        await self._released(await self._registry.add(binding, self._max_open), "lru")
+        metrics.OPEN_BINDINGS.set(await self._registry.count())
+        return replace(binding, handle=handle)
 
     async def get(self, binding_id: str, owner_id: str, scope: Scope | None, handle: str) -> Binding:
         """The open binding, if the handle is its own, `owner_id` owns it and (when given) `scope` is its
         tenant and session; a use makes it the most recently used."""
         await self._close_idle()
-        binding = self._open.get(binding_id)
+        binding = await self._find(binding_id, scope)
         if binding is None:
             raise SidecarError(ErrorKind.NOT_FOUND, "UNKNOWN_BINDING", f"binding {binding_id!r} is not open",
                                metadata={"binding_id": binding_id})
         _authorize(binding, owner_id, scope, handle)
-        self._touch(binding_id)
+        await self._registry.use(binding)
         return binding
 
-    def is_open(self, binding: Binding) -> bool:
-        return self._open.get(binding.id) is binding
+    async def is_open(self, binding: Binding) -> bool:
+        return await self._registry.find(binding.id, binding.scope.tenant) is not None
 
     async def append(self, binding: Binding, documents: list[MemoryDocument]) -> UpsertOutcome:
         outcome = await self._store.upsert(binding.scope, binding.id, documents)
-        if not self.is_open(binding):  # closed while this append waited: leave nothing behind
+        if not await self.is_open(binding):  # closed while this append waited: leave nothing behind
             await self._store.drop(binding.scope, binding.id)
         return outcome
 
@@ -96,43 +122,101 @@ class Bindings:
         if reset:
             await self._store.clear(binding.scope, binding.id)
         self._catalog.forget(binding.entry, binding.scope)
-        return self._store.count(binding.scope, binding.id)
+        return await asyncio.to_thread(self._store.count, binding.scope, binding.id)
 
     async def close(self, binding_id: str, owner_id: str, scope: Scope, handle: str) -> bool:
         """Releases an open binding; an id that is not open is already closed (False)."""
-        binding = self._open.get(binding_id)
+        binding = await self._find(binding_id, scope)
         if binding is None:
             return False
         _authorize(binding, owner_id, scope, handle)
-        await self._release(binding_id, "closed")
+        if not await self._registry.remove(binding):
+            return False
+        metrics.OPEN_BINDINGS.set(await self._registry.count())
+        await self._released([binding], "closed")
         return True
 
-    def _touch(self, binding_id: str) -> None:
-        self._open.move_to_end(binding_id)
-        self._used[binding_id] = self._clock()
+    async def _find(self, binding_id: str, scope: Scope | None) -> Binding | None:
+        # The caller's tenant only scopes row security; the binding's own tenant is checked by _authorize.
+        return await self._registry.find(binding_id, scope.tenant if scope else "")
 
     async def _close_idle(self) -> None:
-        """Closes bindings unused for the idle time: the oldest uses come first, so this stops at the first
-        binding still in use (the cost is the number closed)."""
-        oldest_allowed = self._clock() - self._idle_seconds
+        idle = await self._registry.remove_idle(self._idle_seconds)
+        if idle:
+            metrics.OPEN_BINDINGS.set(await self._registry.count())
+            await self._released(idle, "idle")
+
+    async def _released(self, bindings: list[Binding], why: str) -> None:
+        """Counts bindings the registry has just removed and drops what they held."""
+        for binding in bindings:
+            metrics.CLOSED_BINDINGS.labels(why).inc()
+            self._catalog.forget(binding.entry, binding.scope)
+            await self._store.drop(binding.scope, binding.id)
+
+
+class InMemoryRegistry:
+    """This process's open bindings (the embedded store): an OrderedDict, least recently used first."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._open: OrderedDict[str, Binding] = OrderedDict()
+        self._used: dict[str, float] = {}
+
+    async def add(self, binding: Binding, max_open: int) -> list[Binding]:
+        evicted = []
+        while len(self._open) >= max_open:
+            evicted.append(self._pop(next(iter(self._open))))
+        self._open[binding.id] = binding
+        await self.use(binding)
+        return evicted
+
+    async def find(self, binding_id: str, tenant: str) -> Binding | None:
+        return self._open.get(binding_id)
+
+    async def use(self, binding: Binding) -> None:
+        self._open.move_to_end(binding.id)
+        self._used[binding.id] = self._clock()
+
+    async def remove(self, binding: Binding) -> bool:
+        if binding.id not in self._open:
+            return False
+        self._pop(binding.id)
+        return True
+
+    async def remove_idle(self, idle_seconds: float) -> list[Binding]:
+        """The oldest uses come first, so this stops at the first binding still in use (the cost is the
+        number closed)."""
+        oldest_allowed, idle = self._clock() - idle_seconds, []
         while self._open:
             binding_id = next(iter(self._open))
             if self._used[binding_id] > oldest_allowed:
                 break
-            await self._release(binding_id, "idle")
+            idle.append(self._pop(binding_id))
+        return idle
 
-    async def _release(self, binding_id: str, why: str) -> None:
-        binding = self._open.pop(binding_id)
+    async def count(self) -> int:
+        return len(self._open)
+
+    def _pop(self, binding_id: str) -> Binding:
         del self._used[binding_id]
-        metrics.OPEN_BINDINGS.set(len(self._open))
-        metrics.CLOSED_BINDINGS.labels(why).inc()
-        self._catalog.forget(binding.entry, binding.scope)
-        await self._store.drop(binding.scope, binding.id)
+        return self._open.pop(binding_id)
+
+
+def _registry(catalog: Catalog, clock: Callable[[], float]) -> Registry:
+    if catalog.database is None:
+        return InMemoryRegistry(clock)
+    from ragsidecar.store.bindings import PostgresRegistry  # the store imports this module's Binding
+
+    return PostgresRegistry(catalog.database)
+
+
+def _digest(handle: str) -> bytes:
+    # Any text a caller sends hashes (surrogatepass): a non-ASCII or malformed handle is simply wrong.
+    return hashlib.sha256(handle.encode("utf-8", "surrogatepass")).digest()
 
 
 def _authorize(binding: Binding, owner_id: str, scope: Scope | None, handle: str) -> None:
-    # Compared as bytes: compare_digest refuses non-ASCII str, and a caller may send any text.
-    right_handle = hmac.compare_digest(handle.encode("utf-8", "surrogatepass"), binding.handle.encode())
+    right_handle = hmac.compare_digest(_digest(handle), binding.handle_digest)
     if not right_handle or binding.owner_id != owner_id or (scope is not None and scope != binding.scope):
         raise SidecarError(ErrorKind.PERMISSION_DENIED, "PERMISSION_DENIED",
                            f"binding {binding.id!r} is not usable with this handle, owner, tenant and session")
