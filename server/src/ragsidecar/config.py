@@ -203,6 +203,11 @@ class StoreConfig:
     row_level_security: bool = False
     # Apply pending migrations at start-up; false: only check the schema's version (`ragsidecar db migrate`).
     migrate_on_start: bool = True
+    # Rows of the embedding cache shared by replicas (least recently used deleted past it); 0: not shared.
+    embedding_cache_rows: int = 1_000_000
+    # Whose cached vectors of caller-sent text (MEMORY, bindings, INLINE) a tenant may reuse: "all" (as the
+    # embedded store's in-process cache) or "tenant" (no timing can tell a tenant what another embedded).
+    share_embeddings: Literal["all", "tenant"] = "all"
 
     def dsn(self, environ: typing.Mapping[str, str] | None = None) -> str:
         """The DSN from the environment; ConfigError (naming the variable, never a value) when unset."""
@@ -471,6 +476,8 @@ def _validate_store(store: StoreConfig) -> None:
             raise ConfigError(f"{key}: must be positive, got {value}")
     if not store.dsn_env.strip():
         raise ConfigError("store.dsn_env: must name an environment variable")
+    if store.embedding_cache_rows < 0:
+        raise ConfigError(f"store.embedding_cache_rows: must be 0 or more, got {store.embedding_cache_rows}")
 
 
 def _is_loopback(host: str) -> bool:

@@ -44,6 +44,7 @@ from ragsidecar.knowledge.index import HybridIndex, IndexCorrupt, IndexedChunk
 from ragsidecar.knowledge.memory import MemoryStore
 from ragsidecar.knowledge.sources import SourceError, Unit, inline_units, list_files, read_units
 from ragsidecar.store.database import Database
+from ragsidecar.store.embeddings import SharedEmbeddings
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,9 @@ class Catalog:
         # Source identity -> (index key, its last good source).
         self._sources: ByteLRU[str, tuple[str, LoadedSource]] = ByteLRU(retrieval.index_cache_bytes)
         self._vectors: ByteLRU[str, np.ndarray] = ByteLRU(256 * 1024 * 1024)
+        # Vectors every replica shares (postgres store), looked up where self._vectors misses.
+        rows = config.store.embedding_cache_rows
+        self._shared_vectors = SharedEmbeddings(database, rows) if database is not None and rows > 0 else None
         self._parsed: ByteLRU[tuple[str, int, int], list[Unit]] = ByteLRU(64 * 1024 * 1024)
         for name, cache in (("indexes", self._sources), ("embeddings", self._vectors), ("parsed_files", self._parsed)):
             metrics.track_size(name, cache)
@@ -236,7 +240,8 @@ class Catalog:
                 log.warning("index of %s at %s is corrupt (%s); rebuilding it", entry.name, folder, err)
         with embedder.in_use():
             chunks = await asyncio.to_thread(self._chunk, entry.name, units, embedder)
-            vectors = await self._embed_chunks(entry.name, chunks, embedder, model)
+            vectors = await self._embed_chunks(entry.name, chunks, embedder, model,
+                                               self._embedding_partition(entry, scope))
         index = await asyncio.to_thread(self._index, chunks, vectors)
         metrics.INDEX_LOADS.labels("built").inc()
         if persisted:
@@ -262,10 +267,22 @@ class Catalog:
         return HybridIndex.build(indexed, vectors, threads=retrieval.index_threads, dtype=retrieval.index_dtype,
                                  lexical_language=retrieval.lexical_language)
 
-    async def _embed_chunks(self, name: str, chunks: list[Chunk], embedder: BiEncoder, model: str) -> np.ndarray:
-        """Vectors for the chunks; only texts not embedded before (by content hash) reach the model."""
-        cache_key = model
-        missing = [c for c in chunks if self._vectors.get(f"{cache_key}:{c.content_hash}") is None]
+    async def _embed_chunks(self, name: str, chunks: list[Chunk], embedder: BiEncoder, model: str,
+                            partition: str) -> np.ndarray:
+        """Vectors for the chunks; only texts not embedded before (by content hash), here or (postgres store) by
+        any replica, reach the model. `partition` is whose cached vectors these are ("" for every tenant's)."""
+        cache_key = key_of(model, partition) if partition else model
+        found = {c.content_hash: vector for c in chunks
+                 if (vector := self._vectors.get(f"{cache_key}:{c.content_hash}")) is not None}
+        missing = [c for c in chunks if c.content_hash not in found]
+        if missing and self._shared_vectors is not None:
+            hashes = list(dict.fromkeys(c.content_hash for c in missing))
+            shared = await self._shared_vectors.fetch(partition, model, hashes)
+            for digest, vector in shared.items():
+                self._vectors.put(f"{cache_key}:{digest}", vector, vector.nbytes)
+            found.update(shared)
+            missing = [c for c in missing if c.content_hash not in found]
+        embedded: dict[str, np.ndarray] = {}
         started, last_report = time.monotonic(), time.monotonic()
         for start in range(0, len(missing), _EMBED_BATCH):
             batch = missing[start : start + _EMBED_BATCH]
@@ -273,6 +290,7 @@ class Catalog:
             metrics.EMBEDDED_CHUNKS.inc(len(batch))
             for chunk, vector in zip(batch, vectors):
                 self._vectors.put(f"{cache_key}:{chunk.content_hash}", vector, vector.nbytes)
+                embedded[chunk.content_hash] = vector
             done = start + len(batch)
             if self.on_progress:
                 self.on_progress(name, done, len(missing))
@@ -281,9 +299,19 @@ class Catalog:
                 rate = done / max(last_report - started, 1e-9)
                 log.info("indexing %s: embedded %d/%d new chunks (%.1f chunks/s; %d reused)",
                          name, done, len(missing), rate, len(chunks) - len(missing))
+        if embedded and self._shared_vectors is not None:
+            await self._shared_vectors.keep(partition, model, embedded)
+        found.update(embedded)
         dimensions = embedder.dimensions
-        return np.stack([self._vectors.get(f"{cache_key}:{c.content_hash}") for c in chunks]) if chunks \
+        return np.stack([found[c.content_hash] for c in chunks]) if chunks \
             else np.zeros((0, dimensions), dtype=np.float32)
+
+    def _embedding_partition(self, entry: Entry, scope: Scope) -> str:
+        """Whose cached vectors a source's chunks are: "" (every tenant's) unless [store] share_embeddings is
+        "tenant" and the text is the caller's; files under the roots are the operator's (store/embeddings.py)."""
+        if self._config.store.share_embeddings == "all" or entry.type in (SourceType.FILE, SourceType.DIRECTORY):
+            return ""
+        return scope.tenant
 
     def _remember_vectors(self, index: HybridIndex, model: str) -> None:
         """Seeds the embedding cache from an index read back from disk (keyed on the same model
