@@ -58,13 +58,20 @@ INDEX_BUILDS_JOINED = Counter("ragsidecar_index_builds_joined_total",
                               "Index loads that awaited a build of the same index already in flight")
 LEFTOVERS_SWEPT = Counter("ragsidecar_leftovers_swept_total",
                           "Files and folders left by killed writes or superseded indexes, removed at start-up")
+STORE_UP = Gauge("ragsidecar_store_up",
+                 "1 while the shared store's database (postgres backend) answers its probe, else 0")
 SHARED_EMBEDDINGS = Gauge("ragsidecar_shared_embeddings",
                           "Rows of the embedding cache shared by replicas (postgres store; bounded by "
                           "store.embedding_cache_rows), as last counted by this replica")
 SHARED_EMBEDDING_HITS = Counter("ragsidecar_shared_embedding_hits_total",
                                 "Chunk vectors found in the embedding cache shared by replicas instead of embedded")
-STORE_UP = Gauge("ragsidecar_store_up",
-                 "1 while the shared store's database (postgres backend) answers its probe, else 0")
+STORE_FILLED_CHUNKS = Counter("ragsidecar_store_filled_chunks_total",
+                              "MEMORY chunks (postgres store) cut and embedded on load for documents another "
+                              "replica's embedder wrote")
+STORE_DENSE_SEARCHES = Counter("ragsidecar_store_dense_searches_total",
+                               "Dense searches of MEMORY in the postgres store, by how: exact (a small space), "
+                               "approximate (HNSW), approximate_short (HNSW returned too few, exact scan instead)",
+                               ["how"])
 
 
 def track_size(cache: str, sized: Any) -> None:

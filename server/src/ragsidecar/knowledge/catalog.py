@@ -24,9 +24,10 @@ import glob
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,12 +40,16 @@ from ragsidecar.inference.models import BiEncoder
 from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge import index as index_files
 from ragsidecar.knowledge.chunking import Chunk, chunk_units
-from ragsidecar.knowledge.declarations import Entry, Scope, SourceType
+from ragsidecar.knowledge.declarations import Entry, Scope, SourceType, Use
 from ragsidecar.knowledge.index import HybridIndex, IndexCorrupt, IndexedChunk
 from ragsidecar.knowledge.memory import MemoryStore
 from ragsidecar.knowledge.sources import SourceError, Unit, inline_units, list_files, read_units
 from ragsidecar.store.database import Database
 from ragsidecar.store.embeddings import SharedEmbeddings
+
+if TYPE_CHECKING:
+    from ragsidecar.store.memory import PostgresMemoryStore, Prepared
+    from ragsidecar.store.search import PostgresIndex
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +57,8 @@ _EMBED_BATCH = 128
 _PROGRESS_EVERY_S = 5.0
 # Estimated bytes of a loaded index per byte of its float32 vectors: the vectors, the HNSW graph and copy.
 _INDEX_BYTES_PER_VECTOR_BYTE = 2
+# Estimated bytes of a loaded source of the PostgreSQL store (its index is a handle on the database).
+_SHARED_SOURCE_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -63,8 +70,8 @@ class Stale:
 @dataclass(frozen=True)
 class LoadedSource:
     name: str
-    units: list[Unit]
-    index: HybridIndex | None
+    units: Sequence[Unit]
+    index: HybridIndex | PostgresIndex | None  # PostgresIndex: MEMORY and bindings with the postgres store
     built_at: dt.datetime
     # The model fingerprint its vectors came from: a query is searched in it only with a vector of the same.
     model: str
@@ -80,12 +87,22 @@ class Catalog:
         self._roots = config.knowledge_roots()
         retrieval = config.retrieval
         self._index_dir = config.resolve(config.paths.data_dir) / "indexes"
-        self.memory = MemoryStore(config.resolve(config.paths.data_dir) / "memory", name="memory_partitions",
-                                  resident_bytes=retrieval.memory_cache_bytes,
-                                  max_request_bytes=retrieval.max_memory_bytes_per_request)
-        # Chat bindings' live corpora: server memory only.
-        self.bindings = MemoryStore(None, name="binding_corpora", resident_bytes=retrieval.binding_store_bytes,
-                                    max_request_bytes=retrieval.max_memory_bytes_per_request)
+        self.memory: MemoryStore | PostgresMemoryStore
+        self.bindings: MemoryStore | PostgresMemoryStore
+        if database is None:
+            self.memory = MemoryStore(config.resolve(config.paths.data_dir) / "memory", name="memory_partitions",
+                                      resident_bytes=retrieval.memory_cache_bytes,
+                                      max_request_bytes=retrieval.max_memory_bytes_per_request)
+            # Chat bindings' live corpora: server memory only.
+            self.bindings = MemoryStore(None, name="binding_corpora", resident_bytes=retrieval.binding_store_bytes,
+                                        max_request_bytes=retrieval.max_memory_bytes_per_request)
+        else:  # shared by every replica; psycopg is imported only with this backend
+            from ragsidecar.store.memory import PostgresMemoryStore
+
+            self.memory = PostgresMemoryStore(database, namespace="memory", prepare=functools.partial(
+                self._prepared, SourceType.MEMORY), max_request_bytes=retrieval.max_memory_bytes_per_request)
+            self.bindings = PostgresMemoryStore(database, namespace="binding", prepare=functools.partial(
+                self._prepared, SourceType.BINDING), max_request_bytes=retrieval.max_memory_bytes_per_request)
         # Source identity -> (index key, its last good source).
         self._sources: ByteLRU[str, tuple[str, LoadedSource]] = ByteLRU(retrieval.index_cache_bytes)
         self._vectors: ByteLRU[str, np.ndarray] = ByteLRU(256 * 1024 * 1024)
@@ -226,6 +243,8 @@ class Catalog:
 
     async def _build(self, key: str, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder,
                      model: str) -> tuple[LoadedSource, int]:
+        if self.database is not None and entry.type in (SourceType.MEMORY, SourceType.BINDING):
+            return await self._shared_source(entry, scope, model)
         folder = self._index_dir / key
         units = await self.units(entry, scope)
         persisted = self._persisted(entry)
@@ -247,6 +266,29 @@ class Catalog:
         if persisted:
             await asyncio.to_thread(index.save, folder, identity)
         return LoadedSource(entry.name, units, index, dt.datetime.now(dt.timezone.utc), model), _size(units, index)
+
+    async def _shared_source(self, entry: Entry, scope: Scope, model: str) -> tuple[LoadedSource, int]:
+        """A MEMORY or binding source in PostgreSQL: its index searches the database, so what is kept here is
+        small, and its units are only counted (`units` reads them)."""
+        from ragsidecar.store.memory import DocumentCount
+
+        store = self.memory if entry.type is SourceType.MEMORY else self.bindings
+        index, documents = await store.index(scope, entry.name, model, self._config.retrieval.lexical_language)
+        return (LoadedSource(entry.name, DocumentCount(documents), index, dt.datetime.now(dt.timezone.utc), model),
+                _SHARED_SOURCE_BYTES)
+
+    async def _prepared(self, source_type: SourceType, scope: Scope, name: str, units: list[Unit]) -> Prepared:
+        """Documents chunked and embedded for the PostgreSQL store (store/memory.py), before its write
+        transaction; the embedding caches spare the texts embedded before."""
+        from ragsidecar.store.memory import Prepared
+
+        embedder = self._embedder()
+        model = self._model_fingerprint(embedder)
+        with embedder.in_use():
+            chunks = await asyncio.to_thread(self._chunk, name, units, embedder)
+            vectors = await self._embed_chunks(name, chunks, embedder, model, self._embedding_partition(
+                Entry(name, source_type, Use.SEARCH), scope))
+        return Prepared(model, self._config.retrieval.lexical_language, chunks, vectors)
 
     @staticmethod
     def _persisted(entry: Entry) -> bool:
