@@ -138,6 +138,31 @@ def step_number(context: str) -> int | None:
     return int(context.split("Step ", 1)[1].split()[0]) if "Step " in context else None
 
 
+def test_a_binding_opened_on_one_replica_is_used_and_closed_on_the_other(replicas, database) -> None:
+    a, b = replicas
+    at = scope("acme-replicas")
+    binding = open_binding(a, at)
+    assert append(b, at, binding, ORDERS).document_count == 2
+    assert "Blender X2 shipped" in grounded(b, at, binding, "Where is my blender order?")
+    assert "Blender X2 shipped" in grounded(a, at, binding, "Where is my blender order?")
+    # B demands the handle as A would: a wrong one, another owner, another tenant or session are refused.
+    wrong = (binding[0], binding[1][:-1] + ("A" if binding[1][-1] != "A" else "B"))
+    for call in (lambda: append(b, at, wrong, ORDERS), lambda: grounded(b, at, wrong, "blender"),
+                 lambda: append(b, scope("globex-replicas"), binding, ORDERS),
+                 lambda: append(b, scope("acme-replicas", "s2"), binding, ORDERS),
+                 lambda: close(b, at, wrong)):
+        assert reason(raised(call)) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED")
+    # Only a digest of the handle is stored, never the handle.
+    with psycopg.connect(database) as connection:
+        rows = connection.execute("SELECT * FROM ragsidecar_chat_bindings WHERE id = %s", (binding[0],)).fetchall()
+    assert len(rows) == 1 and hashlib.sha256(binding[1].encode()).digest() in [bytes(v) for v in rows[0]
+                                                                              if isinstance(v, (bytes, memoryview))]
+    assert binding[1] not in str(rows)
+    assert close(b, at, binding) and not close(a, at, binding)
+    for call in (lambda: append(a, at, binding, ORDERS), lambda: grounded(a, at, binding, "blender")):
+        assert reason(raised(call)) == (grpc.StatusCode.NOT_FOUND, "UNKNOWN_BINDING")
+
+
 def test_open_bindings_are_bounded_per_database(replicas) -> None:
     a, b = replicas
     at = scope("acme-bound")
@@ -170,6 +195,22 @@ def test_replicas_dispatching_at_once_never_give_a_unit_twice(replicas) -> None:
         given = list(pool.map(lambda i: step_number(next_step((a, b)[i % 2], at)), range(STEPS + 6)))
     assert sorted(n for n in given if n is not None) == list(range(1, STEPS + 1))
     assert given.count(None) == 6
+
+
+def test_tenants_bindings_and_cursors_stay_apart(replicas) -> None:
+    a, b = replicas
+    acme, globex = scope("acme-apart"), scope("globex-apart")
+    assert [step_number(next_step(a, acme)) for _ in range(3)] == [1, 2, 3]
+    assert step_number(next_step(b, globex)) == 1 and step_number(next_step(a, acme)) == 4
+    acme_binding, globex_binding = open_binding(a, acme), open_binding(b, globex)
+    append(a, acme, acme_binding, [("v", "Acme's vault code is 4417.")])
+    append(b, globex, globex_binding, [("v", "Globex's vault code is 9021.")])
+    acme_seen, globex_seen = (grounded(b, acme, acme_binding, "vault code"),
+                              grounded(a, globex, globex_binding, "vault code"))
+    assert "4417" in acme_seen and "9021" not in acme_seen
+    assert "9021" in globex_seen and "4417" not in globex_seen
+    err = raised(lambda: grounded(a, globex, (acme_binding[0], acme_binding[1]), "vault code"))
+    assert reason(err) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED")
 
 
 def test_a_file_embedded_by_one_replica_is_not_embedded_again_by_the_other(replicas, database) -> None:
@@ -230,3 +271,26 @@ def test_under_row_level_security_the_bounds_still_span_every_tenant(make_sideca
                                     "AND relrowsecurity AND relforcerowsecurity").fetchall()
     assert {"ragsidecar_chat_bindings", "ragsidecar_sequential_cursors", "ragsidecar_embeddings"} <= \
         {name for (name,) in forced}
+
+
+def test_idle_bindings_are_closed_and_tenant_embeddings_stay_the_tenants(make_sidecar, postgres, knowledge) -> None:
+    """Any replica's call closes the bindings idle past binding_idle_seconds. With share_embeddings = "tenant" the
+    text a tenant sends is embedded (and cached) for that tenant alone, while files stay shared."""
+    dsn = postgres.database("store_chat_idle")
+    config = replica_config(knowledge, {"share_embeddings": "tenant"}, binding_idle_seconds=1e-6)
+    server = make_sidecar(config, env={"RAGSIDECAR_STORE_DSN": dsn}).start()
+    at = scope("acme-idle")
+    binding = open_binding(server, at)  # idle by the next call
+    assert reason(raised(lambda: append(server, at, binding, ORDERS))) == (grpc.StatusCode.NOT_FOUND, "UNKNOWN_BINDING")
+    assert server.metric("ragsidecar_closed_bindings_total", why="idle") == 1
+    assert server.metric("ragsidecar_open_bindings") == 0
+    embedded = server.metric("ragsidecar_embedded_chunks_total")
+    for tenant in ("acme-idle", "globex-idle", "acme-idle"):
+        retrieval(server).UpsertDocuments(pb.UpsertDocumentsRequest(
+            principal=PRINCIPAL, scope=scope(tenant, "s2"), knowledge="notes",
+            documents=[pb.MemoryDocument(id="n1", text="The warehouse in Leeds closes at 6pm.")]), timeout=60)
+    assert server.metric("ragsidecar_embedded_chunks_total") - embedded == 2  # once per tenant
+    search_guide(server, at)
+    with psycopg.connect(dsn) as connection:
+        tenants = dict(connection.execute("SELECT tenant, count(*) FROM ragsidecar_embeddings GROUP BY tenant"))
+    assert tenants.keys() == {"", "acme-idle", "globex-idle"} and tenants["acme-idle"] == tenants["globex-idle"] == 1
