@@ -36,7 +36,8 @@ STOPPED_WORK = Counter("ragsidecar_stopped_work_total",
 CACHE_HITS = Counter("ragsidecar_rerank_cache_hits_total", "Rerank pairs answered from the result cache", ["model"])
 MODEL_RELOADS = Counter("ragsidecar_model_reloads_total", "Configuration reloads by outcome", ["outcome"])
 SEQUENTIAL_CURSORS = Gauge("ragsidecar_sequential_cursors",
-                           "SEQUENTIAL cursors held in memory (bounded by retrieval.max_sequential_cursors)")
+                           "SEQUENTIAL cursors kept, in memory or (postgres store) in the database as last counted "
+                           "by this replica (bounded by retrieval.max_sequential_cursors)")
 
 
 def serve_metrics(host: str, port: int) -> int:
