@@ -9,18 +9,21 @@ import sys
 import time
 from pathlib import Path
 
+import grpc
 import psycopg
 import pytest
 from grpc_health.v1 import health_pb2
 
 from ragsidecar.config import ConfigError, StoreConfig, load_config
 from ragsidecar.store import migrate
-from ragsidecar.v1 import reranker_pb2
-from sidecar import Sidecar, default_config, to_toml
+from ragsidecar.v1 import common_pb2, reranker_pb2, retrieval_pb2, retrieval_pb2_grpc
+from retrieval_helpers import PRINCIPAL, entry, target
+from sidecar import Sidecar, default_config, error_details, to_toml
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 RERANKER = "ragsidecar.v1.RerankerService"
+SCOPE = common_pb2.Scope(tenant="acme", session="s1")
 RETRIEVAL = "ragsidecar.v1.RetrievalService"
 CHAT = "ragsidecar.v1.ChatKnowledgeService"
 PASSWORD = "not-in-logs-123"
@@ -106,6 +109,13 @@ def test_db_migrate_names_the_missing_variable(tmp_path: Path) -> None:
     assert "RAGSIDECAR_STORE_DSN" in result.stderr and "not set" in result.stderr
 
 
+def test_a_malformed_dsn_stops_start_up_without_being_printed(make_sidecar) -> None:
+    server = sidecar(make_sidecar, f"host=db.example password={PASSWORD} sslmode")
+    with pytest.raises(RuntimeError, match="not a PostgreSQL connection string"):
+        server.start()
+    assert server.process.returncode == 2 and PASSWORD not in server.log()
+
+
 def test_a_database_migrated_by_a_newer_build_is_refused(postgres, make_sidecar, tmp_path: Path) -> None:
     dsn = store_dsn(postgres, "pga_future")
     newer = migrate.latest() + 1
@@ -142,6 +152,20 @@ def rerank_request() -> reranker_pb2.RerankRequest:
         for i in range(3)])
 
 
+def upsert(server: Sidecar, documents: dict[str, str]) -> retrieval_pb2.UpsertDocumentsResponse:
+    request = retrieval_pb2.UpsertDocumentsRequest(
+        principal=PRINCIPAL, scope=SCOPE, knowledge="notes",
+        documents=[retrieval_pb2.MemoryDocument(id=i, text=t) for i, t in documents.items()])
+    return retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).UpsertDocuments(request, timeout=60)
+
+
+def search(server: Sidecar, query: str) -> list[str]:
+    hits = retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).Search(retrieval_pb2.SearchRequest(
+        principal=PRINCIPAL, scope=SCOPE, target=target([entry("notes", "MEMORY", "SEARCH")]), query=query,
+        top_k=3), timeout=60).hits
+    return [hit.provenance.document_id for hit in hits]
+
+
 def wait_health(server: Sidecar, service: str, status: int, timeout: float = 20.0) -> None:
     server.wait_health(status, service=service, timeout=timeout)
 
@@ -149,6 +173,7 @@ def wait_health(server: Sidecar, service: str, status: int, timeout: float = 20.
 def test_an_outage_turns_retrieval_and_chat_not_serving_while_rerank_serves(postgres, make_sidecar) -> None:
     dsn = store_dsn(postgres, "pga_outage")
     server = sidecar(make_sidecar, dsn, **FAST_PROBE).start()
+    upsert(server, {"kept": "the warehouse ships parcels every weekday morning"})
     postgres.stop()
     try:
         lost = time.monotonic()
@@ -158,11 +183,18 @@ def test_an_outage_turns_retrieval_and_chat_not_serving_while_rerank_serves(post
         assert server.metric("ragsidecar_store_up") == 0
         assert server.health(RERANKER) == SERVING
         assert len(server.reranker().Rerank(rerank_request(), timeout=30).results) == 3
+        for call in (lambda: upsert(server, {"lost": "never acknowledged"}), lambda: search(server, "parcels")):
+            with pytest.raises(grpc.RpcError) as failed:
+                call()
+            assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert error_details(failed.value)[0].reason == "STORE_UNAVAILABLE"
+            assert PASSWORD not in failed.value.details()
     finally:
         postgres.start()
     for service in (RETRIEVAL, CHAT, ""):
         wait_health(server, service, SERVING)
     assert server.metric("ragsidecar_store_up") == 1
+    assert search(server, "when are parcels shipped?") == ["kept"]  # the same database, no restart
     assert "the store's database became unreachable" in server.log()
     assert server.log().count("the store's database is reachable") == 2  # at start-up and after the outage
     assert PASSWORD not in server.log()

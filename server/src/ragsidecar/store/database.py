@@ -60,6 +60,11 @@ class Database:
         self._psycopg, self._psycopg_pool = _driver()
         # The probe logs each loss and recovery once; the pool would warn at every failed attempt in between.
         logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+        try:
+            self._psycopg.conninfo.conninfo_to_dict(dsn)
+        except self._psycopg.Error:
+            raise ConfigError("store: the DSN (in the variable store.dsn_env names) is not a PostgreSQL connection "
+                              "string (libpq key=value pairs or a postgresql:// URI)") from None
         self._dsn = dsn
         self.redact = redactor(dsn)
         self._pool_size = pool_size
@@ -77,6 +82,8 @@ class Database:
         self._closed = False
         # The last schema problem, logged once (not at every probe) until it changes.
         self._schema_problem = ""
+        # Why the database was last out of reach (redacted), for the start-up warning.
+        self._last_failure = ""
 
     # -- calls ---------------------------------------------------------------------------------------
 
@@ -117,8 +124,8 @@ class Database:
         self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(self.connect)
         if not self._healthy:
-            log.warning("the store's database is unreachable; retrieval and chat stay NOT_SERVING until it is "
-                        "(retrying every %.1fs)", self._health_interval_s)
+            log.warning("the store's database is unreachable (%s); retrieval and chat stay NOT_SERVING until it is "
+                        "(retrying every %.1fs)", self._last_failure, self._health_interval_s)
         self._probe = self._loop.create_task(self._probe_forever())
 
     def connect(self) -> bool:
@@ -151,8 +158,8 @@ class Database:
                 if str(err) != self._schema_problem:
                     self._schema_problem = str(err)
                     log.error("the store's database cannot be used: %s", err)
-            except Exception:  # noqa: BLE001 - the probe must outlive any one failure; log it and go on
-                log.exception("store health probe failed")
+            except Exception as err:  # noqa: BLE001 - the probe must outlive any one failure; log it and go on
+                log.error("store health probe failed: %s", self.redact(repr(err)))  # no traceback: it may quote the DSN
 
     def _ping(self) -> bool:
         assert self._pool is not None
@@ -189,8 +196,9 @@ class Database:
             pool.close(timeout=self._connect_timeout_s)
 
     def _lost(self, err: Exception) -> None:
+        self._last_failure = self.redact(str(err).strip())
         if self._healthy:
-            log.warning("the store's database became unreachable: %s", self.redact(str(err).strip()))
+            log.warning("the store's database became unreachable: %s", self._last_failure)
         self._set_healthy(False)
 
     def _set_healthy(self, healthy: bool) -> None:
