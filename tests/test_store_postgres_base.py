@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -316,3 +317,30 @@ def test_the_postgres_backend_without_psycopg_fails_with_the_install_hint(monkey
         monkeypatch.setitem(sys.modules, module, None)  # what an install without the extra sees: ImportError
     with pytest.raises(ConfigError, match=r'psycopg is not installed: pip install "ragsidecar\[postgres\]"'):
         open_database(config, {"RAGSIDECAR_STORE_DSN": "dbname=x"})
+
+
+async def test_a_busy_pool_or_a_killed_connection_is_no_outage(postgres) -> None:
+    from ragsidecar.errors import SidecarError
+    from ragsidecar.store.database import Database
+
+    database = Database(postgres.database("pga_busy"), 1, row_level_security=False, connect_timeout_s=1.0,
+                        health_interval_s=0.2)
+    await database.start()
+    try:
+        # The one connection is busy past connect_timeout_s: the second call gives up, the database is healthy.
+        slow = asyncio.ensure_future(database.run(lambda c: c.execute("SELECT pg_sleep(2.5)")))
+        await asyncio.sleep(0.3)
+        with pytest.raises(SidecarError) as busy:
+            await database.run(lambda c: c.execute("SELECT 1"))
+        assert busy.value.reason == "STORE_UNAVAILABLE"
+        assert database.healthy  # never flipped: the probe reaches the database on a connection of its own
+        await slow
+        # The server ends the call's connection: that call fails, the probe finds the database, the next succeeds.
+        with pytest.raises(SidecarError, match="unreachable"):
+            await database.run(lambda c: c.execute("SELECT pg_terminate_backend(pg_backend_pid())"))
+        assert database.healthy
+        await asyncio.sleep(0.5)  # the probe, woken by the lost connection, has looked
+        assert database.healthy
+        assert await database.run(lambda c: c.execute("SELECT 41 + 1").fetchone()[0]) == 42
+    finally:
+        await database.close()

@@ -5,10 +5,12 @@ event loop never waits on the database) inside one transaction, committed when t
 back when it raises. With a tenant, the transaction first sets `ragsidecar.tenant` (SET LOCAL), which the
 row-level security policies read.
 
-Health: a background probe checks the database every `[store] health_interval_s`, so health flips on loss and
-recovery without traffic. While the database is down, calls fail at once with UNAVAILABLE (reason
-STORE_UNAVAILABLE) instead of each waiting out a connect timeout. On (re)connection the schema is brought up to
-date (or, with `migrate_on_start = false`, checked), then a fresh pool replaces the one that lost its server.
+Health: a background probe connects to the database every `[store] health_interval_s` (on a connection of its
+own, so a pool busy with slow calls is no outage), so health flips on loss and recovery without traffic; a call
+that loses its connection wakes the probe at once, but only the probe decides (one connection killed is no
+outage either). While the database is down, calls fail at once with UNAVAILABLE (reason STORE_UNAVAILABLE)
+instead of each waiting out a connect timeout. On (re)connection the schema is brought up to date (or, with
+`migrate_on_start = false`, checked), then a fresh pool replaces the one that lost its server.
 
 The DSN holds a password: it is never logged, and every message built from a driver error is redacted.
 """
@@ -16,6 +18,7 @@ The DSN holds a password: it is never logged, and every message built from a dri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import threading
@@ -79,6 +82,8 @@ class Database:
         self._listeners: list[Callable[[bool], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._probe: asyncio.Task | None = None
+        # Set (from any thread, through the loop) to probe before the interval is up.
+        self._wake: asyncio.Event | None = None
         self._closed = False
         # The last schema problem, logged once (not at every probe) until it changes.
         self._schema_problem = ""
@@ -101,11 +106,10 @@ class Database:
                 if tenant is not None:
                     connection.execute("SELECT set_config('ragsidecar.tenant', %s, true)", (tenant,))
                 return work(connection)
-        except self._psycopg.OperationalError as err:  # PoolTimeout is one too
+        except self._psycopg.OperationalError as err:  # PoolTimeout (no free connection in time) is one too
+            log.warning("store call failed: %s", self.redact(str(err).strip()))
             if _connection_lost(err):
-                self._lost(err)
-            else:
-                log.warning("store call failed: %s", self.redact(str(err).strip()))
+                self._probe_now()
             raise unavailable() from None
 
     # -- health --------------------------------------------------------------------------------------
@@ -122,6 +126,7 @@ class Database:
         """Connects (migrating or checking the schema) and starts the probe. An unreachable database is no error
         (health says NOT_SERVING until it is reached); a schema this build cannot use raises SchemaError."""
         self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
         await asyncio.to_thread(self.connect)
         if not self._healthy:
             log.warning("the store's database is unreachable (%s); retrieval and chat stay NOT_SERVING until it is "
@@ -149,8 +154,11 @@ class Database:
             return True
 
     async def _probe_forever(self) -> None:
+        assert self._wake is not None
         while not self._closed:
-            await asyncio.sleep(self._health_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._health_interval_s)
+            self._wake.clear()
             try:
                 await asyncio.to_thread(self.connect)
             except migrate.SchemaError as err:
@@ -161,10 +169,14 @@ class Database:
             except Exception as err:  # noqa: BLE001 - the probe must outlive any one failure; log it and go on
                 log.error("store health probe failed: %s", self.redact(repr(err)))  # no traceback: it may quote the DSN
 
+    def _probe_now(self) -> None:
+        if self._wake is not None and self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake.set)
+
     def _ping(self) -> bool:
-        assert self._pool is not None
+        """On a connection of its own: a pool whose connections are all busy says nothing about the database."""
         try:
-            with self._pool.connection(timeout=self._connect_timeout_s) as connection:
+            with connect_once(self._dsn, self._connect_timeout_s) as connection:
                 connection.execute("SELECT 1")
             return True
         except self._psycopg.OperationalError as err:
