@@ -5,17 +5,29 @@ everything; and a partition ranks as the embedded store ranks it."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import hashlib
 import signal
 import threading
 import time
 
 import grpc
+import numpy as np
 import psycopg
 import pytest
 from grpc_health.v1 import health_pb2
 
 import ir_data
+from ragsidecar import metrics
+from ragsidecar.knowledge.chunking import Chunk
+from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
+from ragsidecar.knowledge.memory import MemoryDocument
+from ragsidecar.knowledge.sources import Provenance
+from ragsidecar.store import search as store_search
+from ragsidecar.store.database import Database
+from ragsidecar.store.memory import PartitionKey, Prepared, write
+from ragsidecar.store.search import PostgresIndex, ensure_dense_index
 from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, entry, target
 from sidecar import Sidecar, default_config
@@ -136,6 +148,31 @@ def test_postgres_ranks_like_the_embedded_store(replicas, sidecar) -> None:
     assert same_order >= len(query_ids) - 2
 
 
+def test_a_replica_chunking_differently_searches_only_vectors_of_its_own_and_fills_in_the_rest(
+        replicas, tmp_path) -> None:
+    """A replica whose embedder fingerprint differs (here: its chunk size) never mixes the other's vectors into
+    its own: on load it cuts and embeds the documents written by the other, and each keeps searching its own."""
+    a, _ = replicas
+    where = scope("fingerprints")
+    long_text = " ".join(f"Paragraph {n}: the {word} depot ships parcels to customers every morning."
+                         for n, word in enumerate(["Leeds", "York", "Hull", "Bath", "Kent", "Derby"] * 3))
+    upsert(a, where, {"depots": long_text, "short": "Ada keeps the spare keys in the blue drawer."})
+    narrow = postgres_sidecar(tmp_path, a.env["RAGSIDECAR_STORE_DSN"])
+    narrow.config["retrieval"]["chunk_tokens"] = 48
+    narrow.config["retrieval"]["chunk_overlap_tokens"] = 8
+    narrow.start()
+    try:
+        wide_hits, narrow_hits = (search(server, where, "Which depot ships from Derby?") for server in (a, narrow))
+        assert narrow_hits[0].provenance.document_id == wide_hits[0].provenance.document_id == "depots"
+        assert max(len(h.text) for h in narrow_hits) < len(wide_hits[0].text)
+        assert narrow.metric("ragsidecar_store_filled_chunks_total") > 0
+        # A write through the narrow replica is seen by the wide one, which cuts and embeds it its own way.
+        upsert(narrow, where, {"short": "Ada now keeps the spare keys under the mat."})
+        assert "under the mat" in search(a, where, "where are Ada's spare keys?", top_k=1)[0].text
+    finally:
+        narrow.stop()
+
+
 def test_a_replica_killed_during_a_burst_of_upserts_loses_nothing_it_acknowledged(replicas) -> None:
     a, b = replicas
     where = scope("burst")
@@ -188,6 +225,12 @@ def test_row_level_security_keeps_tenants_apart_for_a_role_that_is_not_a_superus
         upsert(server, scope("t2"), {"two": "Tenant two keeps its spare keys under the mat."})
         assert found_ids(server, scope("t1"), "where are the spare keys?") == ["one"]
         assert found_ids(server, scope("t2"), "where are the spare keys?") == ["two"]
+        upsert(server, scope("t2"), {"two": "Tenant two now keeps its spare keys at the front desk."})
+        for tenant in ("t1", "t2"):  # the same id in another tenant is another document
+            stub(server).DeleteDocuments(pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=scope(tenant),
+                                                                   knowledge="notes", ids=["one"]), timeout=60)
+        assert found_ids(server, scope("t1"), "where are the spare keys?") == []
+        assert "front desk" in search(server, scope("t2"), "where are the spare keys?")[0].text
     finally:
         server.stop()
     with psycopg.connect(dsn) as connection:
@@ -196,9 +239,9 @@ def test_row_level_security_keeps_tenants_apart_for_a_role_that_is_not_a_superus
             "AND relrowsecurity AND relforcerowsecurity").fetchall()
         assert len(tables) == 5
         assert connection.execute("SELECT count(*) FROM ragsidecar_memory_documents").fetchone()[0] == 0
-        connection.execute("SELECT set_config('ragsidecar.tenant', 't1', false)")
-        assert connection.execute("SELECT id FROM ragsidecar_memory_documents").fetchall() == [("one",)]
-        assert {r[0] for r in connection.execute("SELECT DISTINCT tenant FROM ragsidecar_memory_postings")} == {"t1"}
+        connection.execute("SELECT set_config('ragsidecar.tenant', 't2', false)")
+        assert connection.execute("SELECT id FROM ragsidecar_memory_documents").fetchall() == [("two",)]
+        assert {r[0] for r in connection.execute("SELECT DISTINCT tenant FROM ragsidecar_memory_postings")} == {"t2"}
 
 
 def _owned_database(postgres, name: str) -> str:
@@ -211,3 +254,45 @@ def _owned_database(postgres, name: str) -> str:
         connection.execute(f'ALTER DATABASE "{name}" OWNER TO {APP_ROLE}')
         connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
     return superuser_dsn.replace("postgresql://postgres:", f"postgresql://{APP_ROLE}:", 1)
+
+
+def test_the_sql_search_ranks_as_the_embedded_index_both_exactly_and_through_hnsw(postgres, monkeypatch) -> None:
+    """The store's search functions on their own, against a real PostgreSQL: the same chunks and vectors give the
+    embedded HybridIndex's ranking, whether the dense side scans exactly or walks the HNSW index."""
+    corpus, queries = ir_data.corpus("scifact"), ir_data.queries("scifact")
+    texts = {d: corpus[d][:800] for d in sorted(corpus)[:300]}
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((len(texts), 24)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    chunks = [Chunk(f"notes:{n}", "notes", n, text, Provenance(document_id=d, char_end=len(text)),
+                    hashlib.sha256(text.encode()).hexdigest(), 1) for n, (d, text) in enumerate(texts.items())]
+    database = Database(postgres.database("pgb_sql_search"), 2, row_level_security=False)
+    assert database.connect()
+    try:
+        database.run_sync(lambda c: ensure_dense_index(c, 24))
+        database.run_sync(lambda c: write(c, PartitionKey("memory", "acme", "s1", "notes"),
+                                          [MemoryDocument(d, t, {}) for d, t in texts.items()],
+                                          Prepared("synthetic", "none", chunks, vectors)), tenant="acme")
+        space = database.run_sync(lambda c: c.execute("SELECT id FROM ragsidecar_memory_spaces").fetchone()[0])
+        shared = PostgresIndex(database, "acme", space, len(chunks), "none")
+        embedded = HybridIndex.build([IndexedChunk(c.provenance.document_id, c.text, {}) for c in chunks], vectors)
+        claims = [queries[q] for q in sorted(queries)[:20]]
+        near = [vectors[n] + 0.5 * rng.standard_normal(24).astype(np.float32) for n in range(0, 200, 10)]
+
+        def rankings() -> list[tuple[list[str], list[str]]]:
+            return [([h.chunk.id for h in embedded.search(v, claim, 10, 50)],
+                     [h.chunk.meta["document_id"] for h in shared.search(v, claim, 10, 50)])
+                    for v, claim in zip(near, claims)]
+
+        exact = rankings()
+        monkeypatch.setattr(store_search, "EXACT_SEARCH_UP_TO", 0)
+        walked = metrics.STORE_DENSE_SEARCHES.labels("approximate")._value.get()
+        approximate = rankings()
+        assert metrics.STORE_DENSE_SEARCHES.labels("approximate")._value.get() - walked == len(claims)
+        for found in (exact, approximate):
+            assert all(ours[0] == theirs[0] and len(set(ours) & set(theirs)) >= 9 for theirs, ours in found)
+            assert sum(ours == theirs for theirs, ours in found) >= len(claims) - 2
+        # Another tenant's transaction finds nothing of it.
+        assert PostgresIndex(database, "other", space, len(chunks), "none").search(near[0], claims[0], 10) == []
+    finally:
+        asyncio.run(database.close())

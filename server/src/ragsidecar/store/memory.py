@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 # Fill-ins of a space raced by writes of other replicas before a load gives up and serves what is there.
 _FILL_ATTEMPTS = 3
-# Rows per INSERT ... SELECT FROM unnest(...) of postings (bounds one statement's parameters).
+# Postings per INSERT statement (bounds one statement's parameters).
 _POSTINGS_BATCH = 50_000
 
 
@@ -264,13 +264,15 @@ def _insert_chunks(connection: psycopg.Connection, key: PartitionKey, space: int
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %b::vector)",
         [(row, space, key.tenant, c.provenance.document_id, c.id, c.text, Jsonb(chunk_meta(c)), len(t), Vector(v))
          for row, c, t, (_, v) in zip(row_ids, chunks, analysed, embedded)])
+    # INSERT ... SELECT FROM unnest(arrays), not COPY: COPY FROM refuses tables with row-level security.
     postings = [(term, row, tf, len(t)) for row, t in zip(row_ids, analysed) for term, tf in collections.Counter(t).items()]
     for start in range(0, len(postings), _POSTINGS_BATCH):
-        batch = postings[start : start + _POSTINGS_BATCH]
+        terms, chunk_rows, frequencies, lengths = zip(*postings[start : start + _POSTINGS_BATCH])
         connection.execute(
             "INSERT INTO ragsidecar_memory_postings (space, term, chunk, tenant, tf, terms) "
             "SELECT %s, term, chunk, %s, tf, terms FROM unnest(%s::text[], %s::bigint[], %s::int[], %s::int[]) "
-            "AS p(term, chunk, tf, terms)", (space, key.tenant, *map(list, zip(*batch))))
+            "AS p(term, chunk, tf, terms)", (space, key.tenant, list(terms), list(chunk_rows), list(frequencies),
+                                             list(lengths)))
     connection.execute("UPDATE ragsidecar_memory_spaces SET chunks = chunks + %s, terms = terms + %s "
                        "WHERE id = %s AND tenant = %s", (len(chunks), sum(map(len, analysed)), space, key.tenant))
 
