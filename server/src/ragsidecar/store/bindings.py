@@ -6,9 +6,11 @@ used, by the database's clock, which every replica shares. Its corpus lives in t
 
 Bounds are per database: opening a binding past max_open_bindings deletes the least recently used others
 (under an advisory lock, so replicas opening at once each see the others' rows), and any replica's call
-deletes the bindings idle past binding_idle_seconds. A DELETE ... RETURNING hands each removed binding to
-exactly one replica, which drops its corpus and counts it; other replicas holding its index find the
-binding gone on the next use (UNKNOWN_BINDING) and their copy ages out of their index cache.
+deletes the bindings idle past binding_idle_seconds (a replica looks at most once a second, or once per idle
+time when that is shorter: a binding may outlive its idle time by that second). A DELETE ... RETURNING hands
+each removed binding to exactly one replica, which drops its corpus and counts it; other replicas find the
+binding gone on the next use (UNKNOWN_BINDING). A replica that dies between deleting a binding's row and
+dropping its corpus leaves the corpus's rows behind, unreachable.
 
 A binding is found by its id alone, a random server-minted key with no caller part: its tenant and session
 are then compared with the caller's like its owner and handle (PERMISSION_DENIED, as in the embedded store).
@@ -17,6 +19,7 @@ With [store] row_level_security another tenant's row is not even visible, so its
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from ragsidecar.chat.bindings import Binding
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
 
     from ragsidecar.store.database import Database
 
+# Seconds between a replica's sweeps for idle bindings (at most: never longer than the idle time itself).
+_SWEEP_EVERY_S = 1.0
 # pg_advisory_xact_lock key of opening bindings ("ragsidecar bindings" in ASCII, truncated).
 _OPEN_LOCK = 0x7261_6773_6269_6E64
 
@@ -50,6 +55,7 @@ RETURNING {_COLUMNS}
 class PostgresRegistry:
     def __init__(self, database: Database) -> None:
         self._database = database
+        self._swept = -float("inf")
 
     async def add(self, binding: Binding, max_open: int) -> list[Binding]:
         return await self._database.run(lambda c: self._add(c, binding, max_open), tenant=binding.scope.tenant)
@@ -81,6 +87,10 @@ class PostgresRegistry:
         return deleted > 0
 
     async def remove_idle(self, idle_seconds: float) -> list[Binding]:
+        now = time.monotonic()
+        if now - self._swept < min(idle_seconds, _SWEEP_EVERY_S):
+            return []
+        self._swept = now
         rows = await self._database.run(lambda c: _across_tenants(c, _IDLE, (idle_seconds,)).fetchall())
         return [_binding(row) for row in rows]
 
