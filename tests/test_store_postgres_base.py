@@ -344,3 +344,14 @@ async def test_a_busy_pool_or_a_killed_connection_is_no_outage(postgres) -> None
         assert await database.run(lambda c: c.execute("SELECT 41 + 1").fetchone()[0]) == 42
     finally:
         await database.close()
+
+
+def test_connections_bound_a_silent_server_unless_the_dsn_says_otherwise() -> None:
+    from ragsidecar.store.database import _connection_settings
+
+    assert _connection_settings("host=db dbname=x", 2.5) == {
+        "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+        "tcp_user_timeout": 30_000, "connect_timeout": 3}  # libpq counts whole seconds
+    own = _connection_settings("postgresql://u@db/x?keepalives_idle=60&tcp_user_timeout=0&connect_timeout=99", 5)
+    assert "keepalives_idle" not in own and "tcp_user_timeout" not in own
+    assert own["connect_timeout"] == 5  # store.connect_timeout_s decides

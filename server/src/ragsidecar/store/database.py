@@ -198,7 +198,7 @@ class Database:
     def _open_pool(self) -> None:
         self._pool = self._psycopg_pool.ConnectionPool(
             self._dsn, min_size=1, max_size=self._pool_size, open=False, timeout=self._connect_timeout_s,
-            kwargs={"connect_timeout": _whole_seconds(self._connect_timeout_s)},
+            kwargs=_connection_settings(self._dsn, self._connect_timeout_s),
             check=self._psycopg_pool.ConnectionPool.check_connection, name="ragsidecar-store")
         self._pool.open(wait=False)
 
@@ -259,11 +259,22 @@ def redactor(dsn: str) -> Callable[[str], str]:
 def connect_once(dsn: str, timeout_s: float) -> psycopg.Connection:
     """One autocommit connection outside the pool: migrations, and the `db migrate` and `doctor` commands."""
     psycopg, _ = _driver()
-    return psycopg.connect(dsn, autocommit=True, connect_timeout=_whole_seconds(timeout_s))
+    return psycopg.connect(dsn, autocommit=True, **_connection_settings(dsn, timeout_s))
 
 
-def _whole_seconds(timeout_s: float) -> int:
-    return max(1, math.ceil(timeout_s))  # libpq's connect_timeout: whole seconds, and 0 would mean forever
+# A server that vanishes without closing its connections (a partition, a lost host) would leave a call waiting
+# for its answer as long as the operating system's TCP timeouts (many minutes), holding a worker thread that
+# Rerank needs too; these bound the wait to about half a minute. A DSN that sets them itself keeps its own.
+_TCP_SETTINGS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+                 "tcp_user_timeout": 30_000}
+
+
+def _connection_settings(dsn: str, timeout_s: float) -> dict[str, int]:
+    psycopg, _ = _driver()
+    given = psycopg.conninfo.conninfo_to_dict(dsn)
+    # libpq's connect_timeout counts whole seconds, and 0 would mean forever.
+    return {**{k: v for k, v in _TCP_SETTINGS.items() if k not in given},
+            "connect_timeout": max(1, math.ceil(timeout_s))}
 
 
 def _connection_lost(err: Exception) -> bool:
