@@ -326,14 +326,22 @@ async def test_a_busy_pool_or_a_killed_connection_is_no_outage(postgres) -> None
     database = Database(postgres.database("pga_busy"), 1, row_level_security=False, connect_timeout_s=1.0,
                         health_interval_s=0.2)
     await database.start()
+
+    def pause(connection) -> int:
+        connection.execute("SELECT pg_sleep(1.5)")
+        return 1
+
     try:
-        # The one connection is busy past connect_timeout_s: the second call gives up, the database is healthy.
-        slow = asyncio.ensure_future(database.run(lambda c: c.execute("SELECT pg_sleep(2.5)")))
+        # Calls beyond the pool's connections wait in line, however long those ahead take (> connect_timeout_s).
+        assert await asyncio.gather(*(database.run(pause) for _ in range(3))) == [1, 1, 1]
+        # A caller on its own thread (run_sync) finding every connection busy past connect_timeout_s gives up;
+        # the database stays healthy: the probe reaches it on a connection of its own.
+        slow = asyncio.ensure_future(database.run(pause))
         await asyncio.sleep(0.3)
         with pytest.raises(SidecarError) as busy:
-            await database.run(lambda c: c.execute("SELECT 1"))
+            await asyncio.to_thread(database.run_sync, lambda c: c.execute("SELECT 1"))
         assert busy.value.reason == "STORE_UNAVAILABLE"
-        assert database.healthy  # never flipped: the probe reaches the database on a connection of its own
+        assert database.healthy
         await slow
         # The server ends the call's connection: that call fails, the probe finds the database, the next succeeds.
         with pytest.raises(SidecarError, match="unreachable"):

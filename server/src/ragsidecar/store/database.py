@@ -3,7 +3,9 @@
 Domain code hands `Database.run` a function of a psycopg (sync) connection; it runs on a worker thread (the
 event loop never waits on the database) inside one transaction, committed when the function returns and rolled
 back when it raises. With a tenant, the transaction first sets `ragsidecar.tenant` (SET LOCAL), which the
-row-level security policies read.
+row-level security policies read. `run` has threads of its own, as many as the pool has connections: calls
+beyond them wait in line holding no thread, so a burst of store calls never occupies the threads that
+tokenization and ranking share (asyncio's default executor), nor times out waiting for a connection.
 
 Health: a background probe connects to the database every `[store] health_interval_s` (on a connection of its
 own, so a pool busy with slow calls is no outage), so health flips on loss and recovery without traffic; a call
@@ -18,7 +20,10 @@ The DSN holds a password: it is never logged, and every message built from a dri
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
+import functools
 import logging
 import math
 import threading
@@ -76,6 +81,7 @@ class Database:
         self._health_interval_s = health_interval_s
         self._migrate = migrate_on_start
         self._pool: psycopg_pool.ConnectionPool | None = None
+        self._threads = concurrent.futures.ThreadPoolExecutor(pool_size, thread_name_prefix="ragsidecar-store")
         # Serializes (re)connecting: the probe and a CLI call never build two pools at once.
         self._lock = threading.Lock()
         self._healthy = False
@@ -94,7 +100,8 @@ class Database:
 
     async def run(self, work: Callable[[psycopg.Connection], T], tenant: str | None = None) -> T:
         """work(connection) on a worker thread inside one transaction; STORE_UNAVAILABLE when the database is down."""
-        return await asyncio.to_thread(self.run_sync, work, tenant)
+        call = functools.partial(contextvars.copy_context().run, self.run_sync, work, tenant)  # as asyncio.to_thread
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
 
     def run_sync(self, work: Callable[[psycopg.Connection], T], tenant: str | None = None) -> T:
         """The same as `run`, for code already on a worker thread."""
@@ -236,6 +243,7 @@ class Database:
         with self._lock:
             self._close_pool()
             self._healthy = False
+        self._threads.shutdown(wait=False, cancel_futures=True)
 
 
 def redactor(dsn: str) -> Callable[[str], str]:
