@@ -61,7 +61,7 @@ def unavailable() -> SidecarError:
 
 
 class Database:
-    """A psycopg (sync) ConnectionPool for the configured DSN; calls run in threads (asyncio.to_thread)."""
+    """A psycopg (sync) ConnectionPool for the configured DSN; calls run on worker threads, never on the loop."""
 
     def __init__(self, dsn: str, pool_size: int, *, row_level_security: bool, connect_timeout_s: float = 5.0,
                  health_interval_s: float = 5.0, migrate_on_start: bool = True) -> None:
