@@ -181,6 +181,30 @@ def test_open_bindings_are_bounded_per_database(replicas) -> None:
         assert close(a, at, binding)
 
 
+def test_replicas_opening_at_once_hold_the_database_to_its_cap(replicas, database) -> None:
+    a, b = replicas
+    at = scope("acme-crowd")
+
+    def open_count() -> int:
+        with psycopg.connect(database) as connection:
+            return connection.execute("SELECT count(*) FROM ragsidecar_chat_bindings").fetchone()[0]
+
+    def lru_closed() -> float:
+        return sum(s.metric("ragsidecar_closed_bindings_total", why="lru") for s in (a, b))
+
+    open_before, closed_before = open_count(), lru_closed()
+    with ThreadPoolExecutor(8) as pool:
+        opened = list(pool.map(lambda i: open_binding((a, b)[i % 2], at, f"c{i}"), range(16)))
+    assert open_count() == 8 and lru_closed() - closed_before == open_before + 16 - 8
+    usable = []
+    for binding in opened:
+        try:
+            usable.append(append(a, at, binding, ORDERS[:1]).document_count)
+        except grpc.RpcError as err:
+            assert reason(err) == (grpc.StatusCode.NOT_FOUND, "UNKNOWN_BINDING")
+    assert usable == [1] * 8
+
+
 def test_a_sequential_cursor_advanced_on_one_replica_continues_on_the_other(replicas) -> None:
     a, b = replicas
     at = scope("acme-cursor")
