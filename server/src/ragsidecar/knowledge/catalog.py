@@ -304,7 +304,7 @@ class Catalog:
         return self._index_dir / self._key(entry, scope, self._model_fingerprint(self._embedder()))
 
     def _index(self, chunks: list[Chunk], vectors: np.ndarray) -> HybridIndex:
-        indexed = [IndexedChunk(c.id, c.text, _meta(c)) for c in chunks]
+        indexed = [IndexedChunk(c.id, c.text, chunk_meta(c)) for c in chunks]
         retrieval = self._config.retrieval
         return HybridIndex.build(indexed, vectors, threads=retrieval.index_threads, dtype=retrieval.index_dtype,
                                  lexical_language=retrieval.lexical_language)
@@ -427,7 +427,8 @@ def _resolved(path: Path, shown: str) -> Path:
                            f"knowledge path {shown[:200]!r} is unreadable: {why}", metadata={"path": shown[:200]})
 
 
-def _meta(chunk: Chunk) -> dict:
+def chunk_meta(chunk: Chunk) -> dict:
+    """What a search hit reports of its chunk (the embedded index and the PostgreSQL store keep the same)."""
     provenance = chunk.provenance
     return {"position": chunk.position, "content_hash": chunk.content_hash, "file": provenance.file, "document_id": provenance.document_id,
             "line_start": provenance.line_start, "line_end": provenance.line_end, "page": provenance.page,

@@ -1,4 +1,4 @@
-"""MEMORY documents (and chat bindings' corpora) in PostgreSQL, shared by every replica (`[store] backend = "postgres"`).
+"""MEMORY documents and chat bindings' corpora in PostgreSQL, shared by every replica (`[store] backend = "postgres"`).
 
 The same public methods as the embedded `knowledge.memory.MemoryStore`, over the tables of
 migrations/0002_memory.sql. A partition is one (namespace, tenant, session, source), found by
@@ -35,6 +35,7 @@ from ragsidecar import metrics
 from ragsidecar.errors import Violation, invalid
 from ragsidecar.identifiers import key_of
 from ragsidecar.knowledge import lexical
+from ragsidecar.knowledge.catalog import chunk_meta
 from ragsidecar.knowledge.chunking import Chunk
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.knowledge.memory import DeleteOutcome, MemoryDocument, UpsertOutcome
@@ -218,8 +219,8 @@ def _lock_partition(connection: psycopg.Connection, key: PartitionKey) -> tuple[
     """The partition's (id, version, documents), created when new, its row locked until the transaction ends."""
     return connection.execute(
         "INSERT INTO ragsidecar_memory_partitions (key, tenant, namespace, session, source, version) "
-        "VALUES (%s, %s, %s, %s, %s, '') ON CONFLICT (key) DO UPDATE SET version = ragsidecar_memory_partitions.version "
-        "RETURNING id, version, documents",
+        "VALUES (%s, %s, %s, %s, %s, '') ON CONFLICT (key) "
+        "DO UPDATE SET version = ragsidecar_memory_partitions.version RETURNING id, version, documents",
         (key.key, key.tenant, key.namespace, key.session, key.source)).fetchone()
 
 
@@ -265,7 +266,8 @@ def _insert_chunks(connection: psycopg.Connection, key: PartitionKey, space: int
         [(row, space, key.tenant, c.provenance.document_id, c.id, c.text, Jsonb(chunk_meta(c)), len(t), Vector(v))
          for row, c, t, (_, v) in zip(row_ids, chunks, analysed, embedded)])
     # INSERT ... SELECT FROM unnest(arrays), not COPY: COPY FROM refuses tables with row-level security.
-    postings = [(term, row, tf, len(t)) for row, t in zip(row_ids, analysed) for term, tf in collections.Counter(t).items()]
+    postings = [(term, row, tf, len(t))
+                for row, t in zip(row_ids, analysed) for term, tf in collections.Counter(t).items()]
     for start in range(0, len(postings), _POSTINGS_BATCH):
         terms, chunk_rows, frequencies, lengths = zip(*postings[start : start + _POSTINGS_BATCH])
         connection.execute(
@@ -289,15 +291,6 @@ def _numbered(source: str, chunks: list[Chunk]) -> list[Chunk]:
         numbered.append(replace(chunk, position=position,
                                 id=f"{source}:{document}:{position}:{chunk.content_hash[:12]}"))
     return numbered
-
-
-def chunk_meta(chunk: Chunk) -> dict:
-    """What a hit reports of its chunk (the embedded index keeps the same)."""
-    provenance = chunk.provenance
-    return {"position": chunk.position, "content_hash": chunk.content_hash, "file": provenance.file,
-            "document_id": provenance.document_id, "line_start": provenance.line_start,
-            "line_end": provenance.line_end, "page": provenance.page, "char_start": provenance.char_start,
-            "char_end": provenance.char_end}
 
 
 def _remove_chunks(connection: psycopg.Connection, tenant: str, partition: int, documents: Iterable[str]) -> None:
