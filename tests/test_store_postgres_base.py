@@ -363,3 +363,22 @@ def test_connections_bound_a_silent_server_unless_the_dsn_says_otherwise() -> No
     own = _connection_settings("postgresql://u@db/x?keepalives_idle=60&tcp_user_timeout=0&connect_timeout=99", 5)
     assert "keepalives_idle" not in own and "tcp_user_timeout" not in own
     assert own["connect_timeout"] == 5  # store.connect_timeout_s decides
+
+
+def test_index_ahead_of_time_fills_the_embedding_cache_replicas_share(postgres, tmp_path: Path) -> None:
+    dsn = store_dsn(postgres, "pga_index")
+    root = tmp_path / "knowledge"
+    (root / "docs").mkdir(parents=True)
+    (root / "docs" / "a.md").write_text("Parcels leave the warehouse every weekday morning.")
+    (root / "docs" / "b.md").write_text("Returns are accepted within thirty days of delivery.")
+    config = postgres_config()
+    config["paths"]["knowledge_roots"] = [str(root)]
+    config["paths"]["data_dir"] = str(tmp_path / "data")
+    path = tmp_path / "ragsidecar.toml"
+    path.write_text(to_toml(config))
+    done = cli("index", "--config", str(path), "docs", "--name", "docs", cwd=tmp_path, dsn=dsn)
+    assert done.returncode == 0, done.stderr
+    assert "indexed docs: 2 documents, 2 chunks" in done.stdout
+    with psycopg.connect(dsn) as connection:  # migrated on the way, and the two chunks' vectors kept
+        assert connection.execute("SELECT count(*) FROM ragsidecar_embeddings").fetchone()[0] == 2
+    assert PASSWORD not in done.stdout + done.stderr
