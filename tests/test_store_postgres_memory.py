@@ -273,7 +273,16 @@ def test_the_sql_search_ranks_as_the_embedded_index_both_exactly_and_through_hns
         database.run_sync(lambda c: write(c, PartitionKey("memory", "acme", "s1", "notes"),
                                           [MemoryDocument(d, t, {}) for d, t in texts.items()],
                                           Prepared("synthetic", "none", chunks, vectors)), tenant="acme")
-        space = database.run_sync(lambda c: c.execute("SELECT id FROM ragsidecar_memory_spaces").fetchone()[0])
+        # Another tenant's partition, larger and right where the queries point: the HNSW walk must pass it by.
+        crowd = np.repeat(vectors[:200:10], 100, axis=0) + 0.05 * rng.standard_normal((2000, 24)).astype(np.float32)
+        crowd_chunks = [Chunk(f"notes:{n}", "notes", n, "crowd", Provenance(document_id=f"c{n}", char_end=5),
+                              hashlib.sha256(b"crowd").hexdigest(), 1) for n in range(len(crowd))]
+        database.run_sync(lambda c: write(c, PartitionKey("memory", "other", "s1", "notes"),
+                                          [MemoryDocument(f"c{n}", "crowd", {}) for n in range(len(crowd))],
+                                          Prepared("synthetic", "none", crowd_chunks, crowd)), tenant="other")
+        space = database.run_sync(lambda c: c.execute("SELECT s.id FROM ragsidecar_memory_spaces s JOIN "
+                                                      "ragsidecar_memory_partitions p ON p.id = s.partition "
+                                                      "WHERE p.tenant = 'acme'").fetchone()[0])
         shared = PostgresIndex(database, "acme", space, len(chunks), "none")
         embedded = HybridIndex.build([IndexedChunk(c.provenance.document_id, c.text, {}) for c in chunks], vectors)
         claims = [queries[q] for q in sorted(queries)[:20]]
