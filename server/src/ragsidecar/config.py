@@ -117,7 +117,7 @@ class RetrievalConfig:
     rerank_candidates: int = 20
     # Analysis of the BM25 side: a Snowball language (its stopwords removed, words stemmed) or "none" (words as
     # written, English stopwords). Part of every index's key: changing it rebuilds the indexes.
-    lexical_language: str = "none"
+    lexical_language: str = "english"
     # How the dense and BM25 lists become one (knowledge/fusion.py): "rrf" (reciprocal rank fusion, equal
     # weights), "weighted_rrf", or "convex" (weighted sum of scaled cosine and BM25 scores).
     fusion: FusionMethod = "rrf"
