@@ -7,8 +7,8 @@ row-level security policies read. `run` has threads of its own, as many as the p
 beyond them wait in line holding no thread, so a burst of store calls never occupies the threads that
 tokenization and ranking share (asyncio's default executor), nor times out waiting for a connection.
 
-Health: a background probe connects to the database every `[store] health_interval_s` (on a connection of its
-own, so a pool busy with slow calls is no outage), so health flips on loss and recovery without traffic; a call
+Health: a background probe asks the database every `[store] health_interval_s` (on a connection of its own when
+the pool's are all busy: slow calls are no outage), so health flips on loss and recovery without traffic; a call
 that loses its connection wakes the probe at once, but only the probe decides (one connection killed is no
 outage either). While the database is down, calls fail at once with UNAVAILABLE (reason STORE_UNAVAILABLE)
 instead of each waiting out a connect timeout. On (re)connection the schema is brought up to date (or, with
@@ -181,10 +181,16 @@ class Database:
             self._loop.call_soon_threadsafe(self._wake.set)
 
     def _ping(self) -> bool:
-        """On a connection of its own: a pool whose connections are all busy says nothing about the database."""
+        """SELECT 1 on a pooled connection or, when none comes free in time, on a connection of its own: a pool
+        whose connections are all busy says nothing about the database."""
+        assert self._pool is not None
         try:
-            with connect_once(self._dsn, self._connect_timeout_s) as connection:
-                connection.execute("SELECT 1")
+            try:
+                with self._pool.connection(timeout=self._connect_timeout_s) as connection:
+                    connection.execute("SELECT 1")
+            except self._psycopg_pool.PoolTimeout:
+                with connect_once(self._dsn, self._connect_timeout_s) as connection:
+                    connection.execute("SELECT 1")
             return True
         except self._psycopg.OperationalError as err:
             self._lost(err)
