@@ -140,12 +140,18 @@ def test_postgres_ranks_like_the_embedded_store(replicas, sidecar) -> None:
         assert upsert(server, where, documents).document_count == len(documents)
     same_order = 0
     for query_id in query_ids:
-        embedded = [(h.provenance.document_id, h.text) for h in search(sidecar, where, queries[query_id], 5)]
-        shared = [(h.provenance.document_id, h.text) for h in search(replicas[1], where, queries[query_id], 5)]
+        embedded, shared = (ranked(search(server, where, queries[query_id], 5)) for server in (sidecar, replicas[1]))
         assert shared[0] == embedded[0], queries[query_id]
         assert len(set(shared) & set(embedded)) >= 4, (queries[query_id], embedded, shared)
         same_order += shared == embedded
     assert same_order >= len(query_ids) - 2
+
+
+def ranked(hits: list[pb.RetrievedChunk]) -> list[tuple[float, str, str]]:
+    """(score, document, text) best first; hits of one score in a fixed order: the two stores' chunk ids, which
+    break exact ties of the fused score, differ (positions count across a partition in one, per document in the
+    other)."""
+    return sorted((-h.score, h.provenance.document_id, h.text) for h in hits)
 
 
 def test_a_replica_chunking_differently_searches_only_vectors_of_its_own_and_fills_in_the_rest(
