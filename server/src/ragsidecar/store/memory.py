@@ -412,12 +412,13 @@ def _missing_documents(connection: psycopg.Connection, state: _SpaceState) -> li
 def _fill(connection: psycopg.Connection, key: PartitionKey, state: _SpaceState, embedded: list[tuple[str, str]],
           prepared: Prepared) -> None:
     """Adds the embedded documents' chunks to the space where they are still missing and unchanged; marks the
-    space complete when no document lacks chunks any more."""
+    space complete when that covers every document still missing (one that yields no chunk counts as covered)."""
     partition, version, _ = _lock_partition(connection, key)
     space, _ = _own_space(connection, key.tenant, partition, prepared, "")
     texts = dict(embedded)
-    still = {i for i, text in _missing_documents(connection, replace(state, space=space)) if texts.get(i) == text}
+    missing = _missing_documents(connection, replace(state, space=space))
+    covered = {i for i, text in missing if texts.get(i) == text}
     _insert_chunks(connection, key, space, [(c, v) for c, v in zip(prepared.chunks, prepared.vectors)
-                                            if c.provenance.document_id in still], prepared.analysis)
-    if not _missing_documents(connection, replace(state, space=space)):
+                                            if c.provenance.document_id in covered], prepared.analysis)
+    if len(covered) == len(missing):
         _mark_complete(connection, space, key.tenant, version)
