@@ -120,15 +120,15 @@ class RetrievalConfig:
     lexical_language: str = "english"
     # How the dense and BM25 lists become one (knowledge/fusion.py): "rrf" (reciprocal rank fusion, equal
     # weights), "weighted_rrf", or "convex" (weighted sum of scaled cosine and BM25 scores).
-    fusion: FusionMethod = "rrf"
+    fusion: FusionMethod = "weighted_rrf"
     # The dense list's weight in "weighted_rrf" and "convex", in [0, 1]; the BM25 list gets 1 - dense_weight.
-    dense_weight: float = 0.5
+    dense_weight: float = 0.9
     # How a rerank with rerank_order FUSED combines the reranker's relevance with the retrieval order: "rrf"
     # (reciprocal rank fusion of the two orders) or "interpolate" (rerank_weight * scaled relevance +
     # (1 - rerank_weight) * scaled retrieval score over the reranked head).
-    rerank_fusion: RerankFusion = "rrf"
+    rerank_fusion: RerankFusion = "interpolate"
     # The reranker's weight in "interpolate", in [0, 1].
-    rerank_weight: float = 0.5
+    rerank_weight: float = 0.1
     # Most tokens of an Enforce context when the request sets no max_context_tokens.
     context_window_tokens: int = 8192
     # Share of the model's input window that DIRECT entries without max_tokens may take together.
