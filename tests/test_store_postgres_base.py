@@ -134,6 +134,25 @@ def test_a_database_migrated_by_a_newer_build_is_refused(postgres, make_sidecar,
     assert len(recorded(dsn)) == newer  # untouched
 
 
+def test_a_database_without_a_recent_pgvector_is_refused(postgres, make_sidecar, tmp_path: Path) -> None:
+    dsn = store_dsn(postgres, "pga_pgvector")
+    path = config_file(tmp_path)
+    assert cli("db", "migrate", "--config", str(path), cwd=tmp_path, dsn=dsn).returncode == 0
+    with psycopg.connect(dsn) as connection:  # what an administrator's mistake (or an old image) leaves
+        connection.execute("DROP EXTENSION vector CASCADE")
+    result = cli("db", "migrate", "--config", str(path), cwd=tmp_path, dsn=dsn)
+    assert result.returncode == 1 and "needs pgvector 0.8.0 or newer in this database, found none" in result.stderr
+    server = sidecar(make_sidecar, dsn)
+    with pytest.raises(RuntimeError, match="needs pgvector 0.8.0 or newer"):
+        server.start()
+
+
+@pytest.mark.parametrize("installed, supported", [("0.8.0", True), ("0.8.5", True), ("1.0", True),
+                                                  ("0.7.4", False), ("0.5.1", False), (None, False)])
+def test_the_pgvector_floor(installed: str | None, supported: bool) -> None:
+    assert migrate.pgvector_supported(installed) is supported
+
+
 def test_the_dsn_is_never_printed(postgres, tmp_path: Path) -> None:
     dsn = store_dsn(postgres, "pga_secret")
     path = config_file(tmp_path)

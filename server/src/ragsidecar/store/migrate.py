@@ -24,6 +24,9 @@ TABLE = "ragsidecar_schema_migrations"
 # pg_advisory_xact_lock's key: "ragsidec" as a big-endian 64-bit integer, unlikely to collide with a host's own.
 _LOCK_KEY = int.from_bytes(b"ragsidec", "big")
 _FILE_NAME = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql")
+# Iterative HNSW index scans (`hnsw.iterative_scan`), which keep a tenant-filtered dense search from coming back
+# short, arrived in pgvector 0.8.0; store/search.py relies on them.
+PGVECTOR_MINIMUM = (0, 8, 0)
 
 
 class SchemaError(Exception):
@@ -79,6 +82,7 @@ def migrate(connection: psycopg.Connection) -> list[Migration]:
             connection.execute(f"INSERT INTO {TABLE} (version, name, applied_at) VALUES (%s, %s, now())",
                                (migration.version, migration.name))
             done.append(migration)
+    require_pgvector(connection)
     return done
 
 
@@ -90,6 +94,26 @@ def check(connection: psycopg.Connection) -> None:
     if missing:
         raise SchemaError(f"the database's schema lacks migrations {', '.join(missing)} that this build needs, and "
                           "store.migrate_on_start is false: run `ragsidecar db migrate` first")
+    require_pgvector(connection)
+
+
+def require_pgvector(connection: psycopg.Connection) -> None:
+    """Refuses a pgvector older than PGVECTOR_MINIMUM (searches would fail on every call instead)."""
+    with connection.transaction():
+        row = connection.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    installed = row[0] if row else None
+    if not pgvector_supported(installed):
+        wanted = ".".join(map(str, PGVECTOR_MINIMUM))
+        raise SchemaError(f"the store needs pgvector {wanted} or newer in this database, found "
+                          f"{installed or 'none'}: run `ALTER EXTENSION vector UPDATE` (or install a newer pgvector)")
+
+
+def pgvector_supported(installed: str | None) -> bool:
+    """Whether an extension version string ("0.8.0", "0.7.4", None when absent) is new enough."""
+    if not installed:
+        return False
+    numbers = [int(part) for part in re.findall(r"\d+", installed)[:3]]
+    return tuple(numbers + [0] * (3 - len(numbers))) >= PGVECTOR_MINIMUM
 
 
 def version(connection: psycopg.Connection) -> int:
