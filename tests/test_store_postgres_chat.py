@@ -318,3 +318,42 @@ def test_idle_bindings_are_closed_and_tenant_embeddings_stay_the_tenants(make_si
     with psycopg.connect(dsn) as connection:
         tenants = dict(connection.execute("SELECT tenant, count(*) FROM ragsidecar_embeddings GROUP BY tenant"))
     assert tenants.keys() == {"", "acme-idle", "globex-idle"} and tenants["acme-idle"] == tenants["globex-idle"] == 1
+
+
+def test_binding_corpora_stay_within_the_store_bytes_of_the_database(make_sidecar, postgres, knowledge) -> None:
+    """retrieval.binding_store_bytes bounds every binding's corpus together, across replicas: past it an append is
+    RESOURCE_EXHAUSTED and leaves nothing; closing a binding frees its bytes. MEMORY documents do not count."""
+    dsn = postgres.database("store_chat_bytes")
+    config = replica_config(knowledge, binding_store_bytes=3000)
+    a, b = (make_sidecar(config, env={"RAGSIDECAR_STORE_DSN": dsn}).start() for _ in range(2))
+    retrieval(a).UpsertDocuments(pb.UpsertDocumentsRequest(
+        principal=PRINCIPAL, scope=scope("acme-bytes"), knowledge="notes",
+        documents=[pb.MemoryDocument(id="big", text="Warehouse notes. " * 400)]), timeout=60)
+    first, second = open_binding(a, scope("acme-bytes")), open_binding(b, scope("globex-bytes"))
+    append(a, scope("acme-bytes"), first, [("t1", "x" * 1400)])
+    append(b, scope("globex-bytes"), second, [("t1", "y" * 1400)])
+    refused = raised(lambda: append(b, scope("globex-bytes"), second, [("t2", "z" * 400)]))
+    assert reason(refused) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
+    assert "binding_store_bytes" in refused.details()
+    assert "z" * 400 not in grounded(b, scope("globex-bytes"), second, "What is stored?")  # nothing of it stayed
+    assert close(a, scope("acme-bytes"), first)
+    append(b, scope("globex-bytes"), second, [("t2", "z" * 400)])  # the closed binding's bytes are free again
+
+
+def test_a_corpus_left_by_a_replica_that_died_is_dropped_by_a_sweep(make_sidecar, postgres, knowledge) -> None:
+    """A replica killed between deleting a binding's row and dropping its corpus leaves the corpus behind (made
+    here by deleting the row by hand); the next replica's sweep drops it, bytes and all."""
+    dsn = postgres.database("store_chat_orphans")
+    server = make_sidecar(replica_config(knowledge), env={"RAGSIDECAR_STORE_DSN": dsn}).start()
+    kept, orphaned = open_binding(server, scope("acme-orphans")), open_binding(server, scope("acme-orphans"))
+    for binding in (kept, orphaned):
+        append(server, scope("acme-orphans"), binding, ORDERS)
+    with psycopg.connect(dsn) as connection:
+        connection.execute("DELETE FROM ragsidecar_chat_bindings WHERE id = %s", (orphaned[0],))
+    other = make_sidecar(replica_config(knowledge), env={"RAGSIDECAR_STORE_DSN": dsn}).start()
+    assert "Blender" in grounded(other, scope("acme-orphans"), kept, "Where is my blender?")  # its first call sweeps
+    with psycopg.connect(dsn) as connection:
+        sources = [r[0] for r in connection.execute(
+            "SELECT source FROM ragsidecar_memory_partitions WHERE namespace = 'binding'")]
+        left = connection.execute("SELECT count(*) FROM ragsidecar_memory_documents").fetchone()[0]
+    assert sources == [kept[0]] and left == len(ORDERS)

@@ -102,7 +102,8 @@ class Catalog:
             self.memory = PostgresMemoryStore(database, namespace="memory", prepare=functools.partial(
                 self._prepared, SourceType.MEMORY), max_request_bytes=retrieval.max_memory_bytes_per_request)
             self.bindings = PostgresMemoryStore(database, namespace="binding", prepare=functools.partial(
-                self._prepared, SourceType.BINDING), max_request_bytes=retrieval.max_memory_bytes_per_request)
+                self._prepared, SourceType.BINDING), max_request_bytes=retrieval.max_memory_bytes_per_request,
+                max_namespace_bytes=retrieval.binding_store_bytes)
         # Source identity -> (index key, its last good source).
         self._sources: ByteLRU[str, tuple[str, LoadedSource]] = ByteLRU(retrieval.index_cache_bytes)
         self._vectors: ByteLRU[str, np.ndarray] = ByteLRU(256 * 1024 * 1024)

@@ -10,7 +10,8 @@ deletes the bindings idle past binding_idle_seconds (a replica looks at most onc
 time when that is shorter: a binding may outlive its idle time by that second). A DELETE ... RETURNING hands
 each removed binding to exactly one replica, which drops its corpus and counts it; other replicas find the
 binding gone on the next use (UNKNOWN_BINDING). A replica that dies between deleting a binding's row and
-dropping its corpus leaves the corpus's rows behind, unreachable.
+dropping its corpus leaves the corpus behind, unreachable: a replica's sweep drops such corpora, at most once a
+minute. All binding corpora together stay within retrieval.binding_store_bytes (store/memory.py).
 
 A binding is found by its id alone, a random server-minted key with no caller part: its tenant and session
 are then compared with the caller's like its owner and handle (PERMISSION_DENIED, as in the embedded store).
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 from ragsidecar.chat.bindings import Binding
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.store.cursors import across_tenants
+from ragsidecar.store.memory import drop_orphaned_corpora
 
 if TYPE_CHECKING:
     import psycopg
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
 
 # Seconds between a replica's sweeps for idle bindings (at most: never longer than the idle time itself).
 _SWEEP_EVERY_S = 1.0
+# Seconds between a replica's sweeps for corpora whose binding is gone (rare: only a replica's death leaves one).
+_ORPHAN_SWEEP_EVERY_S = 60.0
 # pg_advisory_xact_lock key of opening bindings ("ragsidecar bindings" in ASCII, truncated).
 _OPEN_LOCK = 0x7261_6773_6269_6E64
 
@@ -55,7 +59,7 @@ RETURNING {_COLUMNS}
 class PostgresRegistry:
     def __init__(self, database: Database) -> None:
         self._database = database
-        self._swept = -float("inf")
+        self._swept = self._orphans_swept = -float("inf")
 
     async def add(self, binding: Binding, max_open: int) -> list[Binding]:
         return await self._database.run(lambda c: self._add(c, binding, max_open), tenant=binding.scope.tenant)
@@ -92,6 +96,9 @@ class PostgresRegistry:
             return []
         self._swept = now
         rows = await self._database.run(lambda c: _across_tenants(c, _IDLE, (idle_seconds,)).fetchall())
+        if now - self._orphans_swept >= _ORPHAN_SWEEP_EVERY_S:
+            self._orphans_swept = now
+            await self._database.run(lambda c: (across_tenants(c), drop_orphaned_corpora(c)))
         return [_binding(row) for row in rows]
 
     async def count(self) -> int:

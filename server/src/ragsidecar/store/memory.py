@@ -32,7 +32,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ragsidecar import metrics
-from ragsidecar.errors import Violation, invalid
+from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
 from ragsidecar.identifiers import key_of
 from ragsidecar.knowledge import lexical
 from ragsidecar.knowledge.catalog import chunk_meta
@@ -40,6 +40,7 @@ from ragsidecar.knowledge.chunking import Chunk
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.knowledge.memory import DeleteOutcome, MemoryDocument, UpsertOutcome
 from ragsidecar.knowledge.sources import Provenance, Unit
+from ragsidecar.store.cursors import across_tenants
 from ragsidecar.store.search import PostgresIndex, Vector, ensure_dense_index, use_vectors
 
 if TYPE_CHECKING:
@@ -93,10 +94,14 @@ class DocumentCount(Sequence[Unit]):
 
 
 class PostgresMemoryStore:
-    def __init__(self, database: Database, *, namespace: str, max_request_bytes: int, prepare: Prepare) -> None:
+    def __init__(self, database: Database, *, namespace: str, max_request_bytes: int, prepare: Prepare,
+                 max_namespace_bytes: int | None = None) -> None:
+        """`max_namespace_bytes` bounds the bytes of all the namespace's partitions together, in the whole database
+        (the binding corpora: retrieval.binding_store_bytes); None leaves it unbounded (MEMORY lives on disk)."""
         self._database = database
         self._namespace = namespace
         self._max_request_bytes = max_request_bytes
+        self._max_namespace_bytes = max_namespace_bytes
         self._prepare = prepare
         # Dimensions whose dense index is known to exist: one per embedder dimension ever configured (a handful).
         self._indexed: set[int] = set()
@@ -127,7 +132,8 @@ class PostgresMemoryStore:
         prepared = await self._prepare(scope, name, [_unit(d.id, d.text) for d in documents])
         key = self.partition(scope, name)
         await self._ensure_dense_index(prepared)
-        return await self._database.run(lambda c: write(c, key, documents, prepared), tenant=key.tenant)
+        return await self._database.run(lambda c: write(c, key, documents, prepared, self._max_namespace_bytes),
+                                        tenant=key.tenant)
 
     async def delete(self, scope: Scope, name: str, ids: list[str]) -> DeleteOutcome:
         key = self.partition(scope, name)
@@ -186,10 +192,12 @@ def _unit(document_id: str, text: str) -> Unit:
 # -- the write transaction (also the bulk-load path: bench/store.py calls `write` with its own vectors) -----------
 
 def write(connection: psycopg.Connection, key: PartitionKey, documents: list[MemoryDocument],
-          prepared: Prepared) -> UpsertOutcome:
+          prepared: Prepared, max_namespace_bytes: int | None = None) -> UpsertOutcome:
     """Upserts `documents` (their chunks and vectors in `prepared`) into the partition, inside the caller's
     transaction; unchanged documents (same text and metadata) are left as they are. The dense index of the
-    vectors' dimension must exist (`ensure_dense_index`); run this with the tenant set (`Database.run`)."""
+    vectors' dimension must exist (`ensure_dense_index`); run this with the tenant set (`Database.run`).
+    A write that would take the namespace's partitions past `max_namespace_bytes` raises RESOURCE_EXHAUSTED
+    (the transaction rolls back: nothing of it stays)."""
     partition, version, count = _lock_partition(connection, key)
     stored = {i: (text, metadata) for i, text, metadata in connection.execute(
         "SELECT id, text, metadata FROM ragsidecar_memory_documents WHERE partition = %s AND tenant = %s "
@@ -209,10 +217,41 @@ def write(connection: psycopg.Connection, key: PartitionKey, documents: list[Mem
     _insert_chunks(connection, key, space, [(c, v) for c, v in zip(prepared.chunks, prepared.vectors)
                                             if c.provenance.document_id in ids], prepared.analysis)
     count += len(changed) - replaced
-    new_version = _bump(connection, partition, key.tenant, count)
+    grown = sum(d.size() for d in changed) - sum(MemoryDocument(d.id, *stored[d.id]).size()
+                                                 for d in changed if d.id in stored)
+    new_version = _bump(connection, partition, key.tenant, count, grown)
     if complete_at == version:
         _mark_complete(connection, space, key.tenant, new_version)
+    if max_namespace_bytes is not None and grown > 0:
+        _check_namespace_bytes(connection, key.namespace, max_namespace_bytes)
     return UpsertOutcome(len(changed) - replaced, replaced, len(documents) - len(changed), count)
+
+
+def _check_namespace_bytes(connection: psycopg.Connection, namespace: str, limit: int) -> None:
+    """Refuses the transaction's write when the namespace's partitions, this write included, pass `limit`. Run
+    last: it reads every tenant's partitions (across_tenants lasts until the transaction ends). Writes committing
+    at the same moment on other replicas each see the total without the others', so the bound may be passed by
+    what those writes add (at most max_memory_bytes_per_request each)."""
+    across_tenants(connection)
+    total = connection.execute("SELECT coalesce(sum(bytes), 0) FROM ragsidecar_memory_partitions "
+                               "WHERE namespace = %s", (namespace,)).fetchone()[0]
+    if total > limit:
+        raise SidecarError(ErrorKind.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED",
+                           "the chat bindings' corpora are full (retrieval.binding_store_bytes, for all replicas "
+                           "of this database); close or reset bindings, or raise the limit")
+
+
+def drop_orphaned_corpora(connection: psycopg.Connection) -> int:
+    """Drops binding corpora whose binding is gone (a replica that died between deleting a binding's row and
+    dropping its corpus leaves one); returns how many. Reads every tenant's rows: call it in a transaction of
+    its own, after across_tenants."""
+    orphans = connection.execute(
+        "SELECT p.id, p.tenant FROM ragsidecar_memory_partitions p WHERE p.namespace = 'binding' AND NOT EXISTS "
+        "(SELECT 1 FROM ragsidecar_chat_bindings b WHERE b.id = p.source AND b.tenant = p.tenant) "
+        "FOR UPDATE OF p SKIP LOCKED").fetchall()
+    for partition, tenant in orphans:
+        _remove_partition(connection, tenant, partition)
+    return len(orphans)
 
 
 def _lock_partition(connection: psycopg.Connection, key: PartitionKey) -> tuple[int, str, int]:
@@ -237,10 +276,11 @@ def _own_space(connection: psycopg.Connection, tenant: str, partition: int, prep
         "AND analysis = %s", (partition, tenant, prepared.model, prepared.analysis)).fetchone()
 
 
-def _bump(connection: psycopg.Connection, partition: int, tenant: str, documents: int) -> str:
+def _bump(connection: psycopg.Connection, partition: int, tenant: str, documents: int, grown: int) -> str:
+    """Draws the partition's new version and records its document count and its growth in bytes."""
     version = uuid.uuid4().hex
-    connection.execute("UPDATE ragsidecar_memory_partitions SET version = %s, documents = %s WHERE id = %s "
-                       "AND tenant = %s", (version, documents, partition, tenant))
+    connection.execute("UPDATE ragsidecar_memory_partitions SET version = %s, documents = %s, bytes = bytes + %s "
+                       "WHERE id = %s AND tenant = %s", (version, documents, grown, partition, tenant))
     return version
 
 
@@ -319,13 +359,14 @@ def _delete(connection: psycopg.Connection, key: PartitionKey, ids: list[str]) -
     if row is None:
         return DeleteOutcome(0, len(ids), 0)
     partition, version, count = _lock_partition(connection, key)
-    deleted = [r[0] for r in connection.execute(
-        "DELETE FROM ragsidecar_memory_documents WHERE partition = %s AND tenant = %s AND id = ANY(%s) RETURNING id",
-        (partition, key.tenant, ids))]
+    deleted = [MemoryDocument(*r) for r in connection.execute(
+        "DELETE FROM ragsidecar_memory_documents WHERE partition = %s AND tenant = %s AND id = ANY(%s) "
+        "RETURNING id, text, metadata", (partition, key.tenant, ids))]
     if deleted:
-        _remove_chunks(connection, key.tenant, partition, deleted)
+        _remove_chunks(connection, key.tenant, partition, [d.id for d in deleted])
         count -= len(deleted)
-        _advance(connection, key.tenant, partition, version, _bump(connection, partition, key.tenant, count))
+        freed = sum(d.size() for d in deleted)
+        _advance(connection, key.tenant, partition, version, _bump(connection, partition, key.tenant, count, -freed))
     return DeleteOutcome(len(deleted), len(ids) - len(deleted), count)
 
 
@@ -340,19 +381,22 @@ def _clear(connection: psycopg.Connection, key: PartitionKey) -> None:
     _remove_all(connection, key.tenant, partition)
     connection.execute("UPDATE ragsidecar_memory_spaces SET chunks = 0, terms = 0 WHERE partition = %s "
                        "AND tenant = %s", (partition, key.tenant))
-    _advance(connection, key.tenant, partition, version, _bump(connection, partition, key.tenant, 0))
+    connection.execute("UPDATE ragsidecar_memory_partitions SET bytes = 0 WHERE id = %s AND tenant = %s",
+                       (partition, key.tenant))
+    _advance(connection, key.tenant, partition, version, _bump(connection, partition, key.tenant, 0, 0))
 
 
 def _drop(connection: psycopg.Connection, key: PartitionKey) -> None:
     row = _partition_row(connection, key)
     if row is None:
         return
-    partition = _lock_partition(connection, key)[0]
-    _remove_all(connection, key.tenant, partition)
-    connection.execute("DELETE FROM ragsidecar_memory_spaces WHERE partition = %s AND tenant = %s",
-                       (partition, key.tenant))
-    connection.execute("DELETE FROM ragsidecar_memory_partitions WHERE id = %s AND tenant = %s",
-                       (partition, key.tenant))
+    _remove_partition(connection, key.tenant, _lock_partition(connection, key)[0])
+
+
+def _remove_partition(connection: psycopg.Connection, tenant: str, partition: int) -> None:
+    _remove_all(connection, tenant, partition)
+    connection.execute("DELETE FROM ragsidecar_memory_spaces WHERE partition = %s AND tenant = %s", (partition, tenant))
+    connection.execute("DELETE FROM ragsidecar_memory_partitions WHERE id = %s AND tenant = %s", (partition, tenant))
 
 
 def _remove_all(connection: psycopg.Connection, tenant: str, partition: int) -> None:
