@@ -209,6 +209,13 @@ def test_an_outage_turns_retrieval_and_chat_not_serving_while_rerank_serves(post
             assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
             assert error_details(failed.value)[0].reason == "STORE_UNAVAILABLE"
             assert PASSWORD not in failed.value.details()
+        # A MEMORY source with on_failure CONTINUE drops out; a local source beside it still answers.
+        degraded = retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).Search(retrieval_pb2.SearchRequest(
+            principal=PRINCIPAL, scope=SCOPE, query="parcels", top_k=3, target=target([
+                entry("notes", "MEMORY", "SEARCH", on_failure=retrieval_pb2.KNOWLEDGE_ON_FAILURE_CONTINUE),
+                entry("policy", "INLINE", "SEARCH", inline_text="Parcels leave the depot at noon.")])),
+            timeout=60)
+        assert [hit.source for hit in degraded.hits] == ["policy"]
     finally:
         postgres.start()
     for service in (RETRIEVAL, CHAT, ""):

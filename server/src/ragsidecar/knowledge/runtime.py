@@ -33,8 +33,10 @@ from ragsidecar.reranking import Reranker
 from ragsidecar.store.database import Database
 
 # Failures of the retrieval itself, not of its configuration: an entry whose on_failure is CONTINUE
-# drops out on these as on a load failure. Configuration errors (unknown or unready model) always surface.
+# drops out on these as on a load failure (an unreachable PostgreSQL store is one: its sources cannot be read,
+# while local ones still can). Configuration errors (unknown or unready model) always surface.
 _RETRIEVAL_FAILURES = (ErrorKind.RESOURCE_EXHAUSTED, ErrorKind.DEADLINE_EXCEEDED)
+_RETRIEVAL_FAILURE_REASONS = ("STORE_UNAVAILABLE",)
 
 # What callers of the runtime (the servicers, chat grounding) use of its parts.
 __all__ = ["Block", "DirectMeasure", "DirectPlan", "EnforceResult", "Hit", "Query", "RetrievalRuntime",
@@ -132,14 +134,10 @@ class RetrievalRuntime:
             if entry.use is Use.SEQUENTIAL:
                 return await self._cursors.next_unit(entry, target, scope)
             return Block(entry.name, Use.SEARCH, await self._searched(entry, scope, query, result, deadline))
-        except (SourceError, OSError) as err:
-            if entry.skips(err):
+        except (SourceError, OSError, SidecarError) as err:
+            if _drops_out(entry, err):
                 return None
-            raise source_error(entry.name, err) from None
-        except SidecarError as err:
-            if err.kind in _RETRIEVAL_FAILURES and entry.skips(err):
-                return None
-            raise
+            raise _surfaced(entry, err) from None
 
     async def _searched(self, entry: Entry, scope: Scope, query: Query, result: EnforceResult,
                         deadline: float | None) -> list[Hit]:
@@ -252,13 +250,14 @@ class RetrievalRuntime:
         for entry in entries:
             try:
                 source, query_vector = await self._loaded(entry, scope, embedded)
-            except (SourceError, OSError) as err:
-                if entry.skips(err):
+                found = await self._ranker.search(entry, source, query, query_vector, work, deadline)
+            except (SourceError, OSError, SidecarError) as err:
+                if _drops_out(entry, err):
                     continue
-                raise source_error(entry.name, err) from None
+                raise _surfaced(entry, err) from None
             if source.stale:
                 stale.append(StaleSource(entry.name, source.stale.reason, source.stale.built_at))
-            hits += await self._ranker.search(entry, source, query, query_vector, work, deadline)
+            hits += found
         hits.sort(key=lambda h: (-(h.score or 0.0), h.source, h.chunk_id))
         work.total_s = time.perf_counter() - started
         return hits, stale, work
@@ -312,3 +311,18 @@ def _pick_query(action: Action, params: list[tuple[str, Any]]) -> str:
         return value.strip() if isinstance(value, str) else ""
     first = next((v for _, v in params if isinstance(v, str)), "")
     return first.strip()
+
+
+def _drops_out(entry: Entry, err: Exception) -> bool:
+    """Whether a failure of this entry drops it out of the dispatch (its readiness or on_failure say so) instead
+    of failing the call: any load failure may; of the domain errors, only failures of the retrieval itself."""
+    if isinstance(err, SidecarError) and not (err.kind in _RETRIEVAL_FAILURES
+                                              or err.reason in _RETRIEVAL_FAILURE_REASONS):
+        return False
+    return entry.skips(err)
+
+
+def _surfaced(entry: Entry, err: Exception) -> SidecarError:
+    """The error a failure that does not drop its entry out is reported as."""
+    return err if isinstance(err, SidecarError) else source_error(entry.name, err)
+
