@@ -351,7 +351,8 @@ def test_each_owner_fails_open_on_its_own(retrieval_sidecar: Sidecar) -> None:
     at = scope("acme-failopen")
     found = open_binding(retrieval_sidecar, at, "ada", "orders", ORDERS)
     empty = open_binding(retrieval_sidecar, at, "bob", "orders")
-    long_docs = [(f"l{i}", f"Blender order log {i}: " + "the blender order was checked and logged again. " * 30)
+    # Each about 250 tokens, one chunk (no short tail chunk): whichever hits the fusion ranks first, they are big.
+    long_docs = [(f"l{i}", f"Blender order log {i}: " + "the blender order was checked and logged again. " * 24)
                  for i in range(5)]
     huge = open_binding(retrieval_sidecar, at, "eve", "orders", long_docs)
     search = entry("orders", "MEMORY", "SEARCH")
