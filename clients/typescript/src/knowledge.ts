@@ -40,9 +40,9 @@ export type KnowledgeOnFailureName = "FAIL" | "CONTINUE";
  */
 export type RerankOrderName = "FUSED" | "RERANKER";
 /**
- * Which lists a SEARCH source's retrieval ranks by; unset means HYBRID. HYBRID: dense and BM25 fused by
- * reciprocal rank fusion. DENSE: the dense list alone (no hit has `scores.bm25`). LEXICAL: the BM25 list alone
- * (only chunks holding a query term are found; `scores.dense` still holds each hit's cosine).
+ * Which lists a SEARCH source's retrieval ranks by; unset means HYBRID. HYBRID: dense and BM25 fused as the
+ * sidecar's `[retrieval] fusion` says. DENSE: the dense list alone (no hit has `scores.bm25`). LEXICAL: the
+ * BM25 list alone (only chunks holding a query term are found; `scores.dense` still holds each hit's cosine).
  */
 export type RetrievalModeName = "HYBRID" | "DENSE" | "LEXICAL";
 
@@ -256,10 +256,11 @@ export interface RetrievedChunk {
   readonly text: string;
   readonly provenance: Provenance;
   /**
-   * The score hits are ranked by: the fused score (reciprocal rank fusion of the dense and BM25 lists); when
-   * the entry reranks, by default (rerankOrder FUSED) the fusion of the reranker's order with that retrieval
-   * order, and with rerankOrder RERANKER the rerank relevance (0..1) itself. The reranker's own relevance is
-   * always `scores.rerank`. Undefined for DIRECT and SEQUENTIAL text.
+   * The score hits are ranked by: the fused score (the dense and BM25 lists fused as the sidecar's `[retrieval]
+   * fusion` says); when the entry reranks, by default (rerankOrder FUSED) the reranker's relevance combined
+   * with that retrieval score (`[retrieval] rerank_fusion`), and with rerankOrder RERANKER the rerank relevance
+   * (0..1) itself. The reranker's own relevance is always `scores.rerank`. Undefined for DIRECT and SEQUENTIAL
+   * text.
    */
   readonly score: number | undefined;
   /** Pipeline scores; undefined for DIRECT and SEQUENTIAL text. */

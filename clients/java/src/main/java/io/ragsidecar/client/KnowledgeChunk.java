@@ -11,7 +11,7 @@ import java.util.OptionalDouble;
  * @param source the knowledge source's name
  * @param text the chunk's text as given to the model
  * @param score what hits are ranked by: the fused retrieval score, or for an entry that reranks, by default the
- *     fusion of the reranker's order with the retrieval order (the rerank relevance itself with
+ *     reranker's relevance combined with the retrieval order (the rerank relevance itself with
  *     {@link RetrievalRequests#rerank RERANK_ORDER_RERANKER}); {@code NaN} (unscored) for DIRECT and SEQUENTIAL
  *     text, which is not ranked
  * @param rerankScore the reranker's relevance (0..1); empty when the entry does not rerank, and on hits past the

@@ -244,7 +244,7 @@ public final class SidecarRetrieval {
   /**
    * Searches declared knowledge with a query (which must not be blank), outside any action dispatch. A hit's
    * {@code score} is what hits are ranked by: the fused retrieval score, or for an entry that reranks, by default the
-   * fusion of the reranker's order with the retrieval order; the rerank relevance only with
+   * reranker's relevance combined with the retrieval order; the rerank relevance only with
    * {@link RetrievalRequests#rerank RERANK_ORDER_RERANKER}. The relevance itself is always
    * {@link KnowledgeChunk#rerankScore()}.
    */
