@@ -65,8 +65,8 @@ public final class RetrievalRequests {
    * Search options that rerank a SEARCH entry's candidates with this model ({@code null} or empty: the configured
    * default reranker), its hits in this order: {@code RERANK_ORDER_FUSED} (the default, measured best) combines
    * the reranker's relevance with the retrieval order, so a hit in the reranker's top k can be pushed out, and a
-   * hit's {@code score} is the combined one; {@code RERANK_ORDER_RERANKER} keeps the reranker's own relevance order cut to
-   * top k, as the host's Reranker SPI gives it, and the score is that relevance. Either way the relevance is in
+   * hit's {@code score} is the combined one; {@code RERANK_ORDER_RERANKER} keeps the reranker's own relevance
+   * order cut to top k, as the host's Reranker SPI gives it, and the score is that relevance. Either way the relevance is in
    * {@code scores.rerank}. Set it with {@code KnowledgeEntry.Builder.setSearch} or {@code SearchRequest.Builder
    * .setSearch}.
    */
