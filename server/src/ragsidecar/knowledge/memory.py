@@ -72,6 +72,15 @@ class DeleteOutcome:
     count: int
 
 
+def check_request_size(documents: list[MemoryDocument], limit: int) -> None:
+    """Refuses one call's documents past retrieval.max_memory_bytes_per_request (INVALID_ARGUMENT, LIMIT_EXCEEDED)."""
+    size = sum(d.size() for d in documents)
+    if size > limit:
+        raise invalid([Violation("documents", f"{size} bytes exceed the limit of {limit} "
+                                              "bytes per call (retrieval.max_memory_bytes_per_request)",
+                                 "LIMIT_EXCEEDED")], "LIMIT_EXCEEDED")
+
+
 @dataclass(frozen=True)
 class _Partition:
     documents: dict[str, MemoryDocument]
@@ -133,7 +142,7 @@ class MemoryStore:
     # -- one partition, under its stripe lock ----------------------------------------------------------
 
     def _upsert(self, key: Key, documents: list[MemoryDocument]) -> UpsertOutcome:
-        self._check_request_size(documents)
+        check_request_size(documents, self._max_request_bytes)
         with self._stripe(key):
             partition = dict(self._read_through(key).documents)
             inserted = replaced = unchanged = 0
@@ -182,12 +191,6 @@ class MemoryStore:
         self._write(self._file(key), key, partition)
         self._resident.put(key, partition, partition.size())
 
-    def _check_request_size(self, documents: list[MemoryDocument]) -> None:
-        size = sum(d.size() for d in documents)
-        if size > self._max_request_bytes:
-            raise invalid([Violation("documents", f"{size} bytes exceed the limit of {self._max_request_bytes} "
-                                                  "bytes per call (retrieval.max_memory_bytes_per_request)",
-                                     "LIMIT_EXCEEDED")], "LIMIT_EXCEEDED")
 
     def _stripe(self, key: Key) -> threading.Lock:
         return self._stripes[hash(key) % _STRIPES]

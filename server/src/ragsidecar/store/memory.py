@@ -32,13 +32,13 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ragsidecar import metrics
-from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
+from ragsidecar.errors import ErrorKind, SidecarError
 from ragsidecar.identifiers import key_of
 from ragsidecar.knowledge import lexical
 from ragsidecar.knowledge.catalog import chunk_meta
 from ragsidecar.knowledge.chunking import Chunk
 from ragsidecar.knowledge.declarations import Scope
-from ragsidecar.knowledge.memory import DeleteOutcome, MemoryDocument, UpsertOutcome
+from ragsidecar.knowledge.memory import DeleteOutcome, MemoryDocument, UpsertOutcome, check_request_size
 from ragsidecar.knowledge.sources import Provenance, Unit
 from ragsidecar.store.cursors import across_tenants
 from ragsidecar.store.search import PostgresIndex, Vector, ensure_dense_index, use_vectors
@@ -128,7 +128,7 @@ class PostgresMemoryStore:
         return "" if row is None else row[1]
 
     async def upsert(self, scope: Scope, name: str, documents: list[MemoryDocument]) -> UpsertOutcome:
-        self._check_request_size(documents)
+        check_request_size(documents, self._max_request_bytes)
         prepared = await self._prepare(scope, name, [_unit(d.id, d.text) for d in documents])
         key = self.partition(scope, name)
         await self._ensure_dense_index(prepared)
@@ -176,13 +176,6 @@ class PostgresMemoryStore:
         if dimensions not in self._indexed:
             await self._database.run(lambda c: ensure_dense_index(c, dimensions))
             self._indexed.add(dimensions)
-
-    def _check_request_size(self, documents: list[MemoryDocument]) -> None:
-        size = sum(d.size() for d in documents)
-        if size > self._max_request_bytes:
-            raise invalid([Violation("documents", f"{size} bytes exceed the limit of {self._max_request_bytes} "
-                                                  "bytes per call (retrieval.max_memory_bytes_per_request)",
-                                     "LIMIT_EXCEEDED")], "LIMIT_EXCEEDED")
 
 
 def _unit(document_id: str, text: str) -> Unit:
