@@ -1,50 +1,85 @@
-"""Retrieval quality on real IR collections (BEIR layout, ../shared/data/ir), through the product's own code.
+"""Retrieval quality on real IR collections (BEIR layout), through the product's own code, and the choice of the
+retrieval defaults by leave-one-set-out cross-validation.
 
-Four modes per collection, nDCG@10 (graded gains, log2 discount) and Recall@100 (rel > 0), next to the
-published baselines from ../shared/data/ir/README.md:
-  BM25            HybridIndex's lexical side (bm25s, English stopwords, no stemmer), top 100
-  dense           HybridIndex's dense side (usearch HNSW, exact float32 re-scoring), top 100
-  hybrid          HybridIndex.search: RRF (k=60) of the dense and BM25 top-100 lists
-  hybrid+rerank   what Enforce does for a SEARCH entry with rerank: HybridIndex.search(k=N,
-                  candidates=max(fusion_candidates, N)), then the sidecar's Rerank RPC over gRPC
-                  (ms-marco-MiniLM-L-12-v2) scores those N, and the reranker's order is fused with the
-                  retrieval order by RRF (as knowledge/runtime.py ranks); ranks N+1..100 come from the hybrid
-                  list. "reranker order" (the N in the reranker's order alone) is shown for comparison.
+Collections: SciFact, Cranfield and MED (bench/ir_collections.py finds them: $RAGSIDECAR_IR_DATA or
+../shared/data/ir). Metrics: nDCG@10 (graded gains, log2 discount) and Recall@100 (rel > 0), mean over the
+judged test queries with at least one relevant document.
 
-Embeddings: bge-small-en-v1.5 loaded in-process with the product's model code (ragsidecar.inference.models,
-the same BiEncoder the sidecar uses; the sidecar has no raw embedding RPC). One vector per document
-("title text", cut at 512 tokens, no chunking, as BEIR does); queries carry retrieval.query_prefix.
-Document vectors are cached under bench/results/ keyed by set and model file, so a second run skips that.
-The quality pass reranks with --clients concurrent callers (both inference workers busy). Then
---latency-queries SciFact queries run one at a time, each timed as Enforce spends it (embed the query,
-hybrid search, Rerank RPC): their p50/p95 is the Enforce latency figure. CPU seconds are printed beside wall
-times because the machine may be shared.
+Stages (--stages, comma-separated; default all of them; they run in this order, rpc before curve so the curve
+shows the latencies; the done-when checks of the default pipeline always print):
 
-    .venv/bin/python bench/beir.py [--sets scifact,cranfield,med] [--rerank-depth 20] [--clients 4]
-                                   [--latency-queries 50]
+  explore   In-process, per set, with the product's functions: one HybridIndex per lexical language
+            (knowledge/index.py, its BM25 side knowledge/lexical.py) gives the dense top 100 and the BM25 top 100
+            of every query; knowledge/fusion.py's fuse() combines them. Rows: BM25 unstemmed ("none") and
+            stemmed ("english"), dense, and hybrid for each fusion tried: rrf (equal weights), weighted_rrf and
+            convex (theoretical min-max scaled scores) at dense_weight 0.1..0.9, for each language.
+  cv        Leave-one-set-out cross-validation, stage by stage. Each fold (one set held out) picks the lexical
+            language, fusion method and dense_weight on its two training sets (best mean nDCG@10, rerank off);
+            the folds' picks are agreed into one first stage (per setting the value most folds picked, a weight
+            the median of the folds that picked that method). On that first stage each fold picks the rerank
+            combination (knowledge/fusion.py's combine_reranked: rrf, or interpolate with rerank_weight
+            0.05..0.9; the reranker's own order is a candidate too) and the rerank depth (10 or 20) on its
+            training sets at the configured max_length, agreed the same way. Every pick is reported on the set
+            it did not see. Rerank runs score the top `depth` hits with ms-marco-MiniLM-L-12-v2 through the
+            sidecar's Rerank RPC; raw scores are cached on disk per (set, max_length, query id, document id),
+            so every depth and combination reuses them.
+  curve     The default pipeline at rerank depth 0/10/20/50 (at the configured max_length) and at max_length
+            128/256/512 (at the configured depth): nDCG@10 and R@100 from the cached scores of each max_length
+            (--curve-queries limits each set to that many queries, spread evenly), beside the p50 latency of
+            the Search RPC measured in the rpc stage (top_k 10, one caller, --latency-queries queries per
+            set, result cache off). Each max_length is a [[models]] entry of its own (id "<reranker>-L<n>",
+            max_length n) in the bench's sidecar, so one sidecar serves all three.
+  rpc       The default pipeline as a host runs it: each set is written as a .jsonl file of its BEIR records
+            (_id, title, text) in a knowledge root under bench/results/knowledge and searched through the
+            sidecar's Search RPC (FILE source, group_by_document=true, top_k 100; rerank off for every query,
+            then rerank on at the configured depth for every query or --rpc-rerank-queries of them). The
+            sidecar reads, chunks, embeds and indexes the file itself (the index persists under
+            bench/results/sidecar-data, so a second run skips that). Beside it, the same pipeline in-process
+            on the same chunks (knowledge/sources.py's read_units, knowledge/chunking.py's chunk_units,
+            HybridIndex over the chunks, each document ranked by its best chunk as group_by_document does,
+            the reranker scoring that chunk), with the share of queries whose top 10 is identical. Sets:
+            --rpc-sets.
+  chunking  One vector per document (what explore and cv measure) against the product's chunks
+            (retrieval.chunk_tokens / chunk_overlap_tokens; e.g. --set retrieval.chunk_tokens=510 for one chunk
+            per abstract), for dense, BM25 and the default pipeline with rerank off and on.
+
+The configuration measured as "default" is config/ragsidecar.toml's [retrieval] section (plus --set overrides),
+both in-process and in the sidecar. Embeddings: bge-small-en-v1.5 in-process with the product's model code (the
+same BiEncoder the sidecar uses), "title text" per document cut at 512 tokens, queries with
+retrieval.query_prefix; document and query vectors are cached under bench/results/ keyed by set and model file.
+Nothing in bench/results/ is committed; the report is written to bench/results/beir.md.
+
+    .venv/bin/python bench/beir.py [--sets scifact,cranfield,med] [--stages explore,cv,rpc,curve,chunking]
+                                   [--rpc-sets cranfield,med,scifact] [--rpc-rerank-queries N]
+                                   [--latency-queries 20] [--curve-queries N] [--clients 2]
+                                   [--set retrieval.KEY=VALUE ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import concurrent.futures
 import csv
 import dataclasses
+import fcntl
 import gzip
 import hashlib
 import json
 import math
 import os
+import signal
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
@@ -54,24 +89,32 @@ from sidecar import Sidecar, default_config  # noqa: E402
 
 from ragsidecar.config import load_config  # noqa: E402
 from ragsidecar.inference.models import load_model  # noqa: E402
-from ragsidecar.knowledge.index import HybridIndex, IndexedChunk, reciprocal_rank_fusion  # noqa: E402
-from ragsidecar.v1 import reranker_pb2  # noqa: E402
+from ragsidecar.knowledge.chunking import chunk_units  # noqa: E402
+from ragsidecar.knowledge.fusion import FusionSettings, combine_reranked, fuse  # noqa: E402
+from ragsidecar.knowledge.index import HybridIndex, IndexedChunk  # noqa: E402
+from ragsidecar.knowledge.sources import read_units  # noqa: E402
+from ragsidecar.v1 import common_pb2, reranker_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
+KNOWLEDGE = RESULTS / "knowledge"
 RERANKER = "ms-marco-MiniLM-L-12-v2"
-DEPTH = 100  # Recall@100 needs 100 results per mode
-EMBED_BATCH = 64  # texts per BiEncoder.embed call (its outputs are [tokens, 384] per text until pooled)
+DEPTH = 100  # Recall@100 needs 100 results per run
+EMBED_BATCH = 64  # texts per BiEncoder.embed call
 CACHE_FORMAT = "v1-title-space-text"
-TARGET = ("scifact", "hybrid+rerank", 0.70)
+LANGUAGES = ("none", "english")
+WEIGHTS = tuple(round(0.1 * i, 1) for i in range(1, 10))
+RERANK_WEIGHTS = (0.05, 0.1, 0.15, *WEIGHTS[1:])
+CV_DEPTHS = (10, 20)  # rerank depths the cross-validation picks from (scores cached to depth 20 suffice)
+RERANK_DEPTHS = (0, 10, 20, 50)
+MAX_LENGTHS = (128, 256, 512)
+TARGET_SCIFACT = 0.72
+SLACK = 0.005  # the default pipeline may be this much below max(BM25, dense)
 
-# Published nDCG@10 (and R@100 where given) from ../shared/data/ir/README.md, per set and mode.
 BASELINES = {
-    "scifact": {"BM25": "BEIR BM25 0.665; Anserini BM25 0.679 (R@100 0.925)",
-                "hybrid+rerank": "BEIR BM25 + CE rerank top-100: 0.688"},
-    "cranfield": {"BM25": "bm25s (k1 0.9, b 0.4, stemmed): 0.352"},
-    "med": {"BM25": "bm25s: 0.671"},
+    "scifact": "BEIR BM25 0.665, BM25 + CE top-100 0.688; Anserini BM25 0.679 (R@100 0.925)",
+    "cranfield": "bm25s (k1 0.9, b 0.4, stemmed) 0.352",
+    "med": "bm25s 0.671",
 }
-MODES = ("BM25", "dense", "hybrid", "reranker order", "hybrid+rerank")
 
 
 # ---- data ------------------------------------------------------------------------------------------------
@@ -79,8 +122,9 @@ MODES = ("BM25", "dense", "hybrid", "reranker order", "hybrid+rerank")
 @dataclasses.dataclass
 class Collection:
     name: str
+    rows: list[dict[str, str]]  # BEIR corpus records
     doc_ids: list[str]
-    doc_texts: list[str]
+    doc_texts: list[str]  # "title text"
     queries: dict[str, str]  # judged test queries only
     qrels: dict[str, dict[str, int]]
 
@@ -97,8 +141,8 @@ def read_collection(name: str) -> Collection:
             qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
     with (folder / "queries.jsonl").open(encoding="utf-8") as f:
         all_queries = {r["_id"]: r["text"] for r in map(json.loads, f)}
-    queries = {q: all_queries[q] for q in sorted(qrels, key=_natural) if q in all_queries}
-    return Collection(name, ids, texts, queries, qrels)
+    scored = [q for q in sorted(qrels, key=_natural) if q in all_queries and any(r > 0 for r in qrels[q].values())]
+    return Collection(name, rows, ids, texts, {q: all_queries[q] for q in scored}, qrels)
 
 
 def _natural(key: str):
@@ -119,11 +163,13 @@ def recall_at(ranking: list[str], judged: dict[str, int], k: int = 100) -> float
     return len(relevant.intersection(ranking[:k])) / len(relevant)
 
 
-def evaluate(runs: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> tuple[float, float, int]:
-    """Mean nDCG@10 and Recall@100 over queries with at least one relevant (rel > 0) judgment."""
-    scored = [q for q in runs if any(r > 0 for r in qrels[q].values())]
-    return (statistics.fmean(ndcg_at(runs[q], qrels[q]) for q in scored),
-            statistics.fmean(recall_at(runs[q], qrels[q]) for q in scored), len(scored))
+Run = dict[str, list[str]]  # query id -> ranked document ids
+
+
+def evaluate(run: Run, qrels: dict[str, dict[str, int]]) -> tuple[float, float]:
+    """Mean nDCG@10 and Recall@100 over the run's queries (all judged with a relevant document)."""
+    return (statistics.fmean(ndcg_at(run[q], qrels[q]) for q in run),
+            statistics.fmean(recall_at(run[q], qrels[q]) for q in run))
 
 
 # ---- the product's embedder, in-process -------------------------------------------------------------------
@@ -140,12 +186,13 @@ class Embedder:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.model = self._run(load_model(self.spec, self.folder, inference))
+        self.key = self._cache_key()
 
     def _run(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
-    def embed(self, texts: list[str]) -> tuple[np.ndarray, int]:
-        """Unit vectors, batched EMBED_BATCH texts a call with two calls in flight; and how many were cut."""
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Unit vectors, EMBED_BATCH texts a call with two calls in flight (both inference workers busy)."""
 
         async def all_batches() -> list:
             gate = asyncio.Semaphore(2)
@@ -156,14 +203,22 @@ class Embedder:
 
             return await asyncio.gather(*(one(texts[i : i + EMBED_BATCH]) for i in range(0, len(texts), EMBED_BATCH)))
 
-        results = self._run(all_batches())
-        return np.concatenate([r[0] for r in results]), sum(sum(r[1]) for r in results)
+        return np.concatenate([r[0] for r in self._run(all_batches())])
 
-    def query(self, text: str) -> np.ndarray:
-        vectors, *_ = self._run(self.model.embed([self.config.retrieval.query_prefix + text]))
-        return vectors[0]
+    def cached(self, name: str, texts: list[str]) -> np.ndarray:
+        """`embed(texts)`, from bench/results/<name>-<model key>.npy when a run already embedded them."""
+        path = RESULTS / f"{name}-{self.key}.npy"
+        if path.is_file():
+            vectors = np.load(path)
+            if vectors.shape[0] == len(texts):
+                return vectors
+        started = time.perf_counter()
+        vectors = self.embed(texts)
+        np.save(path, vectors)
+        print(f"  embedded {len(texts)} texts for {name} in {time.perf_counter() - started:.0f} s", flush=True)
+        return vectors
 
-    def cache_key(self) -> str:
+    def _cache_key(self) -> str:
         model_file = self.folder / "model.onnx"
         digest = hashlib.sha256()
         with open(model_file, "rb") as f:
@@ -178,215 +233,671 @@ class Embedder:
         self.thread.join(5)
 
 
-# ---- one collection --------------------------------------------------------------------------------------
+# ---- pipeline settings -----------------------------------------------------------------------------------
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
+class FirstStage:
+    """What ranks before the reranker: one list ("bm25", "dense") or both fused ("hybrid")."""
+
+    kind: str
+    language: str = "none"
+    fusion: FusionSettings = FusionSettings()
+
+    def label(self) -> str:
+        if self.kind == "dense":
+            return "dense"
+        if self.kind == "bm25":
+            return f"BM25 {'unstemmed' if self.language == 'none' else self.language}"
+        f = self.fusion
+        weight = "" if f.method == "rrf" else f" w={f.dense_weight:g}"
+        return f"hybrid {self.language} {f.method}{weight}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rerank:
+    """How the reranked head is combined with the retrieval order ("reranker": the reranker's order alone)."""
+
+    combination: str  # "rrf" | "interpolate" | "reranker"
+    weight: float = 0.5
+    depth: int = 20
+    max_length: int = 512
+
+    def label(self) -> str:
+        weight = f" w={self.weight:g}" if self.combination == "interpolate" else ""
+        return f"rerank {self.combination}{weight} depth {self.depth} L{self.max_length}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    first: FirstStage
+    rerank: Rerank | None = None
+
+    def label(self) -> str:
+        return self.first.label() + (f" + {self.rerank.label()}" if self.rerank else "")
+
+
+def configured(config) -> Pipeline:
+    """The pipeline a config describes: its [retrieval] section, rerank on at the default depth, with the
+    reranker's configured max_length."""
+    retrieval = config.retrieval
+    fusion = FusionSettings(method=getattr(retrieval, "fusion", "rrf"),
+                            dense_weight=getattr(retrieval, "dense_weight", 0.5))
+    first = FirstStage("hybrid", getattr(retrieval, "lexical_language", "none"), fusion)
+    depth = getattr(retrieval, "rerank_depth", None) or retrieval.rerank_candidates
+    max_length = next(m.max_length for m in config.models if m.id == RERANKER)
+    rerank = Rerank(getattr(retrieval, "rerank_fusion", "rrf"), getattr(retrieval, "rerank_weight", 0.5), depth,
+                    max_length)
+    return Pipeline(first, rerank)
+
+
+# ---- one collection, in-process --------------------------------------------------------------------------
+
 class Prepared:
-    data: Collection
-    index: HybridIndex
-    query_vectors: dict[str, np.ndarray]
-    runs: dict[str, dict[str, list[str]]]  # mode -> query -> ranked doc ids
-    enforce_hits: dict[str, list[IndexedChunk]]  # query -> the N fused candidates Enforce would rerank
-    timings: dict[str, str]
+    """A collection's first-stage lists, one vector per document ("title text", as BEIR evaluates), from the
+    product's HybridIndex (one per lexical language)."""
 
+    view = "one vector per document"
 
-def prepare(name: str, embedder: Embedder, key: str, depth: int, fusion_candidates: int) -> Prepared:
-    config = embedder.config
-    data = read_collection(name)
-    timings: dict[str, str] = {}
-    cache = RESULTS / f"{name}-{key}.npy"
-    started = time.perf_counter()
-    vectors = np.load(cache) if cache.is_file() else None
-    if vectors is not None and vectors.shape[0] == len(data.doc_ids):
-        timings["embed docs"] = f"cached ({len(data.doc_ids)} docs)"
-    else:
-        cpu = time.process_time()
-        vectors, cut = embedder.embed(data.doc_texts)
-        cpu = time.process_time() - cpu
-        np.save(cache, vectors)
-        spent = time.perf_counter() - started
-        timings["embed docs"] = (f"{spent:.1f} s ({len(data.doc_ids) / spent:.1f} docs/s, {cpu:.0f} CPU s, "
-                                 f"{cut} cut at 512 tokens)")
-    print(f"  [{name}] embed docs: {timings['embed docs']}", flush=True)
-
-    started = time.perf_counter()
-    query_vectors = {q: embedder.query(t) for q, t in data.queries.items()}
-    spent = time.perf_counter() - started
-    timings["embed queries"] = f"{spent:.1f} s ({1000 * spent / len(query_vectors):.1f} ms/query, one at a time)"
-
-    started = time.perf_counter()
-    chunks = [IndexedChunk(i, t, {}) for i, t in zip(data.doc_ids, data.doc_texts)]
-    index = HybridIndex.build(chunks, vectors, threads=config.retrieval.index_threads,
-                              dtype=config.retrieval.index_dtype)
-    timings["index build"] = f"{time.perf_counter() - started:.1f} s ({config.retrieval.index_dtype} HNSW + BM25)"
-
-    # BM25-only and dense-only use the same two candidate generators HybridIndex.search fuses (its lexical
-    # side and its HNSW search with exact re-scoring); they are private helpers, called here as search does.
-    runs: dict[str, dict[str, list[str]]] = {m: {} for m in MODES}
-    enforce_hits: dict[str, list[IndexedChunk]] = {}
-    ids = data.doc_ids
-    started = time.perf_counter()
-    for q, text in data.queries.items():
-        vector = query_vectors[q]
-        runs["BM25"][q] = [ids[p] for p, _ in index._lexical.top(text, DEPTH)]
-        runs["dense"][q] = [ids[p] for p, _ in index._dense_top(index._unit_query(vector), DEPTH)]
-        runs["hybrid"][q] = [h.chunk.id for h in index.search(vector, text, DEPTH, candidates=DEPTH)]
-        # Enforce's call for a SEARCH entry with rerank (knowledge/runtime.py): k = N, candidates >= fusion.
-        enforce_hits[q] = [h.chunk for h in index.search(vector, text, depth, max(fusion_candidates, depth))]
-    spent = time.perf_counter() - started
-    timings["search"] = f"{spent:.2f} s ({1000 * spent / len(data.queries):.2f} ms/query for 4 searches)"
-    print(f"  [{name}] queries {timings['embed queries']}; index {timings['index build']}; "
-          f"search {timings['search']}", flush=True)
-    return Prepared(data, index, query_vectors, runs, enforce_hits, timings)
-
-
-def rerank_call(stub, query: str, hits: list[IndexedChunk]) -> list[str]:
-    documents = [reranker_pb2.RerankDocument(id=c.id, text=c.text) for c in hits]
-    response = stub.Rerank(reranker_pb2.RerankRequest(model=RERANKER, query=query, documents=documents), timeout=300)
-    return [r.id for r in response.results]
-
-
-def with_tail(reranked: list[str], hybrid: list[str]) -> list[str]:
-    seen = set(reranked)
-    return reranked + [d for d in hybrid if d not in seen]
-
-
-def server_cpu(server: Sidecar) -> float:
-    times = psutil.Process(server.process.pid).cpu_times()
-    return times.user + times.system
-
-
-def rerank_concurrent(server: Sidecar, stub, prepared: Prepared, clients: int) -> None:
-    data = prepared.data
-    cpu = server_cpu(server)
-    started = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
-        orders = dict(zip(data.queries, pool.map(
-            lambda q: rerank_call(stub, data.queries[q], prepared.enforce_hits[q]), data.queries)))
-    spent = time.perf_counter() - started
-    pairs = sum(len(h) for h in prepared.enforce_hits.values())
-    # What Enforce ranks by (knowledge/runtime.py): the reranker's order fused with the retrieval order.
-    prepared.runs["hybrid+rerank"] = {
-        q: with_tail(sorted(fused := reciprocal_rank_fusion([orders[q], [c.id for c in prepared.enforce_hits[q]]]),
-                            key=lambda d: -fused[d]), prepared.runs["hybrid"][q])
-        for q in data.queries}
-    # For comparison: the reranker's order alone.
-    prepared.runs["reranker order"] = {q: with_tail(orders[q], prepared.runs["hybrid"][q]) for q in data.queries}
-    cpu = server_cpu(server) - cpu
-    prepared.timings["rerank"] = (f"{spent:.1f} s ({pairs / spent:.1f} pairs/s, {clients} clients; "
-                                  f"sidecar {cpu:.0f} CPU s)")
-    print(f"  [{data.name}] rerank {prepared.timings['rerank']}", flush=True)
-
-
-def enforce_latency(embedder: Embedder, stub, prepared: Prepared, depth: int, fusion_candidates: int,
-                    count: int) -> list[float]:
-    """Seconds per query, one caller, as Enforce spends them: embed the query, hybrid search, Rerank RPC.
-
-    `count` SciFact queries spread evenly over the set. The sidecar's result cache is off, so pairs
-    already scored by the quality pass are scored again."""
-    queries = list(prepared.data.queries.items())
-    chosen = [queries[round(i * (len(queries) - 1) / max(count - 1, 1))] for i in range(min(count, len(queries)))]
-    latencies: list[float] = []
-    for _, text in chosen:
+    def __init__(self, data: Collection, embedder: Embedder, config) -> None:
+        self.data = data
         started = time.perf_counter()
-        vector = embedder.query(text)
-        hits = [h.chunk for h in prepared.index.search(vector, text, depth, max(fusion_candidates, depth))]
-        rerank_call(stub, text, hits)
-        latencies.append(time.perf_counter() - started)
-    return latencies
+        self.vectors = embedder.cached(data.name, data.doc_texts)
+        prefix = config.retrieval.query_prefix
+        query_ids = list(data.queries)
+        query_vectors = embedder.cached(f"{data.name}-queries", [prefix + data.queries[q] for q in query_ids])
+        self.query_vectors = dict(zip(query_ids, query_vectors))
+        chunks = [IndexedChunk(i, t, {}) for i, t in zip(data.doc_ids, data.doc_texts)]
+        self.indexes = {lang: HybridIndex.build(chunks, self.vectors, threads=config.retrieval.index_threads,
+                                                dtype=config.retrieval.index_dtype, lexical_language=lang)
+                        for lang in LANGUAGES}
+        any_index = self.indexes[LANGUAGES[0]]
+        self.dense = {q: [(h.chunk.id, h.dense) for h in
+                          any_index.search(self.query_vectors[q], text, DEPTH, DEPTH, use_lexical=False)]
+                      for q, text in data.queries.items()}
+        self.lexical = {lang: {q: [(h.chunk.id, h.bm25) for h in
+                                   index.search(self.query_vectors[q], text, DEPTH, DEPTH, use_dense=False)]
+                               for q, text in data.queries.items()}
+                        for lang, index in self.indexes.items()}
+        self.position = {d: i for i, d in enumerate(data.doc_ids)}
+        self.texts = dict(zip(data.doc_ids, data.doc_texts))  # what the reranker scores, by ranked key
+        self._first: dict[FirstStage, dict[str, list[tuple[str, float]]]] = {}
+        print(f"  [{data.name}] {len(data.doc_ids)} docs, {len(data.queries)} queries, lists in "
+              f"{time.perf_counter() - started:.1f} s", flush=True)
+
+    def doc_of(self, key: str) -> str:
+        return key
+
+    def first_stage(self, stage: FirstStage) -> dict[str, list[tuple[str, float]]]:
+        """Query -> the top 100 (document id, score), best first, as HybridIndex.search orders them."""
+        if stage not in self._first:
+            self._first[stage] = {q: self._ranked(stage, q) for q in self.data.queries}
+        return self._first[stage]
+
+    def _ranked(self, stage: FirstStage, q: str) -> list[tuple[str, float]]:
+        if stage.kind == "dense":
+            return self.dense[q]
+        if stage.kind == "bm25":
+            return self.lexical[stage.language][q]
+        dense, lexical = self.dense[q], self.lexical[stage.language][q]
+        fused = fuse(dense, lexical, stage.fusion)
+        cosines = dict(dense)
+        for d in fused:
+            if d not in cosines:
+                cosines[d] = float(self.vectors[self.position[d]] @ self.query_vectors[q])
+        order = sorted(fused, key=lambda d: (-fused[d], -cosines[d], d))[:DEPTH]
+        return [(d, fused[d]) for d in order]
 
 
-# ---- report ----------------------------------------------------------------------------------------------
+class Chunked:
+    """A collection as the sidecar indexes it: the .jsonl file of its records read by knowledge/sources.py,
+    chunked by knowledge/chunking.py (retrieval.chunk_tokens, chunk_overlap_tokens), one HybridIndex per
+    lexical language over the chunks; each document ranked by its best chunk, searching wider until 100
+    documents are found (as group_by_document does in knowledge/ranking.py). A ranked key is the document id
+    when the document is one chunk, else the chunk id; the reranker scores that chunk's text."""
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+    view = "chunked as the sidecar does"
+
+    def __init__(self, prepared: Prepared, embedder: Embedder, config) -> None:
+        retrieval = config.retrieval
+        self.data = prepared.data
+        self.query_vectors = prepared.query_vectors
+        started = time.perf_counter()
+        units = read_units(KNOWLEDGE / write_knowledge(self.data), KNOWLEDGE, retrieval.max_file_bytes)
+        chunks = chunk_units(self.data.name, units, embedder.model.encoder.tokenizer, retrieval.chunk_tokens,
+                             retrieval.chunk_overlap_tokens)
+        per_document = collections.Counter(c.provenance.document_id for c in chunks)
+        keys = [c.provenance.document_id if per_document[c.provenance.document_id] == 1 else c.id for c in chunks]
+        self.texts = {k: c.text for k, c in zip(keys, chunks)}
+        self.docs = {k: c.provenance.document_id for k, c in zip(keys, chunks)}
+        self.chunks, self.split = len(chunks), sum(1 for n in per_document.values() if n > 1)
+        vectors = embedder.cached(f"{self.data.name}-chunks-{retrieval.chunk_tokens}-{retrieval.chunk_overlap_tokens}",
+                                  [c.text for c in chunks])
+        indexed = [IndexedChunk(k, c.text, {}) for k, c in zip(keys, chunks)]
+        self.indexes = {lang: HybridIndex.build(indexed, vectors, threads=retrieval.index_threads,
+                                                dtype=retrieval.index_dtype, lexical_language=lang)
+                        for lang in LANGUAGES}
+        self._first: dict[FirstStage, dict[str, list[tuple[str, float]]]] = {}
+        print(f"  [{self.data.name}] {self.chunks} chunks ({self.split} documents cut) in "
+              f"{time.perf_counter() - started:.1f} s", flush=True)
+
+    def doc_of(self, key: str) -> str:
+        return self.docs[key]
+
+    def first_stage(self, stage: FirstStage) -> dict[str, list[tuple[str, float]]]:
+        """Query -> the best 100 documents' best chunks (key, fused score), best first."""
+        if stage not in self._first:
+            self._first[stage] = {q: self._grouped(stage, q, text) for q, text in self.data.queries.items()}
+        return self._first[stage]
+
+    def _grouped(self, stage: FirstStage, q: str, text: str) -> list[tuple[str, float]]:
+        index = self.indexes[LANGUAGES[0] if stage.kind == "dense" else stage.language]
+        options = ({"use_lexical": False} if stage.kind == "dense" else {"use_dense": False} if stage.kind == "bm25"
+                   else {"fusion": stage.fusion})
+        width = DEPTH
+        while True:
+            best: dict[str, tuple[str, float]] = {}
+            for hit in index.search(self.query_vectors[q], text, width, width, **options):
+                best.setdefault(self.docs[hit.chunk.id], (hit.chunk.id, hit.fused))
+            if len(best) >= DEPTH or width >= len(index):
+                return list(best.values())[:DEPTH]
+            width *= 2
 
 
-def report(prepared: list[Prepared], depth: int, latencies: list[float] | None, clients: int, load: str) -> str:
-    lines = [f"## BEIR-style retrieval quality (rerank depth {depth}, {os.cpu_count()} cores, 1-min load average {load})", "",
-             "| set | queries | mode | nDCG@10 | R@100 | published (nDCG@10) |", "|---|---|---|---|---|---|"]
-    verdict = ""
-    for p in prepared:
-        for mode in MODES:
-            label = {"hybrid+rerank": f"hybrid + rerank {depth} (RRF with retrieval order)",
-                     "reranker order": f"reranker order of top {depth}"}.get(mode, mode)
-            ndcg, recall, count = evaluate(p.runs[mode], p.data.qrels)
-            lines.append(f"| {p.data.name} | {count} | {label} | {ndcg:.3f} | {recall:.3f} | "
-                         f"{BASELINES.get(p.data.name, {}).get(mode, '')} |")
-            if (p.data.name, mode) == TARGET[:2]:
-                verdict = (f"**{'PASS' if ndcg >= TARGET[2] else 'FAIL'}**: SciFact hybrid + rerank {depth} "
-                           f"nDCG@10 {ndcg:.3f} (target >= {TARGET[2]:.2f})")
-    lines += ["", "| set | docs | embed docs | embed queries | index build | search | rerank |",
-              "|---|---|---|---|---|---|---|"]
-    for p in prepared:
-        t = p.timings
-        lines.append(f"| {p.data.name} | {len(p.data.doc_ids)} | {t['embed docs']} | {t['embed queries']} | "
-                     f"{t['index build']} | {t['search']} | {t.get('rerank', '')} |")
-    if latencies:
-        lines += ["", f"Enforce-like latency, SciFact, hybrid + rerank {depth} (embed query + search + Rerank RPC, "
-                      f"one caller, {len(latencies)} queries): p50 {1000 * statistics.median(latencies):.0f} ms, "
-                      f"p95 {1000 * percentile(latencies, 0.95):.0f} ms"]
-    if verdict:
-        lines += ["", verdict]
-    lines += ["", "BM25 is the product's lexical side (bm25s defaults k1 1.5, b 0.75; English stopwords, no stemmer); "
-              "hybrid = RRF(k=60) of dense and BM25 top-100; hybrid + rerank reranks Enforce's fused top-N "
-              f"(candidates max(fusion_candidates, N)) with {RERANKER} through the sidecar ({clients} concurrent "
-              "clients, result cache off) and fuses the reranker's order with the retrieval order by RRF, as Enforce "
-              "ranks; the hybrid list follows the top N."]
-    return "\n".join(lines) + "\n"
+# ---- cross-encoder scores, cached on disk ----------------------------------------------------------------
+
+def reranker_id(max_length: int) -> str:
+    return f"{RERANKER}-L{max_length}"
+
+
+class BenchSidecar:
+    """One sidecar for the whole run, started on first use: Rerank for missing scores, Search for the rpc stage.
+    Its config is config/ragsidecar.toml with the --set overrides, a knowledge root of the sets as .jsonl files,
+    a persistent data dir, the result cache off, and one extra reranker entry per max_length."""
+
+    def __init__(self, overrides: dict[str, Any]) -> None:
+        self.overrides = overrides
+        self.server: Sidecar | None = None
+
+    def get(self) -> Sidecar:
+        if self.server is None:
+            config = default_config()
+            config["inference"].update(workers=2, intra_op_threads=1, cache_bytes=0)
+            config["paths"]["knowledge_roots"] = [str(KNOWLEDGE)]
+            config["paths"]["data_dir"] = str(RESULTS / "sidecar-data")
+            config["retrieval"].update(self.overrides)
+            base = next(m for m in config["models"] if m["id"] == RERANKER)
+            # window_overlap must stay below half the window (only windowed scoring uses it; these truncate)
+            config["models"] += [{**base, "id": reranker_id(n), "max_length": n, "default": False,
+                                  "window_overlap": min(base.get("window_overlap", 64), n // 4)}
+                                 for n in MAX_LENGTHS]
+            self.workdir = tempfile.TemporaryDirectory(prefix="sidecar-", dir=RESULTS)
+            started = time.perf_counter()
+            self.server = Sidecar(Path(self.workdir.name), config).start(timeout=300)
+            print(f"sidecar serving on {self.server.address} after {time.perf_counter() - started:.1f} s", flush=True)
+        return self.server
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+            self.workdir.cleanup()
+
+
+class Scores:
+    """Raw cross-encoder logits per (set, max_length, query id, document id), in bench/results/ce-*.json."""
+
+    def __init__(self, sidecar: BenchSidecar, clients: int) -> None:
+        self.sidecar = sidecar
+        self.clients = clients
+        self._tables: dict[tuple[str, int], dict[str, dict[str, float]]] = {}
+
+    def _path(self, name: str, max_length: int) -> Path:
+        return RESULTS / f"ce-{name}-{RERANKER}-L{max_length}-truncate.json"
+
+    def table(self, name: str, max_length: int) -> dict[str, dict[str, float]]:
+        key = (name, max_length)
+        if key not in self._tables:
+            path = self._path(name, max_length)
+            self._tables[key] = json.loads(path.read_text()) if path.is_file() else {}
+        return self._tables[key]
+
+    def ensure(self, prepared: Prepared | Chunked, max_length: int, heads: dict[str, list[str]]) -> None:
+        """Scores every (query, document) of `heads` not yet cached, through the Rerank RPC."""
+        name = prepared.data.name
+        table = self.table(name, max_length)
+        missing = {q: [d for d in docs if d not in table.get(q, {})] for q, docs in heads.items()}
+        missing = {q: docs for q, docs in missing.items() if docs}
+        if not missing:
+            return
+        self._save(name, max_length)  # merges what other runs scored meanwhile
+        missing = {q: [d for d in docs if d not in table.get(q, {})] for q, docs in missing.items()}
+        missing = {q: docs for q, docs in missing.items() if docs}
+        if not missing:
+            return
+        pairs = sum(map(len, missing.values()))
+        print(f"  [{name}] scoring {pairs} pairs at max_length {max_length} ({len(missing)} queries)...", flush=True)
+        stub = self.sidecar.get().reranker()
+        started = time.perf_counter()
+
+        def one(q: str) -> tuple[str, dict[str, float]]:
+            documents = [reranker_pb2.RerankDocument(id=d, text=prepared.texts[d]) for d in missing[q]]
+            response = stub.Rerank(reranker_pb2.RerankRequest(model=reranker_id(max_length),
+                                                              query=prepared.data.queries[q], documents=documents),
+                                   timeout=600)
+            return q, {r.id: r.raw_score for r in response.results}
+
+        done = 0
+        with concurrent.futures.ThreadPoolExecutor(self.clients) as pool:
+            for q, scored in pool.map(one, list(missing)):
+                table.setdefault(q, {}).update(scored)
+                done += 1
+                if done % 10 == 0:
+                    self._save(name, max_length)
+        self._save(name, max_length)
+        spent = time.perf_counter() - started
+        print(f"  [{name}] {pairs} pairs in {spent:.0f} s ({pairs / spent:.1f} pairs/s)", flush=True)
+
+    def _save(self, name: str, max_length: int) -> None:
+        """Merges this run's scores with the file's (another run may be scoring the same set) and replaces it."""
+        path = self._path(name, max_length)
+        table = self.table(name, max_length)
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if path.is_file():
+                for q, scored in json.loads(path.read_text()).items():
+                    table.setdefault(q, {}).update({d: v for d, v in scored.items() if d not in table[q]})
+            temp = path.with_suffix(f".tmp-{os.getpid()}")
+            temp.write_text(json.dumps(table))
+            os.replace(temp, path)
+
+
+def sigmoid(logit: float) -> float:
+    return 1.0 / (1.0 + math.exp(-logit))
+
+
+def reranked(first: list[tuple[str, float]], logits: dict[str, float], rerank: Rerank) -> list[str]:
+    """The final order of one query: the head of `depth` hits combined with the reranker, then the rest."""
+    head = first[: rerank.depth]
+    relevance = {i: sigmoid(logits[d]) for i, (d, _) in enumerate(head)}
+    if rerank.combination == "reranker":  # RerankOrder.RERANKER: the reranker's order, then the rest
+        order = sorted(relevance, key=lambda i: -relevance[i]) + list(range(len(head), len(first)))
+    else:  # the product's combination (knowledge/ranking.py ranks by it)
+        order = [i for i, _ in combine_reranked([s for _, s in first], relevance, rerank.combination, rerank.weight)]
+    return [first[i][0] for i in order]
+
+
+def run_of(prepared: Prepared | Chunked, pipeline: Pipeline, scores: Scores,
+           sample: tuple[str, ...] | None = None) -> Run:
+    """The pipeline's ranking per query (of `sample` only, when given)."""
+    first = prepared.first_stage(pipeline.first)
+    if sample is not None:
+        first = {q: first[q] for q in sample}
+    rerank = pipeline.rerank
+    if rerank is None or rerank.depth == 0:
+        return {q: [prepared.doc_of(k) for k, _ in hits] for q, hits in first.items()}
+    scores.ensure(prepared, rerank.max_length, {q: [k for k, _ in hits[: rerank.depth]] for q, hits in first.items()})
+    table = scores.table(prepared.data.name, rerank.max_length)
+    return {q: [prepared.doc_of(k) for k in reranked(hits, table[q], rerank)] for q, hits in first.items()}
+
+
+def spread(items: list, count: int | None) -> list:
+    """`count` items spread evenly over the list (all of them when count is None or not smaller)."""
+    if count is None or count >= len(items):
+        return list(items)
+    return [items[round(i * (len(items) - 1) / max(count - 1, 1))] for i in range(count)]
+
+
+# ---- the stages ------------------------------------------------------------------------------------------
+
+def hybrid_stages() -> list[FirstStage]:
+    stages = []
+    for lang in LANGUAGES:
+        stages.append(FirstStage("hybrid", lang, FusionSettings("rrf")))
+        for method in ("weighted_rrf", "convex"):
+            stages += [FirstStage("hybrid", lang, FusionSettings(method, w)) for w in WEIGHTS]
+    return stages
+
+
+def rerank_variants(depths: tuple[int, ...], max_length: int) -> list[Rerank]:
+    return [variant for depth in depths for variant in
+            [Rerank("rrf", 0.5, depth, max_length), Rerank("reranker", 0.5, depth, max_length)]
+            + [Rerank("interpolate", w, depth, max_length) for w in RERANK_WEIGHTS]]
+
+
+class Bench:
+    def __init__(self, prepared: list[Prepared], scores: Scores, default: Pipeline) -> None:
+        self.prepared = prepared
+        self.scores = scores
+        self.default = default
+        self.memo: dict[tuple[str, Pipeline], tuple[float, float]] = {}
+        self.lines: list[str] = []
+
+    def measure(self, p: Prepared | Chunked, pipeline: Pipeline,
+                sample: tuple[str, ...] | None = None) -> tuple[float, float]:
+        key = (p.data.name, p.view, pipeline, sample)
+        if key not in self.memo:
+            self.memo[key] = evaluate(run_of(p, pipeline, self.scores, sample), p.data.qrels)
+        return self.memo[key]
+
+    def out(self, *lines: str) -> None:
+        self.lines += lines
+        for line in lines:
+            print(line, flush=True)
+
+    # explore ------------------------------------------------------------------------------------------
+    def explore(self) -> None:
+        names = [p.data.name for p in self.prepared]
+        self.out("", "## First stage per set (in-process, rerank off)", "",
+                 "| first stage | " + " | ".join(f"{n} nDCG@10 | {n} R@100" for n in names) + " |",
+                 "|---|" + "---|---|" * len(names))
+        stages = ([FirstStage("bm25", lang) for lang in LANGUAGES] + [FirstStage("dense")] + hybrid_stages())
+        for stage in stages:
+            cells = [self.measure(p, Pipeline(stage)) for p in self.prepared]
+            self.out(f"| {stage.label()} | " + " | ".join(f"{n:.3f} | {r:.3f}" for n, r in cells) + " |")
+        self.out("", "Published BM25 baselines: " + "; ".join(f"{n}: {BASELINES[n]}" for n in names if n in BASELINES))
+
+    # cv -----------------------------------------------------------------------------------------------
+    def cross_validate(self) -> Pipeline:
+        """Leave one set out, stage by stage: each fold picks the first stage on its two training sets; the
+        folds' picks are agreed into one first stage; on it, each fold picks the rerank combination on its
+        two training sets; those picks are agreed too. Every pick is reported on the set it did not see."""
+        if len(self.prepared) < 3:
+            raise SystemExit("cv needs the three sets")
+        max_length = self.default.rerank.max_length
+        trains = [[p for p in self.prepared if p is not held] for held in self.prepared]
+
+        def best(candidates, pipeline_of, train):
+            return max(candidates, key=lambda c: statistics.fmean(self.measure(p, pipeline_of(c))[0] for p in train))
+
+        firsts = [best(hybrid_stages(), Pipeline, train) for train in trains]
+        first = agree_first(firsts)
+        print(f"  first stage agreed: {first.label()}", flush=True)
+        variants = rerank_variants(CV_DEPTHS, max_length)
+        reranks = [best(variants, lambda r: Pipeline(first, r), train) for train in trains]
+        rerank = agree_rerank(reranks)
+        self.out("", "## Leave-one-set-out cross-validation (each pick made on the two other sets by mean nDCG@10, "
+                     f"reported on the held-out set; rerank depth {' or '.join(map(str, CV_DEPTHS))}, "
+                     f"max_length {max_length})", "",
+                 "| held out | first stage picked | its nDCG@10 held out | rerank picked (on the agreed first stage) | "
+                 "held out: agreed first stage | + picked rerank | max(BM25, dense) |", "|---|---|---|---|---|---|---|")
+        for held, fold_first, fold_rerank in zip(self.prepared, firsts, reranks):
+            self.out(f"| {held.data.name} | {fold_first.label()} | {self.measure(held, Pipeline(fold_first))[0]:.3f} | "
+                     f"{fold_rerank.label()} | {self.measure(held, Pipeline(first))[0]:.3f} | "
+                     f"{self.measure(held, Pipeline(first, fold_rerank))[0]:.3f} | {self.strongest_single(held):.3f} |")
+        chosen = Pipeline(first, rerank)
+        self.out("", "Agreed (per setting the value most folds picked; a weight is the median of the folds that picked "
+                     f"that method): **{chosen.label()}**")
+        self.out("", "Rerank combinations on the agreed first stage (nDCG@10):", "",
+                 "| rerank | " + " | ".join(p.data.name for p in self.prepared) + " |",
+                 "|---|" + "---|" * len(self.prepared))
+        for variant in [None, *rerank_variants(CV_DEPTHS, max_length)]:
+            cells = [self.measure(p, Pipeline(first, variant))[0] for p in self.prepared]
+            self.out(f"| {variant.label() if variant else 'off'} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+        return chosen
+
+    def strongest_single(self, p: Prepared) -> float:
+        return max(self.measure(p, Pipeline(s))[0] for s in
+                   [FirstStage("bm25", lang) for lang in LANGUAGES] + [FirstStage("dense")])
+
+    # curve and verdict ----------------------------------------------------------------------------------
+    def curve(self, pipeline: Pipeline, latencies: dict[tuple[str, int, int], float], count: int | None) -> None:
+        """Each curve point on a sample of `count` queries per set (all when None), and on every query where
+        the cross-validation already scored it (depth up to 20 at the configured max_length)."""
+        base = pipeline.rerank
+        self.out("", f"## Speed against quality: {pipeline.first.label()} + rerank {base.combination}"
+                     f"{' w=%g' % base.weight if base.combination == 'interpolate' else ''}", "",
+                 "| set | depth | max_length | nDCG@10 all queries | nDCG@10 sample | R@100 sample | "
+                 "queries in sample | Search p50 ms (top_k 10) |", "|---|---|---|---|---|---|---|---|")
+        for p in self.prepared:
+            sample = tuple(spread(list(p.data.queries), count))
+            for depth, max_length in latency_points(base):
+                rerank = dataclasses.replace(base, depth=depth, max_length=max_length) if depth else None
+                measured = Pipeline(pipeline.first, rerank)
+                ndcg, recall = self.measure(p, measured, sample)
+                scored = depth <= max(CV_DEPTHS) and (depth == 0 or max_length == base.max_length)
+                everything = f"{self.measure(p, measured)[0]:.3f}" if scored else "-"
+                latency = latencies.get((p.data.name, depth, max_length))
+                self.out(f"| {p.data.name} | {depth} | {max_length if depth else '-'} | {everything} | {ndcg:.3f} | "
+                         f"{recall:.3f} | {len(sample)} | "
+                         f"{'%.0f' % latency if latency is not None else 'not measured'} |")
+
+    def verdict(self, pipeline: Pipeline) -> None:
+        """The summary against the old default (unstemmed BM25, plain RRF, reranker order RRF-fused at depth
+        20), and the issue's done-when checks."""
+        names = [p.data.name for p in self.prepared]
+        before = Pipeline(FirstStage("hybrid", "none", FusionSettings("rrf")), Rerank("rrf", 0.5, 20, 512))
+        rows = [("BM25 unstemmed", Pipeline(FirstStage("bm25", "none"))),
+                ("BM25 english (stemmed)", Pipeline(FirstStage("bm25", "english"))),
+                ("dense", Pipeline(FirstStage("dense"))),
+                (f"before: {before.first.label()}, rerank off", Pipeline(before.first)),
+                (f"before: + {before.rerank.label()} (the old default)", before),
+                (f"default: {pipeline.first.label()}, rerank off", Pipeline(pipeline.first)),
+                (f"default: + {pipeline.rerank.label()}", pipeline)]
+        self.out("", "## Summary (nDCG@10 / R@100, in-process, one vector per document)", "",
+                 "| pipeline | " + " | ".join(names) + " |", "|---|" + "---|" * len(names))
+        for label, measured in rows:
+            cells = ("%.3f / %.3f" % self.measure(p, measured) for p in self.prepared)
+            self.out(f"| {label} | " + " | ".join(cells) + " |")
+        self.out("", f"## Done-when checks for the default pipeline: {pipeline.label()}", "",
+                 "| set | max(BM25, dense) | default rerank off | default rerank on | on >= max(BM25, dense) - 0.005 | "
+                 "on >= off |", "|---|---|---|---|---|---|")
+        notes = []
+        for p in self.prepared:
+            strongest = self.strongest_single(p)
+            off, on = self.measure(p, Pipeline(pipeline.first))[0], self.measure(p, pipeline)[0]
+            self.out(f"| {p.data.name} | {strongest:.4f} | {off:.4f} | {on:.4f} | "
+                     f"{'PASS' if on >= strongest - SLACK else 'FAIL'} | {'PASS' if on >= off else 'FAIL'} |")
+            if p.data.name == "scifact":
+                notes.append(f"SciFact hybrid + rerank {on:.4f}: {'PASS' if on >= TARGET_SCIFACT else 'FAIL'} "
+                             f"(target >= {TARGET_SCIFACT})")
+        self.out("", *notes)
+
+
+def _common(values):
+    return collections.Counter(values).most_common(1)[0][0]
+
+
+def agree_first(picks: list[FirstStage]) -> FirstStage:
+    """The folds' first stages as one: the most common language and method; the median dense_weight of the
+    folds that picked that method."""
+    method = _common(f.fusion.method for f in picks)
+    weight = statistics.median(f.fusion.dense_weight for f in picks if f.fusion.method == method)
+    weight = 0.5 if method == "rrf" else weight  # plain RRF has no weight: one key for one ranking
+    return FirstStage("hybrid", _common(f.language for f in picks), FusionSettings(method, weight))
+
+
+def agree_rerank(picks: list[Rerank]) -> Rerank:
+    """The folds' rerank combinations as one: the most common; the median weight and the most common depth of
+    the folds that picked it."""
+    combination = _common(r.combination for r in picks)
+    chosen = [r for r in picks if r.combination == combination]
+    return dataclasses.replace(picks[0], combination=combination, weight=statistics.median(r.weight for r in chosen),
+                               depth=_common(r.depth for r in chosen))
+
+
+# ---- through the sidecar ---------------------------------------------------------------------------------
+
+PRINCIPAL = common_pb2.Principal(id="bench")
+SCOPE = common_pb2.Scope(tenant="bench", session="beir")
+
+
+def write_knowledge(data: Collection) -> str:
+    """The set as one .jsonl file of BEIR records in the bench's knowledge root; its path relative to it."""
+    KNOWLEDGE.mkdir(parents=True, exist_ok=True)
+    path = KNOWLEDGE / f"{data.name}.jsonl"
+    content = "".join(json.dumps({"_id": r["_id"], "title": r.get("title") or "", "text": r.get("text") or ""},
+                                 ensure_ascii=False) + "\n" for r in data.rows)
+    if not path.is_file() or path.read_text(encoding="utf-8") != content:
+        path.write_text(content, encoding="utf-8")
+    return path.name
+
+
+def search(stub, data: Collection, query: str, top_k: int, **options) -> pb.SearchResponse:
+    entry = pb.KnowledgeEntry(name=data.name, type=pb.KNOWLEDGE_TYPE_FILE, use=pb.KNOWLEDGE_USE_SEARCH,
+                              path=f"{data.name}.jsonl")
+    request = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=pb.Target(name="bench.Beir", knowledge=[entry]),
+                               query=query, top_k=top_k, search=pb.SearchOptions(group_by_document=True, **options))
+    return stub.Search(request, timeout=3600)
+
+
+def through_rpc(bench: Bench, sidecar: BenchSidecar, chunked: dict[str, Chunked], pipeline: Pipeline,
+                rerank_queries: int | None, latency_queries: int,
+                latencies: dict[tuple[str, int, int], float]) -> None:
+    """The default pipeline through Search, beside the same pipeline in-process on the same chunks."""
+    rerank = pipeline.rerank
+    bench.out("", f"## The default pipeline through the Search RPC (FILE .jsonl, group_by_document, top_k {DEPTH}, "
+                  f"rerank_depth {rerank.depth}) and in-process on the same chunks", "",
+              "| set | rerank | queries | nDCG@10 RPC | nDCG@10 in-process | R@100 RPC | R@100 in-process | "
+              "same top 10 | Search p50 ms (top_k 100) |", "|---|---|---|---|---|---|---|---|---|")
+    for name, view in chunked.items():
+        stub = retrieval_pb2_grpc.RetrievalServiceStub(sidecar.get().channel())
+        started = time.perf_counter()
+        search(stub, view.data, "warm-up", 1)
+        print(f"  [{name}] the sidecar loaded the source in {time.perf_counter() - started:.0f} s", flush=True)
+        for on in (False, True) if rerank_queries != 0 else (False,):
+            options = {"rerank": True, "rerank_depth": rerank.depth} if on else {}
+            sample = tuple(spread(list(view.data.queries), rerank_queries if on else None))
+            run, times = {}, []
+            for q in sample:
+                started = time.perf_counter()
+                hits = search(stub, view.data, view.data.queries[q], DEPTH, **options).hits
+                times.append(time.perf_counter() - started)
+                run[q] = [h.provenance.document_id for h in hits]
+            if on and len(sample) < len(view.data.queries):  # rerank off on the same queries, to compare
+                compare_rpc(bench, view, "off", {q: off[q] for q in sample}, Pipeline(pipeline.first), "-")
+            compare_rpc(bench, view, "on" if on else "off", run, Pipeline(pipeline.first, rerank if on else None),
+                        f"{1000 * statistics.median(times):.0f}")
+            off = run
+        if latency_queries > 0:
+            measure_latency(stub, view.data, rerank, latency_queries, latencies)
+
+
+def compare_rpc(bench: Bench, view: Chunked, label: str, run: Run, pipeline: Pipeline, latency: str) -> None:
+    local = run_of(view, pipeline, bench.scores, tuple(run))
+    same = statistics.fmean(run[q][:10] == local[q][:10] for q in run)
+    (n_rpc, r_rpc), (n_local, r_local) = evaluate(run, view.data.qrels), evaluate(local, view.data.qrels)
+    bench.out(f"| {view.data.name} | {label} | {len(run)} | {n_rpc:.3f} | {n_local:.3f} | {r_rpc:.3f} | "
+              f"{r_local:.3f} | {same:.0%} | {latency} |")
+
+
+def latency_points(base: Rerank) -> list[tuple[int, int]]:
+    """(rerank depth, max_length) of the speed/quality curve: each depth at the configured max_length, each
+    max_length at the configured depth (depth 0: rerank off)."""
+    return ([(d, base.max_length) for d in RERANK_DEPTHS]
+            + [(base.depth, n) for n in MAX_LENGTHS if n != base.max_length])
+
+
+def measure_latency(stub, data: Collection, base: Rerank, count: int,
+                    latencies: dict[tuple[str, int, int], float]) -> None:
+    """p50 of Search (top_k 10, one caller) per curve point, over `count` queries spread evenly over the set.
+    The result cache is off, so every rerank scores its pairs."""
+    chosen = spread(list(data.queries.values()), count)
+    for depth, max_length in latency_points(base):
+        options = {"rerank": True, "rerank_depth": depth, "reranker_model": reranker_id(max_length)} if depth else {}
+        times = []
+        for text in chosen:
+            started = time.perf_counter()
+            search(stub, data, text, 10, **options)
+            times.append(time.perf_counter() - started)
+        latencies[(data.name, depth, max_length)] = 1000 * statistics.median(times)
+        print(f"  [{data.name}] Search depth {depth} L{max_length}: p50 "
+              f"{latencies[(data.name, depth, max_length)]:.0f} ms", flush=True)
+
+
+# ---- chunking --------------------------------------------------------------------------------------------
+
+def chunking(bench: Bench, chunked: dict[str, Chunked], config, pipeline: Pipeline, rerank_queries: int | None) -> None:
+    """Each document ranked by its best chunk (the product's chunking) against one vector per document; the
+    rerank row on the rpc stage's sample of queries (a split document's chunks are new pairs to score)."""
+    retrieval = config.retrieval
+    bench.out("", f"## Chunking: one vector per document vs the product's chunks ({retrieval.chunk_tokens} tokens, "
+                  f"overlap {retrieval.chunk_overlap_tokens}), each document ranked by its best chunk", "",
+              "| set | documents | chunks | documents cut | pipeline | queries | nDCG@10 one per doc | "
+              "nDCG@10 chunked | R@100 one per doc | R@100 chunked |", "|---|---|---|---|---|---|---|---|---|---|")
+    for p in bench.prepared:
+        view = chunked.get(p.data.name)
+        if view is None:
+            continue
+        rows = [(Pipeline(FirstStage("dense")), None), (Pipeline(FirstStage("bm25", pipeline.first.language)), None),
+                (Pipeline(pipeline.first), None),
+                *([(pipeline, tuple(spread(list(p.data.queries), rerank_queries)) if rerank_queries else None)]
+                  if rerank_queries != 0 else [])]
+        for measured, sample in rows:
+            (n_doc, r_doc), (n_chunk, r_chunk) = (bench.measure(p, measured, sample),
+                                                  bench.measure(view, measured, sample))
+            bench.out(f"| {p.data.name} | {len(p.data.doc_ids)} | {view.chunks} | {view.split} | {measured.label()} | "
+                      f"{len(sample) if sample else len(p.data.queries)} | {n_doc:.3f} | {n_chunk:.3f} | {r_doc:.3f} | "
+                      f"{r_chunk:.3f} |")
+
+
+# ---- main ------------------------------------------------------------------------------------------------
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    overrides = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if not key.startswith("retrieval.") or not value:
+            raise SystemExit(f"--set takes retrieval.KEY=VALUE, got {item!r}")
+        overrides[key.removeprefix("retrieval.")] = tomllib.loads(f"v = {value}")["v"]
+    return overrides
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", default="scifact,cranfield,med")
-    parser.add_argument("--rerank-depth", type=int, default=20, help="fused candidates reranked per query")
-    parser.add_argument("--clients", type=int, default=4, help="concurrent Rerank callers in the quality pass")
-    parser.add_argument("--latency-queries", type=int, default=50,
-                        help="SciFact queries timed one at a time, Enforce-like (0: skip)")
+    parser.add_argument("--stages", default="explore,cv,rpc,curve,chunking")
+    parser.add_argument("--rpc-sets", default="cranfield,med,scifact", help="sets searched through the Search RPC")
+    parser.add_argument("--latency-queries", type=int, default=20, help="queries per point of the latency curve")
+    parser.add_argument("--rpc-rerank-queries", type=int, default=None,
+                        help="queries (spread evenly) of the rpc stage's rerank-on pass and of the chunking "
+                             "stage's rerank row (default: all; 0: skip both)")
+    parser.add_argument("--curve-queries", type=int, default=None,
+                        help="queries per set (spread evenly) of the speed/quality curve (default: all)")
+    parser.add_argument("--clients", type=int, default=2, help="concurrent Rerank callers filling the score cache")
+    parser.add_argument("--set", action="append", default=[], metavar="retrieval.KEY=VALUE",
+                        help="override a [retrieval] setting of config/ragsidecar.toml (in-process and sidecar)")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run still stops its sidecar
     sets = [s.strip() for s in args.sets.split(",") if s.strip()]
+    stages = {s.strip() for s in args.stages.split(",") if s.strip()}
+    overrides = parse_overrides(args.set)
     RESULTS.mkdir(parents=True, exist_ok=True)
     config = load_config(REPO / "config" / "ragsidecar.toml", environ={})
-    fusion = config.retrieval.fusion_candidates
-    overall = time.perf_counter()
-    load_start = os.getloadavg()[0]
+    config = dataclasses.replace(config, retrieval=dataclasses.replace(config.retrieval, **overrides))
+    overall, load_start = time.perf_counter(), os.getloadavg()[0]
+    default = configured(config)
+    print(f"default pipeline (config/ragsidecar.toml{' + --set' if overrides else ''}): {default.label()}", flush=True)
 
-    started = time.perf_counter()
     embedder = Embedder(config)
-    key = embedder.cache_key()
-    print(f"embedder {embedder.spec.id} loaded in {time.perf_counter() - started:.1f} s; cache key {key}", flush=True)
-    latencies: list[float] | None = None
+    sidecar = BenchSidecar(overrides)
+    latencies: dict[tuple[str, int, int], float] = {}
     try:
-        prepared = [prepare(name, embedder, key, args.rerank_depth, fusion) for name in sets]
-        with tempfile.TemporaryDirectory() as tmp:
-            sidecar_config = default_config()
-            sidecar_config["inference"].update(workers=2, intra_op_threads=1, cache_bytes=0)
-            started = time.perf_counter()
-            server = Sidecar(Path(tmp), sidecar_config).start()
-            print(f"sidecar serving on {server.address} after {time.perf_counter() - started:.1f} s", flush=True)
-            try:
-                stub = server.reranker()
-                rerank_call(stub, "warm-up query", prepared[0].enforce_hits[next(iter(prepared[0].data.queries))])
-                for p in prepared:
-                    rerank_concurrent(server, stub, p, args.clients)
-                scifact = next((p for p in prepared if p.data.name == "scifact"), None)
-                if scifact is not None and args.latency_queries > 0:
-                    cpu = server_cpu(server)
-                    latencies = enforce_latency(embedder, stub, scifact, args.rerank_depth, fusion,
-                                                args.latency_queries)
-                    print(f"  [scifact] Enforce-like latency over {len(latencies)} queries: p50 "
-                          f"{1000 * statistics.median(latencies):.0f} ms, p95 {1000 * percentile(latencies, 0.95):.0f} "
-                          f"ms (sidecar {server_cpu(server) - cpu:.0f} CPU s)", flush=True)
-            finally:
-                server.stop()
+        prepared = [Prepared(read_collection(name), embedder, config) for name in sets]
+        bench = Bench(prepared, Scores(sidecar, args.clients), default)
+        bench.out(f"# Retrieval quality on BEIR-style collections ({os.cpu_count()} cores)", "",
+                  f"Default pipeline measured: **{default.label()}**")
+        if "explore" in stages:
+            bench.explore()
+        if "cv" in stages:
+            bench.cross_validate()
+        rpc_sets = [name.strip() for name in args.rpc_sets.split(",") if name.strip() in sets]
+        chunk_sets = sorted(set(rpc_sets if "rpc" in stages else []) | (set(sets) if "chunking" in stages else set()),
+                            key=sets.index)
+        chunked = {name: Chunked(p, embedder, config) for p in prepared for name in chunk_sets if p.data.name == name}
+        if "rpc" in stages:
+            through_rpc(bench, sidecar, {n: chunked[n] for n in rpc_sets}, default, args.rpc_rerank_queries,
+                        args.latency_queries, latencies)
+        if "curve" in stages:
+            bench.curve(default, latencies, args.curve_queries)
+        bench.verdict(default)
+        if "chunking" in stages:
+            chunking(bench, chunked, config, default, args.rpc_rerank_queries)
     finally:
+        sidecar.stop()
         embedder.close()
-    table = report(prepared, args.rerank_depth, latencies, args.clients,
-                   f"{load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end")
-    print("\n" + table)
-    print(f"total {time.perf_counter() - overall:.0f} s")
-    (RESULTS / "beir.md").write_text(table)
+    bench.out("", f"Total {time.perf_counter() - overall:.0f} s; 1-min load average {load_start:.1f} at start, "
+                  f"{os.getloadavg()[0]:.1f} at end (the machine is shared).")
+    (RESULTS / "beir.md").write_text("\n".join(bench.lines) + "\n")
 
 
 if __name__ == "__main__":
