@@ -1,9 +1,9 @@
 """Retrieval quality on real IR collections (BEIR layout), through the product's own code, and the choice of the
 retrieval defaults by leave-one-set-out cross-validation.
 
-Collections: SciFact, Cranfield and MED (bench/ir_collections.py finds them: $RAGSIDECAR_IR_DATA or
-../shared/data/ir). Metrics: nDCG@10 (graded gains, log2 discount) and Recall@100 (rel > 0), mean over the
-judged test queries with at least one relevant document.
+Collections: SciFact, Cranfield and MED (bench/ir_collections.py finds them: $RAGSIDECAR_IR_DATA, else a
+folder beside the checkout). Metrics: nDCG@10 (graded gains, log2 discount) and Recall@100 (rel > 0), mean
+over the judged test queries with at least one relevant document.
 
 Stages (--stages, comma-separated; default all of them; they run in this order, rpc before curve so the curve
 shows the latencies; the done-when checks of the default pipeline always print):
