@@ -50,8 +50,8 @@ retrieval.query_prefix; document and query vectors are cached under bench/result
 Nothing in bench/results/ is committed; the report is written to bench/results/beir.md.
 
     .venv/bin/python bench/beir.py [--sets scifact,cranfield,med] [--stages explore,cv,rpc,curve,chunking]
-                                   [--rpc-sets cranfield,med,scifact] [--rpc-rerank-queries N]
-                                   [--latency-queries 20] [--curve-queries N] [--clients 2]
+                                   [--rpc-sets cranfield,med,scifact] [--rpc-rerank-queries 60]
+                                   [--latency-queries 5] [--curve-queries 30] [--clients 2]
                                    [--set retrieval.KEY=VALUE ...]
 """
 
@@ -847,12 +847,13 @@ def main() -> None:
     parser.add_argument("--sets", default="scifact,cranfield,med")
     parser.add_argument("--stages", default="explore,cv,rpc,curve,chunking")
     parser.add_argument("--rpc-sets", default="cranfield,med,scifact", help="sets searched through the Search RPC")
-    parser.add_argument("--latency-queries", type=int, default=20, help="queries per point of the latency curve")
-    parser.add_argument("--rpc-rerank-queries", type=int, default=None,
+    parser.add_argument("--latency-queries", type=int, default=5, help="queries per point of the latency curve")
+    parser.add_argument("--rpc-rerank-queries", type=int, default=60,
                         help="queries (spread evenly) of the rpc stage's rerank-on pass and of the chunking "
-                             "stage's rerank row (default: all; 0: skip both)")
-    parser.add_argument("--curve-queries", type=int, default=None,
-                        help="queries per set (spread evenly) of the speed/quality curve (default: all)")
+                             "stage's rerank row (0: skip both; a number above the set's queries: all)")
+    parser.add_argument("--curve-queries", type=int, default=30,
+                        help="queries per set (spread evenly) of the speed/quality curve (a number above the "
+                             "set's queries: all)")
     parser.add_argument("--clients", type=int, default=2, help="concurrent Rerank callers filling the score cache")
     parser.add_argument("--set", action="append", default=[], metavar="retrieval.KEY=VALUE",
                         help="override a [retrieval] setting of config/ragsidecar.toml (in-process and sidecar)")
