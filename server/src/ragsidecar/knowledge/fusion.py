@@ -88,7 +88,7 @@ def combine_reranked(retrieval: Sequence[float], relevance: Mapping[int, float],
     holds every hit's retrieval (fused) score, `relevance` the reranker's relevance by position of the hits
     reranked (the head); hits past the rerank depth follow the head in retrieval order.
 
-    "rrf": reciprocal rank fusion of the reranker's order and the retrieval order (the default before 0.3: on
+    "rrf": reciprocal rank fusion of the reranker's order and the retrieval order (the former default: on
     the stemmed, dense-weighted hybrid it lowers nDCG@10 on SciFact, Cranfield and MED; bench/beir.py). Hits not
     reranked keep their retrieval rank in the reranker's list too, so 2/(k + rank) puts them below every
     reranked hit.
