@@ -51,16 +51,17 @@ _HNSW_MAX_DIMENSIONS = 4000
 # pg_advisory_xact_lock key of creating a dense index ("ragsidecar hnsw" in ASCII, truncated).
 _INDEX_LOCK = 0x7261_6773_686E_7377
 
+# BM25 in one pass over the query terms' postings: each term's document frequency is a window count over its own
+# rows (counting them in a separate step reads every posting twice).
 _BM25 = f"""
 WITH q AS (SELECT term, count(*)::float8 AS weight FROM unnest(%(terms)s::text[]) AS t(term) GROUP BY term),
 s AS (SELECT chunks::float8 AS n, terms::float8 / nullif(chunks, 0) AS avgdl FROM ragsidecar_memory_spaces
       WHERE id = %(space)s AND tenant = %(tenant)s),
-df AS (SELECT p.term, count(*)::float8 AS df FROM ragsidecar_memory_postings p JOIN q USING (term)
-       WHERE p.space = %(space)s AND p.tenant = %(tenant)s GROUP BY p.term)
-SELECT p.chunk, sum(q.weight * ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
+p AS (SELECT chunk, term, tf, terms, count(*) OVER (PARTITION BY term)::float8 AS df FROM ragsidecar_memory_postings
+      WHERE space = %(space)s AND tenant = %(tenant)s AND term = ANY(%(terms)s::text[]))
+SELECT p.chunk, sum(q.weight * ln(1 + (s.n - p.df + 0.5) / (p.df + 0.5))
                     * p.tf / (p.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * p.terms / s.avgdl))) AS score
-FROM ragsidecar_memory_postings p JOIN q USING (term) JOIN df USING (term) CROSS JOIN s
-WHERE p.space = %(space)s AND p.tenant = %(tenant)s
+FROM p JOIN q USING (term) CROSS JOIN s
 GROUP BY p.chunk ORDER BY score DESC, p.chunk LIMIT %(count)s
 """
 _EXACT = """
