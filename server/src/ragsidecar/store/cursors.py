@@ -43,6 +43,18 @@ def across_tenants(connection: psycopg.Connection) -> None:
     connection.execute("SELECT set_config('ragsidecar.maintenance', 'on', true)")
 
 
+def prune_to(connection: psycopg.Connection, table: str, limit: int, lock: int, prune: str) -> int:
+    """Holds a table bounded per database: counts every tenant's rows and, past `limit`, runs `prune` (which
+    deletes the `%(excess)s` least recently used) under the advisory lock `lock`, so that replicas pruning at
+    once do not both delete for the same excess. Returns the rows left."""
+    across_tenants(connection)
+    connection.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
+    (count,) = connection.execute(f"SELECT count(*) FROM {table}").fetchone()
+    if count <= limit:
+        return count
+    return count - connection.execute(prune, {"excess": count - limit}).rowcount
+
+
 class PostgresPositions:
     def __init__(self, database: Database, limit: int) -> None:
         self._database = database
@@ -62,9 +74,4 @@ class PostgresPositions:
 
     def _prune(self, connection: psycopg.Connection) -> int:
         """Deletes the least recently used cursors past the limit (every tenant's); returns how many are left."""
-        across_tenants(connection)
-        connection.execute("SELECT pg_advisory_xact_lock(%s)", (_PRUNE_LOCK,))
-        (count,) = connection.execute("SELECT count(*) FROM ragsidecar_sequential_cursors").fetchone()
-        if count <= self._limit:
-            return count
-        return count - connection.execute(_PRUNE, {"excess": count - self._limit}).rowcount
+        return prune_to(connection, "ragsidecar_sequential_cursors", self._limit, _PRUNE_LOCK, _PRUNE)

@@ -29,7 +29,7 @@ import numpy as np
 
 from ragsidecar import metrics
 from ragsidecar.errors import SidecarError
-from ragsidecar.store.cursors import across_tenants
+from ragsidecar.store.cursors import prune_to
 
 if TYPE_CHECKING:
     import psycopg
@@ -117,9 +117,4 @@ class SharedEmbeddings:
 
     def _prune(self, connection: psycopg.Connection) -> int:
         """Deletes the least recently used rows past the bound (every partition's); returns how many are left."""
-        across_tenants(connection)
-        connection.execute("SELECT pg_advisory_xact_lock(%s)", (_PRUNE_LOCK,))
-        (count,) = connection.execute("SELECT count(*) FROM ragsidecar_embeddings").fetchone()
-        if count <= self._max_rows:
-            return count
-        return count - connection.execute(_PRUNE, {"excess": count - self._max_rows}).rowcount
+        return prune_to(connection, "ragsidecar_embeddings", self._max_rows, _PRUNE_LOCK, _PRUNE)
