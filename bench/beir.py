@@ -214,6 +214,7 @@ class Embedder:
                 return vectors
         started = time.perf_counter()
         vectors = self.embed(texts)
+        RESULTS.mkdir(parents=True, exist_ok=True)
         np.save(path, vectors)
         print(f"  embedded {len(texts)} texts for {name} in {time.perf_counter() - started:.0f} s", flush=True)
         return vectors
