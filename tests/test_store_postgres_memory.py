@@ -1,13 +1,17 @@
 """MEMORY documents on the PostgreSQL store, through real sidecars sharing a real PostgreSQL: what one replica
-writes the other reads at once, deletes too; a replica killed during a burst of writes loses none it
-acknowledged; tenants and look-alike scopes stay apart (also under row-level security); a restart keeps
-everything; and a partition ranks as the embedded store ranks it."""
+writes the other's next search finds, deletes too, round after round, each replica catching its resident index up
+through the database's change log; a replica killed during a burst of writes loses none it acknowledged; tenants
+and look-alike scopes stay apart (also under row-level security); a restart keeps everything; and a partition
+ranks as the embedded store ranks it. The store on its own (two instances, one database): the change log stays
+within its bound, a replica further behind reloads, and interleaved writes leave both replicas' indexes equal to
+the database."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import hashlib
+import random
 import signal
 import threading
 import time
@@ -21,13 +25,12 @@ from grpc_health.v1 import health_pb2
 import ir_data
 from ragsidecar import metrics
 from ragsidecar.knowledge.chunking import Chunk
-from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
-from ragsidecar.knowledge.memory import MemoryDocument
-from ragsidecar.knowledge.sources import Provenance
-from ragsidecar.store import search as store_search
+from ragsidecar.knowledge.declarations import Scope
+from ragsidecar.knowledge.sources import Unit
 from ragsidecar.store.database import Database
-from ragsidecar.store.memory import PartitionKey, Prepared, write
-from ragsidecar.store.search import PostgresIndex, ensure_dense_index
+from ragsidecar.store.interface import MemoryDocument, Prepared
+from ragsidecar.store.postgres_documents import PostgresMemoryStore
+from ragsidecar.store.resident import ResidentIndexes
 from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, entry, target
 from sidecar import Sidecar, default_config
@@ -112,6 +115,28 @@ def test_a_document_deleted_on_one_replica_is_gone_on_the_other(replicas) -> Non
                                                                 ids=["drop", "never-there"]), timeout=60)
     assert (deleted.deleted, deleted.not_found, deleted.document_count) == (1, 1, 1)
     assert found_ids(b, where, "where do Ada's invoices go?") == ["keep"]
+
+
+def test_every_write_on_either_replica_is_in_the_next_search_on_the_other(replicas) -> None:
+    """Read-your-writes across replicas, round after round: each replica's resident index catches up through the
+    change log (one reload, the partition's first search, then only changes), never serving a stale answer."""
+    where = scope("acme", "rounds")
+    upsert(replicas[0], where, {"base": "The depot opens at 7am and ships parcels every morning."})
+    catch_ups = {how: [r.metric("ragsidecar_partition_catch_ups_total", how=how) for r in replicas]
+                 for how in ("changes", "reload")}
+    for n in range(12):
+        writer, reader = replicas[n % 2], replicas[1 - n % 2]
+        token = f"zq{n}"
+        upsert(writer, where, {f"note{n}": f"Parcel {token} waits at the Leeds depot for round {n}."})
+        assert found_ids(reader, where, token, top_k=3)[0] == f"note{n}", n
+        stub(writer).DeleteDocuments(pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=where, knowledge="notes",
+                                                               ids=[f"note{n}"]), timeout=60)
+        assert f"note{n}" not in found_ids(reader, where, token, top_k=3), n
+    for i, replica in enumerate(replicas):
+        reloads = replica.metric("ragsidecar_partition_catch_ups_total", how="reload") - catch_ups["reload"][i]
+        changes = replica.metric("ragsidecar_partition_catch_ups_total", how="changes") - catch_ups["changes"][i]
+        # Each replica searched 12 times, each after a write of the other: the first search loaded the partition.
+        assert reloads == 1 and changes == 11, (i, reloads, changes)
 
 
 def test_tenants_and_look_alike_scopes_never_see_each_other(replicas) -> None:
@@ -243,11 +268,13 @@ def test_row_level_security_keeps_tenants_apart_for_a_role_that_is_not_a_superus
         tables = connection.execute(
             "SELECT relname FROM pg_class WHERE relname LIKE 'ragsidecar\\_memory\\_%' AND relkind = 'r' "
             "AND relrowsecurity AND relforcerowsecurity").fetchall()
-        assert len(tables) == 5
+        assert {t for (t,) in tables} == {f"ragsidecar_memory_{t}" for t in
+                                          ("partitions", "documents", "spaces", "chunks", "removals")}
         assert connection.execute("SELECT count(*) FROM ragsidecar_memory_documents").fetchone()[0] == 0
         connection.execute("SELECT set_config('ragsidecar.tenant', 't2', false)")
         assert connection.execute("SELECT id FROM ragsidecar_memory_documents").fetchall() == [("two",)]
-        assert {r[0] for r in connection.execute("SELECT DISTINCT tenant FROM ragsidecar_memory_postings")} == {"t2"}
+        # Both tenants logged removals (t2 replaced a document, t1 deleted one): t2 sees its own only.
+        assert {r[0] for r in connection.execute("SELECT DISTINCT tenant FROM ragsidecar_memory_removals")} == {"t2"}
 
 
 def _owned_database(postgres, name: str) -> str:
@@ -262,52 +289,104 @@ def _owned_database(postgres, name: str) -> str:
     return superuser_dsn.replace("postgresql://postgres:", f"postgresql://{APP_ROLE}:", 1)
 
 
-def test_the_sql_search_ranks_as_the_embedded_index_both_exactly_and_through_hnsw(postgres, monkeypatch) -> None:
-    """The store's search functions on their own, against a real PostgreSQL: the same chunks and vectors give the
-    embedded HybridIndex's ranking, whether the dense side scans exactly or walks the HNSW index."""
-    corpus, queries = ir_data.corpus("scifact"), ir_data.queries("scifact")
-    texts = {d: corpus[d][:800] for d in sorted(corpus)[:300]}
-    rng = np.random.default_rng(7)
-    vectors = rng.standard_normal((len(texts), 24)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    chunks = [Chunk(f"notes:{n}", "notes", n, text, Provenance(document_id=d, char_end=len(text)),
-                    hashlib.sha256(text.encode()).hexdigest(), 1) for n, (d, text) in enumerate(texts.items())]
-    database = Database(postgres.database("pgb_sql_search"), 2, row_level_security=False)
-    assert database.connect()
-    try:
-        database.run_sync(lambda c: ensure_dense_index(c, 24))
-        database.run_sync(lambda c: write(c, PartitionKey("memory", "acme", "s1", "notes"),
-                                          [MemoryDocument(d, t, {}) for d, t in texts.items()],
-                                          Prepared("synthetic", "none", chunks, vectors)), tenant="acme")
-        # Another tenant's partition, larger and right where the queries point: the HNSW walk must pass it by.
-        crowd = np.repeat(vectors[:200:10], 100, axis=0) + 0.05 * rng.standard_normal((2000, 24)).astype(np.float32)
-        crowd_chunks = [Chunk(f"notes:{n}", "notes", n, "crowd", Provenance(document_id=f"c{n}", char_end=5),
-                              hashlib.sha256(b"crowd").hexdigest(), 1) for n in range(len(crowd))]
-        database.run_sync(lambda c: write(c, PartitionKey("memory", "other", "s1", "notes"),
-                                          [MemoryDocument(f"c{n}", "crowd", {}) for n in range(len(crowd))],
-                                          Prepared("synthetic", "none", crowd_chunks, crowd)), tenant="other")
-        space = database.run_sync(lambda c: c.execute("SELECT s.id FROM ragsidecar_memory_spaces s JOIN "
-                                                      "ragsidecar_memory_partitions p ON p.id = s.partition "
-                                                      "WHERE p.tenant = 'acme'").fetchone()[0])
-        shared = PostgresIndex(database, "acme", space, len(chunks), "none")
-        embedded = HybridIndex.build([IndexedChunk(c.provenance.document_id, c.text, {}) for c in chunks], vectors)
-        claims = [queries[q] for q in sorted(queries)[:20]]
-        near = [vectors[n] + 0.5 * rng.standard_normal(24).astype(np.float32) for n in range(0, 200, 10)]
+# -- the store on its own: two instances (replicas) on one database ----------------------------------------------
 
-        def rankings() -> list[tuple[list[str], list[str]]]:
-            return [([h.chunk.id for h in embedded.search(v, claim, 10, 50)],
-                     [h.chunk.meta["document_id"] for h in shared.search(v, claim, 10, 50)])
-                    for v, claim in zip(near, claims)]
+DIMENSIONS = 16
 
-        exact = rankings()
-        monkeypatch.setattr(store_search, "EXACT_SEARCH_UP_TO", 0)
-        walked = metrics.STORE_DENSE_SEARCHES.labels("approximate")._value.get()
-        approximate = rankings()
-        assert metrics.STORE_DENSE_SEARCHES.labels("approximate")._value.get() - walked == len(claims)
-        for found in (exact, approximate):
-            assert all(ours[0] == theirs[0] and len(set(ours) & set(theirs)) >= 9 for theirs, ours in found)
-            assert sum(ours == theirs for theirs, ours in found) >= len(claims) - 2
-        # Another tenant's transaction finds nothing of it.
-        assert PostgresIndex(database, "other", space, len(chunks), "none").search(near[0], claims[0], 10) == []
-    finally:
-        asyncio.run(database.close())
+
+def vector_of(text: str) -> np.ndarray:
+    """A unit vector drawn from the text's hash: equal texts, equal vectors."""
+    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+    vector = np.random.default_rng(seed).standard_normal(DIMENSIONS).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+async def sentences(scope: Scope, name: str, units: list[Unit]) -> Prepared:
+    """The catalog's chunk-and-embed, standing in for the models: one chunk per sentence, a vector per text."""
+    chunks = [Chunk(f"{name}:{n}", name, n, text, unit.provenance, hashlib.sha256(text.encode()).hexdigest(), 1)
+              for unit in units for n, text in enumerate(unit.text.split(". "))]
+    vectors = np.stack([vector_of(c.text) for c in chunks]) if chunks else np.zeros((0, DIMENSIONS), np.float32)
+    return Prepared("sentences", "none", chunks, vectors)
+
+
+def run_replicas(postgres, name: str, test, log_entries: int = 10_000) -> None:
+    """Runs `test(database, a, b)` with two stores on a fresh database, as two replicas would have them."""
+    async def main() -> None:
+        database = Database(postgres.database(name), 4, row_level_security=False)
+        await database.start()
+        try:
+            stores = [PostgresMemoryStore(database, namespace="memory", prepare=sentences,
+                                          indexes=ResidentIndexes(f"{name}_{n}", 1 << 28, 1, "f16"),
+                                          max_request_bytes=1 << 20, change_log_entries=log_entries)
+                      for n in range(2)]
+            await test(database, *stores)
+        finally:
+            await database.close()
+
+    asyncio.run(main())
+
+
+async def stored_chunks(database: Database, tenant: str) -> dict[str, str]:
+    """Chunk key -> text of the tenant's chunks, as the database holds them."""
+    return dict(await database.run(lambda c: c.execute(
+        "SELECT key, text FROM ragsidecar_memory_chunks WHERE tenant = %s", (tenant,)).fetchall(), tenant=tenant))
+
+
+def catch_ups(how: str) -> float:
+    return metrics.PARTITION_CATCH_UPS.labels(how)._value.get()
+
+
+def test_the_change_log_stays_within_its_bound_and_a_replica_behind_it_reloads(postgres) -> None:
+    where = Scope("acme", "s1")
+
+    async def test(database: Database, a: PostgresMemoryStore, b: PostgresMemoryStore) -> None:
+        await a.upsert(where, "notes", [MemoryDocument("keep", "Ada keeps the keys. The depot opens at 7am", {})])
+        behind = await b.index(where, "notes", "sentences", "none")  # at the first change
+        await a.index(where, "notes", "sentences", "none")
+        pruned, reloads, changes = (metrics.STORE_CHANGE_LOG_PRUNED._value.get(), catch_ups("reload"),
+                                    catch_ups("changes"))
+        for n in range(20):  # each replacement of "twice" removes (and logs) two chunk keys
+            await a.upsert(where, "notes", [MemoryDocument("twice", f"Round {n} starts. Round {n} ends", {})])
+            log = await database.run(lambda c: c.execute(
+                "SELECT count(r.key), max(s.logged), max(s.log_from) FROM ragsidecar_memory_spaces s "
+                "LEFT JOIN ragsidecar_memory_removals r ON r.space = s.id").fetchone(), tenant="acme")
+            assert log[0] <= 6 and log[1] == log[0], (n, log)
+            if n == 1:  # within the log: a's index catches up from it
+                assert len((await a.index(where, "notes", "sentences", "none")).index) == 4
+                assert (catch_ups("changes"), catch_ups("reload")) == (changes + 1, reloads)
+        assert metrics.STORE_CHANGE_LOG_PRUNED._value.get() - pruned == 2 * 19 - log[0]
+        caught_up = await b.index(where, "notes", "sentences", "none")  # behind the log's start: reloads
+        assert catch_ups("reload") == reloads + 1
+        assert caught_up.index is not behind.index and caught_up.documents == 2
+        assert caught_up.index.search(vector_of("Round 19 ends"), "", 1)[0].chunk.text == "Round 19 ends"
+        assert sorted(c.text for c in caught_up.index.chunks()) == sorted(
+            (await stored_chunks(database, "acme")).values())
+
+    run_replicas(postgres, "pgb_change_log", test, log_entries=6)
+
+
+def test_interleaved_writes_on_two_replicas_leave_both_indexes_equal_to_the_database(postgres) -> None:
+    """Upserts, replacements and deletes on either replica, some at once, with searches on both in between: every
+    acknowledged write is in the other's next index, and at the end both hold exactly the database's chunks."""
+    where = Scope("acme", "s1")
+    rng = random.Random(7)
+
+    async def step(store: PostgresMemoryStore, n: int) -> None:
+        if rng.random() < 0.3:
+            await store.delete(where, "notes", [f"d{rng.randrange(12)}"])
+        else:
+            text = ". ".join(f"Note {n} part {p}" for p in range(rng.randint(1, 3)))
+            await store.upsert(where, "notes", [MemoryDocument(f"d{rng.randrange(12)}", text, {})])
+
+    async def test(database: Database, a: PostgresMemoryStore, b: PostgresMemoryStore) -> None:
+        for n in range(40):
+            writer, reader = (a, b) if rng.random() < 0.5 else (b, a)
+            await asyncio.gather(step(writer, n), step(reader, 1000 + n), reader.index(where, "notes", "sentences", "none"))
+            stored = await stored_chunks(database, "acme")
+            for store in (reader, writer):
+                index = (await store.index(where, "notes", "sentences", "none")).index
+                assert index.keys() == set(stored) and sorted(c.text for c in index.chunks()) == sorted(
+                    stored.values()), n
+        assert catch_ups("changes") > 40
+
+    run_replicas(postgres, "pgb_interleaved", test)
