@@ -90,6 +90,8 @@ class Sidecar:
         self.process: subprocess.Popen[str] | None = None
         self.address = ""
         self.unix_address = ""
+        # The HTTP API's base URL, when [http] port is set.
+        self.http_url = ""
         self.output: list[str] = []
         self._listening = threading.Event()
 
@@ -121,6 +123,8 @@ class Sidecar:
                 self.unix_address = match.group(1)
             elif match:
                 self.address = match.group(1)
+            if line.startswith("ragsidecar http on "):
+                self.http_url = line.split()[-1]
             if line.startswith("ragsidecar metrics on") or (match and not self.config.get("metrics", {}).get("port")):
                 self._listening.set()
 

@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="TCP port, 0 for any free port (overrides server.port)")
     serve.add_argument("--unix-socket", help="also listen on this Unix socket (overrides server.unix_socket)")
     serve.add_argument("--metrics-port", type=int, help="Prometheus port, 0 disables (overrides metrics.port)")
+    serve.add_argument("--http-port", type=int,
+                       help="also serve the Cohere/Jina/TEI rerank and OpenAI embeddings HTTP API on this port, "
+                            "0 disables (overrides http.port)")
 
     models = commands.add_parser("models", help="manage model files")
     model_commands = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     overrides = {"RAGSIDECAR_HOST": args.host, "RAGSIDECAR_PORT": args.port, "RAGSIDECAR_UNIX_SOCKET": args.unix_socket,
-                 "RAGSIDECAR_METRICS_PORT": args.metrics_port}
+                 "RAGSIDECAR_METRICS_PORT": args.metrics_port, "RAGSIDECAR_HTTP_PORT": args.http_port}
     environ = {**os.environ, **{k: str(v) for k, v in overrides.items() if v is not None}}
     config = load_config(args.config, environ)
     config.check_listener_protected()

@@ -33,6 +33,8 @@ ENV_OVERRIDES: tuple[tuple[str, str, str], ...] = (
     ("RAGSIDECAR_PORT", "server", "port"),
     ("RAGSIDECAR_UNIX_SOCKET", "server", "unix_socket"),
     ("RAGSIDECAR_METRICS_PORT", "metrics", "port"),
+    ("RAGSIDECAR_HTTP_HOST", "http", "host"),
+    ("RAGSIDECAR_HTTP_PORT", "http", "port"),
     ("RAGSIDECAR_MODELS_DIR", "paths", "models_dir"),
     ("RAGSIDECAR_DATA_DIR", "paths", "data_dir"),
 )
@@ -78,6 +80,18 @@ class MetricsConfig:
     host: str = "127.0.0.1"
     # Prometheus exposition port; 0 disables metrics.
     port: int = 9464
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """The optional HTTP listener (Cohere-, Jina- and TEI-style rerank, OpenAI-style embeddings) beside gRPC.
+
+    It shares the models, queues, caches, metrics, token and TLS of the gRPC listener; its request bodies are
+    bounded by server.max_message_bytes."""
+
+    host: str = "127.0.0.1"
+    # 0 disables the listener (the default).
+    port: int = 0
 
 
 @dataclass(frozen=True)
@@ -225,6 +239,7 @@ class Config:
     auth: AuthConfig = field(default_factory=AuthConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
@@ -250,11 +265,14 @@ class Config:
         return (cross or list(self.models) or [None])[0]
 
     def check_listener_protected(self) -> None:
-        """A TCP listener beyond loopback needs a bearer token or TLS, unless server.allow_unprotected_remote."""
-        host = self.server.host
-        if _is_loopback(host) or self.server.allow_unprotected_remote or self.tls.cert_file or self.bearer_token():
+        """A TCP listener (gRPC, or HTTP when on) beyond loopback needs a bearer token or TLS, unless
+        server.allow_unprotected_remote."""
+        listeners = [("server.host", self.server.host)] + ([("http.host", self.http.host)] if self.http.port else [])
+        remote = [(key, host) for key, host in listeners if not _is_loopback(host)]
+        if not remote or self.server.allow_unprotected_remote or self.tls.cert_file or self.bearer_token():
             return
-        raise ConfigError(f"server.host: {host!r} is reachable beyond this machine but neither auth (a bearer "
+        key, host = remote[0]
+        raise ConfigError(f"{key}: {host!r} is reachable beyond this machine but neither auth (a bearer "
                           "token) nor tls is configured; configure one, or set server.allow_unprotected_remote")
 
     def bearer_token(self) -> str | None:
@@ -438,7 +456,8 @@ def _validate(config: Config, check_files: bool) -> None:
                         ("retrieval.rerank_weight", retrieval.rerank_weight)):
         if not 0 <= weight <= 1:
             raise ConfigError(f"{key}: must be in [0, 1], got {weight}")
-    for key, port in (("server.port", config.server.port), ("metrics.port", config.metrics.port)):
+    for key, port in (("server.port", config.server.port), ("metrics.port", config.metrics.port),
+                      ("http.port", config.http.port)):
         if not 0 <= port <= 65535:
             raise ConfigError(f"{key}: {port} is not a port number")
     if bool(config.tls.cert_file) != bool(config.tls.key_file):

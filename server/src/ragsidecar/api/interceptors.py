@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import inspect
 import logging
 import time
@@ -16,6 +14,7 @@ import grpc
 
 from ragsidecar import metrics
 from ragsidecar.api.status import abort
+from ragsidecar.auth import BearerToken
 from ragsidecar.errors import ErrorKind, SidecarError
 
 log = logging.getLogger("ragsidecar.requests")
@@ -135,21 +134,18 @@ def _checking_each_request(behaviour: Any, refuse: Callable[[Any, Any], Awaitabl
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Requires `authorization: Bearer <token>` on every service but health.
-
-    The scheme is case-insensitive (RFC 7235); two Authorization headers are refused rather than picking
-    one; the token is compared in constant time (digests, so not even its length shows); a refused call's
-    request bytes are never decoded.
-    """
+    """Requires `authorization: Bearer <token>` (auth.BearerToken) on every service but health; a refused call's
+    request bytes are never decoded."""
 
     def __init__(self, token: str) -> None:
-        self._expected = hashlib.sha256(token.encode()).digest()
+        self._token = BearerToken(token)
 
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:
         handler = await continuation(details)
         if handler is None or details.method.startswith(_HEALTH_PREFIX):
             return handler
-        why = self._refusal(details.invocation_metadata or ())
+        sent = [value for key, value in details.invocation_metadata or () if key == "authorization"]
+        why = self._token.refusal(sent)
         if why is None:
             return handler
 
@@ -160,21 +156,6 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return denied
 
         return _replace_behaviour(handler, refuse, _ignored)
-
-    def _refusal(self, metadata: Any) -> str | None:
-        """Why the call's credentials are refused, or None when they are accepted."""
-        sent = [value for key, value in metadata if key == "authorization"]
-        if not sent:
-            return "missing bearer token"
-        if len(sent) > 1:
-            return "more than one authorization header"
-        credentials = sent[0].encode() if isinstance(sent[0], str) else sent[0]
-        scheme, _, token = credentials.partition(b" ")
-        if scheme.lower() != b"bearer":
-            return "the authorization header is not a bearer token"
-        if not hmac.compare_digest(hashlib.sha256(token.strip(b" ")).digest(), self._expected):
-            return "wrong bearer token"
-        return None
 
 
 def _ignored(_raw: bytes) -> None:

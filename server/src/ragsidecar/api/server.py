@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -17,13 +18,18 @@ from ragsidecar.api.chat_service import ChatKnowledgeService
 from ragsidecar.api.interceptors import AccessLogInterceptor, AuthInterceptor, DecodeGuardInterceptor
 from ragsidecar.api.reranker_service import RerankerService
 from ragsidecar.api.retrieval_service import RetrievalService
+from ragsidecar.auth import BearerToken
 from ragsidecar.config import Config, ConfigError, load_config
+from ragsidecar.embedding import Embedder
 from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge.runtime import RetrievalRuntime
 from ragsidecar.reranking import Reranker
 from ragsidecar.store.database import open_database
 from ragsidecar.v1 import (chat_knowledge_pb2, chat_knowledge_pb2_grpc, reranker_pb2, reranker_pb2_grpc,
                            retrieval_pb2, retrieval_pb2_grpc)
+
+if TYPE_CHECKING:
+    from ragsidecar.http.listener import HttpListener
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +55,14 @@ class Sidecar:
         self._stopped = asyncio.Event()
         self._model_health_names: set[str] = set()
         self._background: set[asyncio.Task] = set()
+        inference = config.inference
+        self.reranker = Reranker(self.registry, inference.max_documents_per_request, inference.cache_bytes)
         self._server = self._build_server()
+        # The HTTP listener ([http] port), started by `listen`; its URL once it serves.
+        self._http: HttpListener | None = None
+        self.http_url: str | None = None
+        # The overall health (the health service's "" entry), which the HTTP API's /health reports too.
+        self.serving = False
         self.addresses: list[str] = []
         self.metrics_port: int | None = None
 
@@ -64,9 +77,8 @@ class Sidecar:
         limit = config.server.max_message_bytes
         server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)])
-        reranker = Reranker(self.registry, config.inference.max_documents_per_request, config.inference.cache_bytes)
-        reranker_pb2_grpc.add_RerankerServiceServicer_to_server(RerankerService(self.registry, reranker), server)
-        runtime = RetrievalRuntime(config, self.registry, reranker, self.database)
+        reranker_pb2_grpc.add_RerankerServiceServicer_to_server(RerankerService(self.registry, self.reranker), server)
+        runtime = RetrievalRuntime(config, self.registry, self.reranker, self.database)
         retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalService(runtime), server)
         chat = ChatKnowledgeService(runtime, config.retrieval)
         chat_knowledge_pb2_grpc.add_ChatKnowledgeServiceServicer_to_server(chat, server)
@@ -100,8 +112,22 @@ class Sidecar:
                     else self._server.add_insecure_port(target))
             self.addresses.append(target if target.startswith("unix:") else f"{server_config.host}:{port}")
         await self._server.start()
+        if self._config.http.port:
+            self._http = self._build_http()
+            self.http_url = await self._http.start()
         if self._config.metrics.port:
             self.metrics_port = metrics.serve_metrics(self._config.metrics.host, self._config.metrics.port)
+
+    def _build_http(self) -> HttpListener:
+        # The HTTP stack loads only when it serves.
+        from ragsidecar.http.app import Services
+        from ragsidecar.http.listener import HttpListener
+
+        token = self._config.bearer_token()
+        embedder = Embedder(self.registry, self._config.inference.max_documents_per_request)
+        services = Services(self.registry, self.reranker, embedder, BearerToken(token) if token else None,
+                            self._config.server.max_message_bytes, lambda: self.serving)
+        return HttpListener(self._config, services)
 
     async def load_models(self) -> None:
         self.registry.on_change(self._schedule_health_refresh)
@@ -136,6 +162,7 @@ class Sidecar:
         # Overall: every enabled service is up (a sidecar configured without an embedder only reranks). While the
         # store's database is unreachable retrieval and chat are down, so the overall entry is too; Rerank serves.
         overall = ready[SERVICE_NAMES[0]] and (ready[SERVICE_NAMES[1]] or not embedder)
+        self.serving = overall
         await self._health.set("", SERVING if overall else NOT_SERVING)
 
     async def _set_health(self, status: int) -> None:
@@ -178,11 +205,13 @@ class Sidecar:
         if self._stopping.is_set():
             return
         self._stopping.set()
+        self.serving = False
         await self._set_health(NOT_SERVING)
         for name in self._model_health_names:
             await self._health.set(name, NOT_SERVING)
         log.info("shutting down; draining in-flight calls for up to %.1fs", self._config.server.shutdown_grace_s)
-        await self._server.stop(self._config.server.shutdown_grace_s)
+        await asyncio.gather(self._server.stop(self._config.server.shutdown_grace_s),
+                             *([self._http.stop()] if self._http else []))
         await self.registry.close()
         if self.database is not None:
             await self.database.close()
@@ -215,6 +244,8 @@ async def serve(config_path: Path, config: Config, environ: dict[str, str]) -> N
     await sidecar.listen()
     for address in sidecar.addresses:
         print(f"ragsidecar listening on {address}", flush=True)
+    if sidecar.http_url:
+        print(f"ragsidecar http on {sidecar.http_url}", flush=True)
     if sidecar.metrics_port:
         print(f"ragsidecar metrics on http://{config.metrics.host}:{sidecar.metrics_port}/metrics", flush=True)
     await sidecar.load_models()

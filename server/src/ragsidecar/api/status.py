@@ -72,8 +72,8 @@ def _violations_within(violations: list[Violation], room: int) -> tuple[list[Any
     """The first violations, each cut, that fit `room` bytes; then one saying how many were left out."""
     kept: list[Any] = []
     for violation in violations[:MAX_VIOLATIONS]:
-        cut = error_details_pb2.BadRequest.FieldViolation(field=_cut_text(violation.field, MAX_TEXT_BYTES),
-                                                          description=_cut_text(violation.description,
+        cut = error_details_pb2.BadRequest.FieldViolation(field=cut_text(violation.field, MAX_TEXT_BYTES),
+                                                          description=cut_text(violation.description,
                                                                                 MAX_TEXT_BYTES))
         room -= cut.ByteSize() + 4  # the tag and length that frame it
         if room < 0:
@@ -88,10 +88,10 @@ def _violations_within(violations: list[Violation], room: int) -> tuple[list[Any
 
 def _metadata_within_budget(metadata: dict[str, str]) -> dict[str, str]:
     entries = list(metadata.items())[:MAX_METADATA_ENTRIES]
-    return {_cut_text(key, _MAX_KEY_BYTES): _cut_text(value, MAX_TEXT_BYTES) for key, value in entries}
+    return {cut_text(key, _MAX_KEY_BYTES): cut_text(value, MAX_TEXT_BYTES) for key, value in entries}
 
 
-def _cut_text(text: str, limit: int) -> str:
+def cut_text(text: str, limit: int) -> str:
     """At most `limit` UTF-8 bytes, cut on a character boundary and marked when cut; always valid UTF-8."""
     data = text[:limit + 1].encode("utf-8", "replace")
     if len(data) <= limit:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -46,6 +47,19 @@ class ScoredBatch:
     tokenization_s: float
     queue_s: float
     inference_s: float
+
+
+class Embedded(NamedTuple):
+    """Texts embedded by a bi-encoder."""
+
+    # One unit float32 row per text.
+    vectors: np.ndarray
+    # Whether each text was cut to the model's window.
+    truncated: list[bool]
+    queue_s: float
+    inference_s: float
+    # Tokens of each text's model input, special tokens included.
+    tokens: list[int]
 
 
 class QueryTooLong(ValueError):
@@ -178,8 +192,8 @@ class BiEncoder(LoadedModel):
     def dimensions(self) -> int:
         return self.backend.output_width or 0
 
-    async def embed(self, texts: list[str], deadline: float | None = None) -> tuple[np.ndarray, list[bool], float, float]:
-        """Unit vectors for the texts, whether each was cut, and the queue and inference seconds."""
+    async def embed(self, texts: list[str], deadline: float | None = None) -> Embedded:
+        """Unit vectors for the texts, whether each was cut, the queue and inference seconds, and token counts."""
         keep = self.encoder.single_budget
         encodings = await run_stoppable(lambda stop: self.encoder.encode(texts, keep_tokens=keep, stop=stop), deadline,
                                         self.id, f"model {self.id!r} tokenized the texts")
@@ -187,7 +201,8 @@ class BiEncoder(LoadedModel):
         result = await self.queue.submit(list(inputs), deadline)
         vectors = np.stack([self._pool(out, one) for out, one in zip(result.outputs, inputs)])
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        return vectors.astype(np.float32), list(truncated), result.queue_s, result.inference_s
+        return Embedded(vectors.astype(np.float32), list(truncated), result.queue_s, result.inference_s,
+                        [len(one) for one in inputs])
 
     def _pool(self, output: np.ndarray, one: ModelInput) -> np.ndarray:
         if output.ndim == 1:  # the graph pools itself (a sentence-embedding export)
@@ -197,7 +212,7 @@ class BiEncoder(LoadedModel):
     async def score(self, query: str, documents: list[str], max_document_tokens: int | None, window: bool,
                     deadline: float | None) -> ScoredBatch:
         started = time.perf_counter()
-        vectors, truncated, queue_s, inference_s = await self.embed([query, *documents], deadline)
+        vectors, truncated, queue_s, inference_s, _ = await self.embed([query, *documents], deadline)
         cosines = vectors[1:] @ vectors[0]
         scores = [PairScore(float(c), 0, t, 0) for c, t in zip(cosines, truncated[1:])]
         total = time.perf_counter() - started
