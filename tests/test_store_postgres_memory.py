@@ -381,7 +381,8 @@ def test_interleaved_writes_on_two_replicas_leave_both_indexes_equal_to_the_data
     async def test(database: Database, a: PostgresMemoryStore, b: PostgresMemoryStore) -> None:
         for n in range(40):
             writer, reader = (a, b) if rng.random() < 0.5 else (b, a)
-            await asyncio.gather(step(writer, n), step(reader, 1000 + n), reader.index(where, "notes", "sentences", "none"))
+            await asyncio.gather(step(writer, n), step(reader, 1000 + n),
+                                 reader.index(where, "notes", "sentences", "none"))
             stored = await stored_chunks(database, "acme")
             for store in (reader, writer):
                 index = (await store.index(where, "notes", "sentences", "none")).index
