@@ -142,21 +142,20 @@ async def _index(args: argparse.Namespace) -> int:
     from ragsidecar.knowledge.catalog import Catalog, source_error
     from ragsidecar.knowledge.declarations import Entry, Scope, SourceType, Use
     from ragsidecar.knowledge.sources import SourceError
-    from ragsidecar.store.database import open_database
+    from ragsidecar.store.factory import open_backend
     from ragsidecar.store.migrate import SchemaError
 
     config = load_config(args.config)
     # Only the embedder is needed: skip loading the rerankers.
     config = dataclasses.replace(config, models=tuple(m for m in config.models if m.id == config.retrieval.embedder))
     # With the PostgreSQL store the vectors also go to the embedding cache every replica shares.
-    database = open_database(config)
+    backend = open_backend(config)
     registry = ModelRegistry(config)
     await registry.start()
-    catalog = Catalog(config, registry, database)
+    catalog = Catalog(config, registry, backend)
     catalog.on_progress = _progress_bar
     try:
-        if database is not None:
-            await database.start()
+        await backend.start()
         location = catalog.resolve_path(args.path)
         kind = SourceType.FILE if location.is_file() else SourceType.DIRECTORY
         entry = Entry(args.name, kind, Use.SEARCH, args.path)
@@ -170,9 +169,8 @@ async def _index(args: argparse.Namespace) -> int:
         return 1
     finally:
         await registry.close()
-        if database is not None:
-            await database.close()
-    print(f"\nindexed {args.name}: {len(source.units)} documents, {len(source.index or [])} chunks in "
+        await backend.close()
+    print(f"\nindexed {args.name}: {source.documents} documents, {len(source.index or [])} chunks in "
           f"{time.monotonic() - started:.1f}s -> {catalog.index_folder(entry, Scope(tenant='cli'))}")
     return 0
 

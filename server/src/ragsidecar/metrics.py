@@ -69,11 +69,22 @@ SHARED_EMBEDDING_HITS = Counter("ragsidecar_shared_embedding_hits_total",
 STORE_FILLED_CHUNKS = Counter("ragsidecar_store_filled_chunks_total",
                               "MEMORY chunks (postgres store) cut and embedded on load for documents another "
                               "replica's embedder wrote")
-STORE_DENSE_SEARCHES = Counter("ragsidecar_store_dense_searches_total",
-                               "Dense searches of MEMORY in the postgres store, by how: exact (a small space), "
-                               "approximate (HNSW), approximate_short (HNSW returned too few, exact scan instead)",
-                               ["how"])
+STORE_CHANGE_LOG_ENTRIES = Gauge("ragsidecar_store_change_log_entries",
+                                 "Removed chunk keys in the postgres store's change log, every partition's, as last "
+                                 "counted by this replica (at most once a minute, after a write that logged some); "
+                                 "at most 10,000 per space")
+STORE_CHANGE_LOG_PRUNED = Counter("ragsidecar_store_change_log_pruned_total",
+                                  "Removed chunk keys pruned from the postgres store's change log past its bound per "
+                                  "space (replicas further behind reload the space)")
 
+INDEX_COMPACTIONS = Counter("ragsidecar_index_compactions_total",
+                            "Indexes rebuilt from their live chunks in the background once removed chunks outnumbered "
+                            "them")
+INDEX_COMPACTIONS_PENDING = Gauge("ragsidecar_index_compactions_pending",
+                                  "Indexes waiting for the background compaction thread")
+PARTITION_CATCH_UPS = Counter("ragsidecar_partition_catch_ups_total",
+                              "Searches of a MEMORY or binding partition that first applied changes to its resident "
+                              "index, by how: changes (from the change log) or reload (the whole partition)", ["how"])
 
 def track_size(cache: str, sized: Any) -> None:
     """Exposes a bounded cache's `len()` and `.bytes` as ragsidecar_cache_entries/_bytes{cache=...}."""

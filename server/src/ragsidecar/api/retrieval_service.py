@@ -13,7 +13,7 @@ from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
 from ragsidecar.identifiers import id_problems
 from ragsidecar.knowledge.declarations import (Action, Entry, Llm, RerankOrder, RetrievalMode, Scope, SourceType,
                                                Target, Use)
-from ragsidecar.knowledge.memory import MemoryDocument
+from ragsidecar.store.interface import MemoryDocument
 from ragsidecar.knowledge.runtime import Block, Hit, RetrievalRuntime, SearchSpec, StaleSource, Work
 from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc
 

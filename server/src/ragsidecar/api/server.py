@@ -24,7 +24,7 @@ from ragsidecar.embedding import Embedder
 from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge.runtime import RetrievalRuntime
 from ragsidecar.reranking import Reranker
-from ragsidecar.store.database import open_database
+from ragsidecar.store.factory import open_backend
 from ragsidecar.v1 import (chat_knowledge_pb2, chat_knowledge_pb2_grpc, reranker_pb2, reranker_pb2_grpc,
                            retrieval_pb2, retrieval_pb2_grpc)
 
@@ -48,8 +48,8 @@ class Sidecar:
         self._environ = environ
         self._config = config
         self.registry = ModelRegistry(config)
-        # The shared store ([store] backend = "postgres"), None when embedded; connected by `listen`.
-        self.database = open_database(config, environ)
+        # The storage backend ([store] backend); started by `listen`.
+        self.backend = open_backend(config, environ)
         self._health = health.aio.HealthServicer()
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -78,7 +78,7 @@ class Sidecar:
         server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)])
         reranker_pb2_grpc.add_RerankerServiceServicer_to_server(RerankerService(self.registry, self.reranker), server)
-        runtime = RetrievalRuntime(config, self.registry, self.reranker, self.database)
+        runtime = RetrievalRuntime(config, self.registry, self.reranker, self.backend)
         retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalService(runtime), server)
         chat = ChatKnowledgeService(runtime, config.retrieval)
         chat_knowledge_pb2_grpc.add_ChatKnowledgeServiceServicer_to_server(chat, server)
@@ -98,9 +98,8 @@ class Sidecar:
 
         The store's database is connected (and migrated) first: a schema this build cannot use stops start-up, an
         unreachable database does not (retrieval and chat say NOT_SERVING until the probe reaches it)."""
-        if self.database is not None:
-            self.database.on_health_change(lambda _healthy: self._schedule_health_refresh())
-            await self.database.start()
+        self.backend.on_health_change(lambda _healthy: self._schedule_health_refresh())
+        await self.backend.start()
         await self._refresh_health()
         credentials = self._credentials()
         server_config = self._config.server
@@ -153,7 +152,7 @@ class Sidecar:
         self._model_health_names = names
         default = self._config.default_model()
         embedder = self._config.retrieval.embedder
-        store_up = self.database is None or self.database.healthy
+        store_up = self.backend.healthy
         ready = {SERVICE_NAMES[0]: default is None or self.registry.is_ready(default.id),
                  SERVICE_NAMES[1]: bool(embedder) and self.registry.is_ready(embedder) and store_up}
         ready[SERVICE_NAMES[2]] = ready[SERVICE_NAMES[1]]
@@ -213,8 +212,7 @@ class Sidecar:
         await asyncio.gather(self._server.stop(self._config.server.shutdown_grace_s),
                              *([self._http.stop()] if self._http else []))
         await self.registry.close()
-        if self.database is not None:
-            await self.database.close()
+        await self.backend.close()
         self._stopped.set()
 
     async def wait_stopped(self) -> None:

@@ -10,71 +10,30 @@ OpenBinding; the binding id, which is logged and echoed in error details, is not
 Only the handle's sha256 is kept (in memory or in the database), compared in constant time with the digest
 of the handle presented; a handle is never logged (`repr=False`), stored or put in an error.
 
-Where the open bindings are kept is the registry's business: in server memory (the embedded store: this
-process only), or in PostgreSQL (`[store] backend = "postgres"`, store/bindings.py), where a binding opened
-on one replica is used and closed on any other. Either way open bindings are bounded (count, least recently
+Where the open bindings are kept is the storage backend's business (its BindingRegistry): in server memory
+(the embedded backend: this process only), or in PostgreSQL (store/bindings.py), where a binding opened on one
+replica is used and closed on any other. Either way open bindings are bounded (count, least recently
 used closed first) and closed after an idle time, so a host that forgets to close them cannot grow the
 server without limit; both are counted in metrics.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Protocol
+from dataclasses import replace
 
 from ragsidecar import metrics
 from ragsidecar.errors import ErrorKind, SidecarError
 from ragsidecar.knowledge.catalog import Catalog
-from ragsidecar.knowledge.declarations import Entry, Scope, SourceType, Use
-from ragsidecar.knowledge.memory import MemoryDocument, UpsertOutcome
+from ragsidecar.knowledge.declarations import Scope
+from ragsidecar.store.interface import Binding, MemoryDocument, UpsertOutcome
 
 # Random bytes of a binding id (not a secret) and of a handle (the secret).
 _ID_BYTES, _HANDLE_BYTES = 18, 32
-
-
-@dataclass(frozen=True)
-class Binding:
-    id: str
-    owner_id: str
-    scope: Scope
-    source: str
-    top_k: int
-    declared: bool
-    handle_digest: bytes = field(default=b"", repr=False, compare=False)
-    # The handle itself: set only on the binding OpenBinding returns, never kept.
-    handle: str = field(default="", repr=False, compare=False)
-
-    @property
-    def entry(self) -> Entry:
-        """The binding as a SEARCH source; hits name it by id until the turn renames them to `source`."""
-        return Entry(self.id, SourceType.BINDING, Use.SEARCH, top_k=self.top_k)
-
-
-class Registry(Protocol):
-    """Where the open bindings are kept, least recently used first; `use` makes one the most recent."""
-
-    async def add(self, binding: Binding, max_open: int) -> list[Binding]:
-        """Keeps the binding; removes and returns the least recently used others past `max_open`."""
-
-    async def find(self, binding_id: str, tenant: str) -> Binding | None:
-        """The open binding with that id (`tenant` is the caller's, for the database's row security)."""
-
-    async def use(self, binding: Binding) -> None: ...
-
-    async def remove(self, binding: Binding) -> bool:
-        """False when it was no longer open (closed meanwhile, here or elsewhere)."""
-
-    async def remove_idle(self, idle_seconds: float) -> list[Binding]:
-        """Removes and returns the bindings unused for `idle_seconds`."""
-
-    async def count(self) -> int: ...
 
 
 class Bindings:
@@ -86,7 +45,7 @@ class Bindings:
         self._catalog = catalog
         self._store = catalog.bindings
         self._max_open, self._idle_seconds = max_open, idle_seconds
-        self._registry = _registry(catalog, clock)
+        self._registry = catalog.backend.binding_registry(clock)
 
     async def open(self, owner_id: str, scope: Scope, source: str, top_k: int, declared: bool) -> Binding:
         await self._close_idle()
@@ -122,7 +81,7 @@ class Bindings:
         if reset:
             await self._store.clear(binding.scope, binding.id)
         self._catalog.forget(binding.entry, binding.scope)
-        return await asyncio.to_thread(self._store.count, binding.scope, binding.id)
+        return await self._store.count(binding.scope, binding.id)
 
     async def close(self, binding_id: str, owner_id: str, scope: Scope, handle: str) -> bool:
         """Releases an open binding; an id that is not open is already closed (False)."""
@@ -152,62 +111,6 @@ class Bindings:
             metrics.CLOSED_BINDINGS.labels(why).inc()
             self._catalog.forget(binding.entry, binding.scope)
             await self._store.drop(binding.scope, binding.id)
-
-
-class InMemoryRegistry:
-    """This process's open bindings (the embedded store): an OrderedDict, least recently used first."""
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self._clock = clock
-        self._open: OrderedDict[str, Binding] = OrderedDict()
-        self._used: dict[str, float] = {}
-
-    async def add(self, binding: Binding, max_open: int) -> list[Binding]:
-        evicted = []
-        while len(self._open) >= max_open:
-            evicted.append(self._pop(next(iter(self._open))))
-        self._open[binding.id] = binding
-        await self.use(binding)
-        return evicted
-
-    async def find(self, binding_id: str, tenant: str) -> Binding | None:
-        return self._open.get(binding_id)
-
-    async def use(self, binding: Binding) -> None:
-        self._open.move_to_end(binding.id)
-        self._used[binding.id] = self._clock()
-
-    async def remove(self, binding: Binding) -> bool:
-        if binding.id not in self._open:
-            return False
-        self._pop(binding.id)
-        return True
-
-    async def remove_idle(self, idle_seconds: float) -> list[Binding]:
-        """The oldest uses come first, so this stops at the first binding still in use (the cost is the
-        number closed)."""
-        oldest_allowed, idle = self._clock() - idle_seconds, []
-        while self._open:
-            binding_id = next(iter(self._open))
-            if self._used[binding_id] > oldest_allowed:
-                break
-            idle.append(self._pop(binding_id))
-        return idle
-
-    async def count(self) -> int:
-        return len(self._open)
-
-    def _pop(self, binding_id: str) -> Binding:
-        del self._used[binding_id]
-        return self._open.pop(binding_id)
-
-
-def _registry(catalog: Catalog, clock: Callable[[], float]) -> Registry:
-    if catalog.database is None:
-        return InMemoryRegistry(clock)
-    from ragsidecar.store.bindings import PostgresRegistry  # the store imports this module's Binding
-
-    return PostgresRegistry(catalog.database)
 
 
 def _digest(handle: str) -> bytes:

@@ -4,12 +4,16 @@ A source's identity is its name, type and location; its index key hashes what we
 their sizes and modification times, and the model fingerprint: the embedder's files, pooling, max_length,
 query prefix and chunking settings, so that a model reload never mixes vectors of two encoders). An
 unchanged source is served from memory, or from its persisted index after a restart; a changed one is
-rebuilt, embedding only chunks whose text is new. A source whose reload fails is served from its last
-good index and says so (stale fallback). Every key built from caller ids goes through `key_of`.
+updated in place, re-reading, re-chunking and re-embedding only the files that changed (the embedding cache
+spares chunks whose text is unchanged). A source whose reload fails is served from its last good index and says
+so (stale fallback). Every key built from caller ids goes through `key_of`.
+
+MEMORY and chat-binding sources are the storage backend's (store/interface.py): each partition's index is
+kept caught up with every acknowledged write by its document store, and the catalog only asks for it.
 
 Loaded indexes (each the last good one of its source) live in an LRU bounded by their estimated bytes
-(retrieval.index_cache_bytes); an evicted source is read back from disk, or for MEMORY rebuilt from the
-embedding cache, on its next use, and has no stale fallback until then. A build runs as its own task
+(retrieval.index_cache_bytes); an evicted source is read back from disk on its next use, and has no stale
+fallback until then. A build runs as its own task
 that every caller awaits shielded, so a caller that cancels never fails the others sharing the build.
 Start-up sweeps what killed writes left and indexes superseded by newer ones of the same source.
 """
@@ -24,11 +28,9 @@ import glob
 import logging
 import shutil
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ragsidecar import metrics
@@ -39,17 +41,11 @@ from ragsidecar.identifiers import key_of
 from ragsidecar.inference.models import BiEncoder
 from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge import index as index_files
-from ragsidecar.knowledge.chunking import Chunk, chunk_units
+from ragsidecar.knowledge.chunking import Chunk, chunk_meta, chunk_units
 from ragsidecar.knowledge.declarations import Entry, Scope, SourceType, Use
 from ragsidecar.knowledge.index import HybridIndex, IndexCorrupt, IndexedChunk
-from ragsidecar.knowledge.memory import MemoryStore
-from ragsidecar.knowledge.sources import SourceError, Unit, inline_units, list_files, read_units
-from ragsidecar.store.database import Database
-from ragsidecar.store.embeddings import SharedEmbeddings
-
-if TYPE_CHECKING:
-    from ragsidecar.store.memory import PostgresMemoryStore, Prepared
-    from ragsidecar.store.search import PostgresIndex
+from ragsidecar.knowledge.sources import SourceError, Unit, inline_units, list_files, provenance_path, read_units
+from ragsidecar.store.interface import Backend, DocumentStore, Prepared
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +53,6 @@ _EMBED_BATCH = 128
 _PROGRESS_EVERY_S = 5.0
 # Estimated bytes of a loaded index per byte of its float32 vectors: the vectors, the HNSW graph and copy.
 _INDEX_BYTES_PER_VECTOR_BYTE = 2
-# Estimated bytes of a loaded source of the PostgreSQL store (its index is a handle on the database).
-_SHARED_SOURCE_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -68,48 +62,44 @@ class Stale:
 
 
 @dataclass(frozen=True)
+class FileState:
+    """A knowledge file as it was indexed."""
+
+    size: int
+    mtime_ns: int
+    relative: str  # the provenance path its chunks carry (meta "file")
+    units: int
+
+
+@dataclass(frozen=True)
 class LoadedSource:
     name: str
-    units: Sequence[Unit]
-    index: HybridIndex | PostgresIndex | None  # PostgresIndex: MEMORY and bindings with the postgres store
+    documents: int  # units (files' records and sections, MEMORY documents) the index was made of
+    index: HybridIndex | None
     built_at: dt.datetime
     # The model fingerprint its vectors came from: a query is searched in it only with a vector of the same.
     model: str
+    # FILE and DIRECTORY sources: each file's state when indexed (absolute path -> state), to update by file.
+    files: Mapping[str, FileState] = field(default_factory=dict)
     stale: Stale | None = None
 
 
 class Catalog:
-    def __init__(self, config: Config, registry: ModelRegistry, database: Database | None = None) -> None:
+    def __init__(self, config: Config, registry: ModelRegistry, backend: Backend) -> None:
         self._config = config
         self._registry = registry
-        # The shared store's database ([store] backend = "postgres"); None for the embedded backend.
-        self.database = database
+        # The storage backend (store/factory.py): MEMORY documents, bindings' corpora, shared vectors.
+        self.backend = backend
         self._roots = config.knowledge_roots()
         retrieval = config.retrieval
         self._index_dir = config.resolve(config.paths.data_dir) / "indexes"
-        self.memory: MemoryStore | PostgresMemoryStore
-        self.bindings: MemoryStore | PostgresMemoryStore
-        if database is None:
-            self.memory = MemoryStore(config.resolve(config.paths.data_dir) / "memory", name="memory_partitions",
-                                      resident_bytes=retrieval.memory_cache_bytes,
-                                      max_request_bytes=retrieval.max_memory_bytes_per_request)
-            # Chat bindings' live corpora: server memory only.
-            self.bindings = MemoryStore(None, name="binding_corpora", resident_bytes=retrieval.binding_store_bytes,
-                                        max_request_bytes=retrieval.max_memory_bytes_per_request)
-        else:  # shared by every replica; psycopg is imported only with this backend
-            from ragsidecar.store.memory import PostgresMemoryStore
-
-            self.memory = PostgresMemoryStore(database, namespace="memory", prepare=functools.partial(
-                self._prepared, SourceType.MEMORY), max_request_bytes=retrieval.max_memory_bytes_per_request)
-            self.bindings = PostgresMemoryStore(database, namespace="binding", prepare=functools.partial(
-                self._prepared, SourceType.BINDING), max_request_bytes=retrieval.max_memory_bytes_per_request,
-                max_namespace_bytes=retrieval.binding_store_bytes)
+        self.memory = backend.documents("memory", functools.partial(self._prepared, SourceType.MEMORY))
+        self.bindings = backend.documents("binding", functools.partial(self._prepared, SourceType.BINDING))
         # Source identity -> (index key, its last good source).
         self._sources: ByteLRU[str, tuple[str, LoadedSource]] = ByteLRU(retrieval.index_cache_bytes)
         self._vectors: ByteLRU[str, np.ndarray] = ByteLRU(256 * 1024 * 1024)
-        # Vectors every replica shares (postgres store), looked up where self._vectors misses.
-        rows = config.store.embedding_cache_rows
-        self._shared_vectors = SharedEmbeddings(database, rows) if database is not None and rows > 0 else None
+        # Vectors other replicas embedded (the postgres backend's), looked up where self._vectors misses.
+        self._shared_vectors = backend.vector_cache()
         self._parsed: ByteLRU[tuple[str, int, int], list[Unit]] = ByteLRU(64 * 1024 * 1024)
         for name, cache in (("indexes", self._sources), ("embeddings", self._vectors), ("parsed_files", self._parsed)):
             metrics.track_size(name, cache)
@@ -167,31 +157,54 @@ class Catalog:
         """Every unit of the source in source order (raises FileNotFoundError, SourceError)."""
         if entry.type is SourceType.INLINE:
             return inline_units(entry.inline_text)
-        if entry.type is SourceType.MEMORY:
-            return await self.memory.units(scope, entry.name)
-        if entry.type is SourceType.BINDING:
-            return await self.bindings.units(scope, entry.name)
+        if (store := self._documents(entry)) is not None:
+            return await store.units(scope, entry.name)
         return await asyncio.to_thread(self._read_files, entry)
 
+    def _documents(self, entry: Entry) -> DocumentStore | None:
+        """The document store a MEMORY or binding source lives in (None for the others)."""
+        return {SourceType.MEMORY: self.memory, SourceType.BINDING: self.bindings}.get(entry.type)
+
     def _read_files(self, entry: Entry) -> list[Unit]:
-        """Units of every file; an unchanged file (same size and modification time) is not parsed again,
-        since DIRECT and SEQUENTIAL sources are read on every dispatch."""
-        units: list[Unit] = []
+        return [unit for file in self.files_of(entry) for unit in self._read_file(file)[1]]
+
+    def _read_file(self, file: Path) -> tuple[FileState, list[Unit]]:
+        """One file's units, and its state as read; an unchanged file (same size and modification time) is not
+        parsed again, since DIRECT and SEQUENTIAL sources are read on every dispatch."""
+        stat = file.stat()
+        key = (str(file), stat.st_size, stat.st_mtime_ns)
+        root = next(r for r in self._roots if _resolved(file, str(file)).is_relative_to(r.resolve())).resolve()
+        parsed = self._parsed.get(key)
+        if parsed is None:
+            parsed = read_units(file, root, self._config.retrieval.max_file_bytes)
+            self._parsed.put(key, parsed, sum(len(u.text) for u in parsed))
+        return FileState(stat.st_size, stat.st_mtime_ns, provenance_path(file, root), len(parsed)), parsed
+
+    def _read_changed(self, entry: Entry, last: LoadedSource) -> tuple[dict[str, FileState], list[Unit], set[str]]:
+        """The files of the entry now, the units of those changed since `last` was indexed (new, or another
+        size or modification time), and the provenance paths whose chunks `last` holds out of date."""
+        files, units, outdated = {}, [], set()
         for file in self.files_of(entry):
+            held = last.files.get(str(file))
             stat = file.stat()
-            key = (str(file), stat.st_size, stat.st_mtime_ns)
-            parsed = self._parsed.get(key)
-            if parsed is None:
-                root = next(r for r in self._roots if _resolved(file, str(file)).is_relative_to(r.resolve()))
-                parsed = read_units(file, root.resolve(), self._config.retrieval.max_file_bytes)
-                self._parsed.put(key, parsed, sum(len(u.text) for u in parsed))
-            units += parsed
-        return units
+            if held is not None and (held.size, held.mtime_ns) == (stat.st_size, stat.st_mtime_ns):
+                files[str(file)] = held
+                continue
+            state, parsed = self._read_file(file)
+            files[str(file)], units = state, units + parsed
+            outdated |= {state.relative} | ({held.relative} if held else set())
+        outdated |= {state.relative for path, state in last.files.items() if path not in files}
+        return files, units, outdated
 
     # -- indexes (SEARCH) ------------------------------------------------------------------------
 
     async def load(self, entry: Entry, scope: Scope) -> LoadedSource:
         """The source's index, built or reused; a failed reload falls back to the last good index."""
+        if (store := self._documents(entry)) is not None:
+            model = self._model_fingerprint(self._embedder())
+            partition = await store.index(scope, entry.name, model, self._config.retrieval.lexical_language)
+            return LoadedSource(entry.name, partition.documents, partition.index, dt.datetime.now(dt.timezone.utc),
+                                model)
         identity = self._identity(entry, scope)
         try:
             embedder = self._embedder()
@@ -234,55 +247,87 @@ class Catalog:
 
     async def _build_and_keep(self, key: str, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder,
                               model: str) -> LoadedSource:
-        source, size = await self._build(key, identity, entry, scope, embedder, model)
         previous = self._sources.get(identity)
-        self._sources.put(identity, (key, source), size)
+        source = await self._build(key, identity, entry, scope, embedder, model, previous and previous[1])
+        self._sources.put(identity, (key, source), source.index.nbytes() if source.index else 0)
         # An index superseded by a newer one of the same source is of no further use, on disk too.
-        if previous is not None and previous[0] != key and self._persisted(entry):
+        if previous is not None and previous[0] != key:
             await asyncio.to_thread(shutil.rmtree, self._index_dir / previous[0], True)
         return source
 
-    async def _build(self, key: str, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder,
-                     model: str) -> tuple[LoadedSource, int]:
-        if self.database is not None and entry.type in (SourceType.MEMORY, SourceType.BINDING):
-            return await self._shared_source(entry, scope, model)
+    async def _build(self, key: str, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder, model: str,
+                     last: LoadedSource | None) -> LoadedSource:
+        """The source's index: read back from disk, updated from `last` (the files changed since), or built."""
         folder = self._index_dir / key
-        units = await self.units(entry, scope)
-        persisted = self._persisted(entry)
-        if persisted and folder.exists():
+        if folder.exists():
             try:
-                index = await asyncio.to_thread(HybridIndex.load, folder, self._config.retrieval.index_threads)
-                built = dt.datetime.fromtimestamp(folder.stat().st_mtime, dt.timezone.utc)
-                metrics.INDEX_LOADS.labels("disk").inc()
-                self._remember_vectors(index, model)
-                return LoadedSource(entry.name, units, index, built, model), _size(units, index)
+                return await self._read_back(folder, entry, scope, model)
             except IndexCorrupt as err:
                 log.warning("index of %s at %s is corrupt (%s); rebuilding it", entry.name, folder, err)
+        if last is not None and self._updatable(entry, last, model):
+            source = await self._update(entry, scope, embedder, model, last)
+        else:
+            source = await self._build_whole(entry, scope, embedder, model)
+        await asyncio.to_thread(source.index.save, folder, identity)  # type: ignore[union-attr]
+        return source
+
+    async def _read_back(self, folder: Path, entry: Entry, scope: Scope, model: str) -> LoadedSource:
+        files, units = await self._units_by_file(entry, scope)
+        index = await asyncio.to_thread(HybridIndex.load, folder, self._config.retrieval.index_threads)
+        built = dt.datetime.fromtimestamp(folder.stat().st_mtime, dt.timezone.utc)
+        metrics.INDEX_LOADS.labels("disk").inc()
+        self._remember_vectors(index, model)
+        return LoadedSource(entry.name, len(units), index, built, model, files)
+
+    async def _build_whole(self, entry: Entry, scope: Scope, embedder: BiEncoder, model: str) -> LoadedSource:
+        files, units = await self._units_by_file(entry, scope)
         with embedder.in_use():
             chunks = await asyncio.to_thread(self._chunk, entry.name, units, embedder)
             vectors = await self._embed_chunks(entry.name, chunks, embedder, model,
                                                self._embedding_partition(entry, scope))
         index = await asyncio.to_thread(self._index, chunks, vectors)
         metrics.INDEX_LOADS.labels("built").inc()
-        if persisted:
-            await asyncio.to_thread(index.save, folder, identity)
-        return LoadedSource(entry.name, units, index, dt.datetime.now(dt.timezone.utc), model), _size(units, index)
+        return LoadedSource(entry.name, len(units), index, dt.datetime.now(dt.timezone.utc), model, files)
 
-    async def _shared_source(self, entry: Entry, scope: Scope, model: str) -> tuple[LoadedSource, int]:
-        """A MEMORY or binding source in PostgreSQL: its index searches the database, so what is kept here is
-        small, and its units are only counted (`units` reads them)."""
-        from ragsidecar.store.memory import DocumentCount
+    async def _units_by_file(self, entry: Entry, scope: Scope) -> tuple[dict[str, FileState], list[Unit]]:
+        """Every unit of the source, and (FILE and DIRECTORY) the state of each file read."""
+        if entry.type not in (SourceType.FILE, SourceType.DIRECTORY):
+            return {}, await self.units(entry, scope)
+        read = await asyncio.to_thread(lambda: [(str(f), self._read_file(f)) for f in self.files_of(entry)])
+        return {path: state for path, (state, _) in read}, [u for _, (_, units) in read for u in units]
 
-        store = self.memory if entry.type is SourceType.MEMORY else self.bindings
-        index, documents = await store.index(scope, entry.name, model, self._config.retrieval.lexical_language)
-        return (LoadedSource(entry.name, DocumentCount(documents), index, dt.datetime.now(dt.timezone.utc), model),
-                _SHARED_SOURCE_BYTES)
+    def _updatable(self, entry: Entry, last: LoadedSource, model: str) -> bool:
+        """Whether `last` can be brought up to date file by file: the same files-based source, the same vectors
+        and the same index settings (anything else rebuilds it whole)."""
+        retrieval = self._config.retrieval
+        return (entry.type in (SourceType.FILE, SourceType.DIRECTORY) and last.index is not None
+                and bool(last.files) and last.model == model and last.index.dtype == retrieval.index_dtype
+                and last.index.lexical_language == retrieval.lexical_language)
+
+    async def _update(self, entry: Entry, scope: Scope, embedder: BiEncoder, model: str,
+                      last: LoadedSource) -> LoadedSource:
+        """`last` with the files changed since re-read, re-chunked and re-embedded, and the chunks of changed and
+        removed files replaced in its index: a change costs what the changed files hold. New chunks take
+        positions after every chunk the index holds, so chunk ids stay unique."""
+        index = last.index
+        assert index is not None
+        files, units, outdated = await asyncio.to_thread(self._read_changed, entry, last)
+        held = await asyncio.to_thread(index.chunks)
+        removed = [c.id for c in held if c.meta.get("file") in outdated]
+        first = 1 + max((int(c.meta.get("position", -1)) for c in held), default=-1)
+        with embedder.in_use():
+            chunks = await asyncio.to_thread(self._chunk, entry.name, units, embedder, first)
+            vectors = await self._embed_chunks(entry.name, chunks, embedder, model,
+                                               self._embedding_partition(entry, scope))
+        await asyncio.to_thread(index.update, removed, [IndexedChunk(c.id, c.text, chunk_meta(c)) for c in chunks],
+                                vectors)
+        metrics.INDEX_LOADS.labels("updated").inc()
+        return LoadedSource(entry.name, sum(f.units for f in files.values()), index,
+                            dt.datetime.now(dt.timezone.utc), model, files)
 
     async def _prepared(self, source_type: SourceType, scope: Scope, name: str, units: list[Unit]) -> Prepared:
-        """Documents chunked and embedded for the PostgreSQL store (store/memory.py), before its write
-        transaction; the embedding caches spare the texts embedded before."""
-        from ragsidecar.store.memory import Prepared
-
+        """Documents chunked and embedded for a document store, before its write transaction; the embedding
+        caches spare the texts embedded before."""
         embedder = self._embedder()
         model = self._model_fingerprint(embedder)
         with embedder.in_use():
@@ -291,14 +336,10 @@ class Catalog:
                 Entry(name, source_type, Use.SEARCH), scope))
         return Prepared(model, self._config.retrieval.lexical_language, chunks, vectors)
 
-    @staticmethod
-    def _persisted(entry: Entry) -> bool:
-        return entry.type not in (SourceType.MEMORY, SourceType.BINDING)
-
-    def _chunk(self, name: str, units: list[Unit], embedder: BiEncoder) -> list[Chunk]:
+    def _chunk(self, name: str, units: list[Unit], embedder: BiEncoder, first_position: int = 0) -> list[Chunk]:
         retrieval = self._config.retrieval
         return chunk_units(name, units, embedder.encoder.tokenizer, retrieval.chunk_tokens,
-                           retrieval.chunk_overlap_tokens)
+                           retrieval.chunk_overlap_tokens, first_position)
 
     def index_folder(self, entry: Entry, scope: Scope) -> Path:
         """Where the index of that source, as it is now, is persisted."""
@@ -318,7 +359,7 @@ class Catalog:
         found = {c.content_hash: vector for c in chunks
                  if (vector := self._vectors.get(f"{cache_key}:{c.content_hash}")) is not None}
         missing = [c for c in chunks if c.content_hash not in found]
-        if missing and self._shared_vectors is not None:
+        if missing:
             hashes = list(dict.fromkeys(c.content_hash for c in missing))
             shared = await self._shared_vectors.fetch(partition, model, hashes)
             for digest, vector in shared.items():
@@ -342,7 +383,7 @@ class Catalog:
                 rate = done / max(last_report - started, 1e-9)
                 log.info("indexing %s: embedded %d/%d new chunks (%.1f chunks/s; %d reused)",
                          name, done, len(missing), rate, len(chunks) - len(missing))
-        if embedded and self._shared_vectors is not None:
+        if embedded:
             await self._shared_vectors.keep(partition, model, embedded)
         found.update(embedded)
         dimensions = embedder.dimensions
@@ -388,10 +429,6 @@ class Catalog:
         return key_of(entry.name, str(entry.type), self._location(entry, scope))
 
     def _location(self, entry: Entry, scope: Scope) -> str:
-        if entry.type is SourceType.MEMORY:
-            return "memory:" + key_of(scope.tenant, scope.session)
-        if entry.type is SourceType.BINDING:
-            return "binding:" + key_of(scope.tenant, scope.session)
         if entry.type is SourceType.INLINE:
             return "inline:" + key_of(entry.inline_text)
         return entry.path
@@ -404,17 +441,7 @@ class Catalog:
             for file in self.files_of(entry):
                 stat = file.stat()
                 parts += [str(file), str(stat.st_size), str(stat.st_mtime_ns)]
-        elif entry.type is SourceType.MEMORY:
-            parts.append(self.memory.version(scope, entry.name))
-        elif entry.type is SourceType.BINDING:
-            parts.append(self.bindings.version(scope, entry.name))
         return key_of(*parts)[:32]
-
-
-def _size(units: list[Unit], index: HybridIndex) -> int:
-    """Estimated bytes a loaded source holds: its index (vectors, graph, chunk texts) and its units."""
-    texts = sum(len(c.text) for c in index.chunks()) + sum(len(u.text) for u in units)
-    return index.vectors().nbytes * _INDEX_BYTES_PER_VECTOR_BYTE + texts
 
 
 def _resolved(path: Path, shown: str) -> Path:
@@ -426,14 +453,6 @@ def _resolved(path: Path, shown: str) -> Path:
             else f"it cannot be resolved ({err})"
         raise SidecarError(ErrorKind.FAILED_PRECONDITION, "SOURCE_UNREADABLE",
                            f"knowledge path {shown[:200]!r} is unreadable: {why}", metadata={"path": shown[:200]})
-
-
-def chunk_meta(chunk: Chunk) -> dict:
-    """What a search hit reports of its chunk (the embedded index and the PostgreSQL store keep the same)."""
-    provenance = chunk.provenance
-    return {"position": chunk.position, "content_hash": chunk.content_hash, "file": provenance.file, "document_id": provenance.document_id,
-            "line_start": provenance.line_start, "line_end": provenance.line_end, "page": provenance.page,
-            "char_start": provenance.char_start, "char_end": provenance.char_end}
 
 
 def _glob_prefix(path: Path) -> Path:

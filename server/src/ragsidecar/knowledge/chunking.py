@@ -44,6 +44,15 @@ class Chunk:
     tokens: int  # tokens of text by the given tokenizer, no special tokens
 
 
+def chunk_meta(chunk: Chunk) -> dict:
+    """What a search hit reports of its chunk (every index and store keeps the same)."""
+    provenance = chunk.provenance
+    return {"position": chunk.position, "content_hash": chunk.content_hash, "file": provenance.file,
+            "document_id": provenance.document_id,
+            "line_start": provenance.line_start, "line_end": provenance.line_end, "page": provenance.page,
+            "char_start": provenance.char_start, "char_end": provenance.char_end}
+
+
 def count_tokens(tokenizer: tokenizers.Tokenizer, text: str) -> int:
     """Tokens of text, no special tokens (the caller has disabled padding and truncation)."""
     offsets, _ = _encode_long(tokenizer, text)
@@ -56,13 +65,15 @@ def chunk_units(
     tokenizer: tokenizers.Tokenizer,
     max_tokens: int,
     overlap_tokens: int,
+    first_position: int = 0,
 ) -> list[Chunk]:
     """Splits units into chunks of at most max_tokens tokens, neighbours sharing overlap_tokens.
 
     Cuts fall on token boundaries (from the tokenizer's offsets), preferably between words, and a
     chunk ends at a sentence or line boundary when one lies in the last ~20% of its window. A unit
     that fits is one chunk, its text unchanged; a whitespace-only (or token-less) unit gives none.
-    Positions run across all units of the source.
+    Positions run across all units, from `first_position` (a source updated file by file numbers the
+    chunks of a changed file after those it already holds).
     """
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, not {max_tokens}")
@@ -73,11 +84,11 @@ def chunk_units(
         if not offsets:
             continue
         if len(offsets) <= max_tokens:
-            chunks.append(_make_chunk(source, len(chunks), unit.text, unit.provenance, len(offsets)))
+            chunks.append(_make_chunk(source, first_position + len(chunks), unit.text, unit.provenance, len(offsets)))
             continue
         newlines = _NewlineCounter(unit.text)
         for start, end in _windows(unit.text, offsets, word_ids, max_tokens, overlap_tokens):
-            chunks.append(_narrowed_chunk(source, len(chunks), unit, offsets, newlines, start, end))
+            chunks.append(_narrowed_chunk(source, first_position + len(chunks), unit, offsets, newlines, start, end))
     return chunks
 
 

@@ -1,19 +1,33 @@
 """Hybrid retrieval index: dense HNSW (usearch) plus BM25 (lexical.py), fused as fusion.py says.
 
-An index is immutable once built: incremental updates rebuild from `chunks()` and `vectors()` (the embedding
-cache keeps the float vectors, so a rebuild re-embeds nothing). Persistence is one folder, replaced atomically;
-its manifest names the source it indexes, so a start-up `sweep` can drop indexes a newer one superseded.
+An index changes in place and a change costs what it changes: `add` and `remove` touch only the chunks named,
+on both sides (usearch adds and removes graph nodes; the BM25 side keeps collection statistics and postings
+incrementally), so a search right after a write sees it at the price of a steady search. Each chunk sits in
+a slot (its usearch key and its row of float32 vectors); a removed chunk leaves a dead slot behind. Once dead
+slots outnumber live ones, a compaction rebuilds the index from its live chunks on a background thread
+(`compactor`), replays the changes made meanwhile and swaps the result in, so memory stays proportional to
+what is live and the graph does not decay. Every method is thread-safe (one lock per index, held for the
+milliseconds a change or a search takes; never while a compaction builds).
+
+Persistence is one folder, replaced atomically; its manifest names the source it indexes, so a start-up
+`sweep` can drop indexes a newer one superseded. A folder of the previous format (immutable, bm25s files) is
+read by rebuilding both sides from its vectors and chunk texts: an upgrade re-embeds nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import queue
 import re
 import shutil
 import tempfile
+import threading
 import uuid
+import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,11 +35,16 @@ from typing import Any
 import numpy as np
 from usearch.index import Index
 
+from ragsidecar import metrics
 from ragsidecar.knowledge import leftovers
 from ragsidecar.knowledge.fusion import FusionSettings, fuse
 from ragsidecar.knowledge.lexical import NO_STEMMING, Lexical
 
-FORMAT_VERSION = 1
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 2
+# Format 1 (0.2.0): compact slots, bm25s files; read by rebuilding from vectors.npy and chunks.jsonl.
+_REBUILT_FORMATS = (1,)
 DTYPES = ("f16", "i8")
 
 # Defaults measured by bench/index.py (100k clustered 384-d vectors, recall@10 vs exact search >= 0.98 for
@@ -34,6 +53,8 @@ DTYPES = ("f16", "i8")
 DEFAULT_CONNECTIVITY = 16
 DEFAULT_EXPANSION_ADD = 128
 DEFAULT_EXPANSION_SEARCH = 64
+# A compaction is due once dead slots pass both the live chunks and this floor (small indexes never wait on one).
+_COMPACT_AFTER_DEAD = 1024
 
 _VECTORS = "vectors.npy"
 _CHUNKS = "chunks.jsonl"
@@ -84,6 +105,57 @@ def make_hnsw(
     )
 
 
+@dataclass(frozen=True)
+class _Settings:
+    dimensions: int
+    threads: int
+    dtype: str
+    connectivity: int
+    expansion_add: int
+    expansion_search: int
+    lexical_language: str
+
+    def hnsw(self) -> Index:
+        return make_hnsw(self.dimensions, self.dtype, self.connectivity, self.expansion_add, self.expansion_search)
+
+
+class _Slots:
+    """The chunks of an index by slot, their float32 vectors by row (= slot), and the key of each live one."""
+
+    def __init__(self, dimensions: int) -> None:
+        self.chunks: list[IndexedChunk | None] = []
+        self.vectors = np.zeros((0, dimensions), dtype=np.float32)  # grown by doubling: rows past `used` are spare
+        self.of_key: dict[str, int] = {}
+
+    @property
+    def used(self) -> int:
+        return len(self.chunks)
+
+    def append(self, keys: list[str], chunks: list[IndexedChunk], vectors: np.ndarray) -> np.ndarray:
+        first = self.used
+        needed = first + len(chunks)
+        if needed > self.vectors.shape[0]:
+            grown = np.zeros((max(needed, 2 * self.vectors.shape[0], 64), self.vectors.shape[1]), dtype=np.float32)
+            grown[:first] = self.vectors[:first]
+            self.vectors = grown
+        self.vectors[first:needed] = vectors
+        self.chunks += chunks
+        self.of_key.update(zip(keys, range(first, needed)))
+        return np.arange(first, needed, dtype=np.int64)
+
+    def release(self, keys: Iterable[str]) -> list[int]:
+        slots = [slot for key in keys if (slot := self.of_key.pop(key, None)) is not None]
+        for slot in slots:
+            self.chunks[slot] = None
+        return slots
+
+    def live(self) -> tuple[list[str], list[IndexedChunk], np.ndarray]:
+        """Keys, chunks and vectors of the live slots, in slot order."""
+        order = sorted(self.of_key.items(), key=lambda item: item[1])
+        slots = [slot for _, slot in order]
+        return [key for key, _ in order], [self.chunks[s] for s in slots], self.vectors[slots]  # type: ignore[misc]
+
+
 class HybridIndex:
     def __init__(
         self,
@@ -97,15 +169,14 @@ class HybridIndex:
     ) -> None:
         if dimensions <= 0 or threads <= 0:
             raise ValueError("dimensions and threads must be positive")  # usearch reads threads=0 as all cores
-        self.dimensions = dimensions
-        self.threads = threads
-        self.dtype = dtype
-        self._settings = {"connectivity": connectivity, "expansion_add": expansion_add,
-                          "expansion_search": expansion_search}
-        self._hnsw = make_hnsw(dimensions, dtype, connectivity, expansion_add, expansion_search)
-        self._chunks: list[IndexedChunk] = []
-        self._vectors = np.zeros((0, dimensions), dtype=np.float32)
-        self._lexical = Lexical(None, lexical_language)
+        self._settings = _Settings(dimensions, threads, dtype, connectivity, expansion_add, expansion_search,
+                                   lexical_language)
+        self._lock = threading.Lock()
+        self._slots = _Slots(dimensions)
+        self._hnsw = self._settings.hnsw()
+        self._lexical = Lexical(lexical_language)
+        # While a compaction builds: the changes made meanwhile, replayed onto its result before the swap.
+        self._changes_during_compaction: list[Callable[[HybridIndex], None]] | None = None
 
     @classmethod
     def build(
@@ -119,35 +190,134 @@ class HybridIndex:
         expansion_add: int = DEFAULT_EXPANSION_ADD,
         expansion_search: int = DEFAULT_EXPANSION_SEARCH,
         lexical_language: str = NO_STEMMING,
+        keys: list[str] | None = None,
     ) -> HybridIndex:
         """`vectors[i]` is the unit-length float32 embedding of `chunks[i]`; `lexical_language` names the
         analysis of the BM25 side (lexical.LANGUAGES), kept by the index and applied to its queries."""
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2 or vectors.shape[0] != len(chunks):
-            raise ValueError(f"vectors must be [{len(chunks)}, d], got {vectors.shape}")
-        if len({c.id for c in chunks}) != len(chunks):
-            raise ValueError("chunk ids must be unique")
-        index = cls(vectors.shape[1], threads, dtype, connectivity, expansion_add, expansion_search,
-                    lexical_language)
-        index._chunks = list(chunks)
-        index._vectors = vectors
-        if chunks:
-            index._hnsw.add(np.arange(len(chunks), dtype=np.uint64), vectors, threads=threads)
-        index._lexical = Lexical.build([c.text for c in chunks], lexical_language)
+        index = cls(_dimensions_of(vectors, len(chunks)), threads, dtype, connectivity, expansion_add,
+                    expansion_search, lexical_language)
+        index.add(chunks, vectors, keys)
         return index
 
+    @classmethod
+    def empty_like(cls, other: HybridIndex) -> HybridIndex:
+        settings = other._settings
+        return cls(settings.dimensions, settings.threads, settings.dtype, settings.connectivity,
+                   settings.expansion_add, settings.expansion_search, settings.lexical_language)
+
+    # ---- changes ---------------------------------------------------------------------------------------
+
+    def add(self, chunks: list[IndexedChunk], vectors: np.ndarray, keys: list[str] | None = None) -> None:
+        """Adds chunks under their `keys` (default: their ids); a key already present is replaced."""
+        self.update([], chunks, vectors, keys)
+
+    def update(self, removed: list[str], chunks: list[IndexedChunk], vectors: np.ndarray,
+               keys: list[str] | None = None) -> None:
+        """Removes the chunks under `removed` and adds `chunks` in one step: no search sees one without the
+        other (a document or file replaced)."""
+        keys = [c.id for c in chunks] if keys is None else keys
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape != (len(chunks), self.dimensions) or len(keys) != len(chunks):
+            raise ValueError(f"vectors must be [{len(chunks)}, {self.dimensions}] with one key per chunk, "
+                             f"got {vectors.shape} and {len(keys)} keys")
+        if len(set(keys)) != len(keys):
+            raise ValueError("chunk keys must be unique")
+        with self._lock:
+            self._remove_locked([*removed, *keys])
+            if chunks:
+                slots = self._slots.append(keys, chunks, vectors)
+                self._hnsw.add(slots.astype(np.uint64), vectors, threads=self._settings.threads)
+                self._lexical.add(slots.tolist(), [c.text for c in chunks])
+            self._record(lambda index: index.update(removed, chunks, vectors, keys))
+        if removed and self.compaction_due():
+            compactor.request(self)
+
+    def remove(self, keys: Iterable[str]) -> int:
+        """Removes the chunks under `keys` (absent ones are ignored); returns how many were removed."""
+        keys = list(keys)
+        with self._lock:
+            removed = self._remove_locked(keys)
+            self._record(lambda index: index.remove(keys))
+        if removed and self.compaction_due():
+            compactor.request(self)
+        return removed
+
+    def _remove_locked(self, keys: list[str]) -> int:
+        slots = self._slots.release(keys)
+        for slot in slots:
+            self._hnsw.remove(slot)
+        self._lexical.remove(slots)
+        return len(slots)
+
+    def _record(self, change: Callable[[HybridIndex], None]) -> None:
+        if self._changes_during_compaction is not None:
+            self._changes_during_compaction.append(change)
+
+    # ---- compaction ------------------------------------------------------------------------------------
+
+    def compaction_due(self) -> bool:
+        dead = self._slots.used - len(self._slots.of_key)
+        return dead > max(len(self._slots.of_key), _COMPACT_AFTER_DEAD) and self._changes_during_compaction is None
+
+    def compact(self) -> bool:
+        """Rebuilds the index from its live chunks without holding the lock while it builds; changes made
+        meanwhile are replayed onto the result, which then takes this index's place. False when not due."""
+        with self._lock:
+            if not self.compaction_due():
+                return False
+            keys, chunks, vectors = self._slots.live()
+            self._changes_during_compaction = []
+        try:
+            fresh = HybridIndex.empty_like(self)
+            fresh.add(chunks, vectors, keys)
+        except BaseException:
+            with self._lock:
+                self._changes_during_compaction = None
+            raise
+        with self._lock:
+            for change in self._changes_during_compaction:
+                change(fresh)
+            self._changes_during_compaction = None
+            self._slots, self._hnsw, self._lexical = fresh._slots, fresh._hnsw, fresh._lexical
+        metrics.INDEX_COMPACTIONS.inc()
+        return True
+
+    # ---- reads -----------------------------------------------------------------------------------------
+
     def __len__(self) -> int:
-        return len(self._chunks)
+        return len(self._slots.of_key)
 
-    def vectors(self) -> np.ndarray:
-        return self._vectors
+    @property
+    def dimensions(self) -> int:
+        return self._settings.dimensions
 
-    def chunks(self) -> list[IndexedChunk]:
-        return list(self._chunks)
+    @property
+    def dtype(self) -> str:
+        return self._settings.dtype
 
     @property
     def lexical_language(self) -> str:
-        return self._lexical.language
+        return self._settings.lexical_language
+
+    def vectors(self) -> np.ndarray:
+        """The live chunks' vectors, in the order of `chunks()`."""
+        with self._lock:
+            return self._slots.live()[2]
+
+    def chunks(self) -> list[IndexedChunk]:
+        with self._lock:
+            return self._slots.live()[1]
+
+    def keys(self) -> set[str]:
+        with self._lock:
+            return set(self._slots.of_key)
+
+    def nbytes(self) -> int:
+        """Estimated resident bytes: vectors (float32 rows and the graph's copy), chunk texts, the BM25 side."""
+        with self._lock:
+            vectors = self._slots.vectors.nbytes
+            texts = sum(len(c.text) for c in self._slots.chunks if c is not None)
+            return 2 * vectors + texts + self._lexical.nbytes()
 
     def search(
         self, query_vector: np.ndarray, query_text: str, k: int, candidates: int = 50,
@@ -156,21 +326,24 @@ class HybridIndex:
         """Best `k` chunks by `fusion` of the dense and BM25 top-`candidates` lists (ties: higher cosine first).
         `use_dense` / `use_lexical` pick the lists searched (dense-only or lexical-only retrieval: that list's
         own order, whatever the fusion's weights); every hit still gets its exact cosine."""
-        if k <= 0 or not self._chunks:
-            return []
-        query = self._unit_query(query_vector)
-        # A list shorter than k could not fill k results, so each side fetches at least k.
-        depth = min(max(candidates, k), len(self._chunks))
-        dense = self._dense_top(query, depth) if use_dense else []
-        lexical = self._lexical.top(query_text or "", depth) if use_lexical else []
-        fused = fuse(dense, lexical, fusion if use_dense and use_lexical else FusionSettings())
-        cosines = dict(dense)
-        missing = [p for p in fused if p not in cosines]
-        if missing:  # BM25-only candidates still get an exact cosine
-            cosines.update(zip(missing, (self._vectors[missing] @ query).tolist()))
-        bm25 = dict(lexical)
-        order = sorted(fused, key=lambda p: (-fused[p], -cosines[p], self._chunks[p].id))[:k]
-        return [Hit(self._chunks[p], float(cosines[p]), bm25.get(p), fused[p]) for p in order]
+        with self._lock:
+            live = len(self._slots.of_key)
+            if k <= 0 or live == 0:
+                return []
+            query = self._unit_query(query_vector)
+            # A list shorter than k could not fill k results, so each side fetches at least k.
+            depth = min(max(candidates, k), live)
+            dense = self._dense_top(query, depth) if use_dense else []
+            lexical = self._lexical.top(query_text or "", depth) if use_lexical else []
+            fused = fuse(dense, lexical, fusion if use_dense and use_lexical else FusionSettings())
+            cosines = dict(dense)
+            missing = [p for p in fused if p not in cosines]
+            if missing:  # BM25-only candidates still get an exact cosine
+                cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist()))
+            chunks = self._slots.chunks
+            bm25 = dict(lexical)
+            order = sorted(fused, key=lambda p: (-fused[p], -cosines[p], chunks[p].id))[:k]  # type: ignore[union-attr]
+            return [Hit(chunks[p], float(cosines[p]), bm25.get(p), fused[p]) for p in order]  # type: ignore[arg-type]
 
     def _unit_query(self, query_vector: np.ndarray) -> np.ndarray:
         query = np.asarray(query_vector, dtype=np.float32).reshape(-1)
@@ -182,9 +355,9 @@ class HybridIndex:
 
     def _dense_top(self, query: np.ndarray, count: int) -> list[tuple[int, float]]:
         """HNSW candidates re-scored with exact float32 cosines (the graph's f16/i8 distances are approximate)."""
-        matches = self._hnsw.search(query, count, threads=self.threads)
+        matches = self._hnsw.search(query, count, threads=self._settings.threads)
         keys = np.asarray(matches.keys, dtype=np.int64)
-        exact = self._vectors[keys] @ query
+        exact = self._slots.vectors[keys] @ query
         order = np.lexsort((keys, -exact))
         return [(int(keys[i]), float(exact[i])) for i in order]
 
@@ -193,16 +366,20 @@ class HybridIndex:
     def save(self, folder: Path, source: str = "") -> None:
         """Replace `folder` atomically: readers and crashes see the old complete index or the new one.
         `source` names what the index indexes (one name per source, whatever its content): `sweep` keeps
-        only the newest index of each.
+        only the newest index of each. Only live chunks are written (slots renumbered from 0).
 
         Saves to the same folder must not run concurrently (callers serialise them per folder)."""
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            keys, chunks, vectors = self._slots.live()
+            compact = self if len(keys) == self._slots.used else None
+        snapshot = compact or HybridIndex.build(chunks, vectors, keys=keys, **self._build_settings())
         temp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{leftovers.owner_tag()}", dir=folder.parent))
         try:
-            self._write_files(temp)
+            snapshot._write_files(temp, keys, chunks, vectors)
             # Last: its presence marks the folder complete.
-            _write_manifest(temp, {**self._manifest_header(), "source": source})
+            _write_manifest(temp, {**self._manifest_header(len(keys)), "source": source})
             _fsync_dir(temp)
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
@@ -210,23 +387,36 @@ class HybridIndex:
         _swap_in(temp, folder)
         _remove_strays(folder)
 
-    def _write_files(self, temp: Path) -> None:
+    def _build_settings(self) -> dict[str, Any]:
+        s = self._settings
+        return {"threads": s.threads, "dtype": s.dtype, "connectivity": s.connectivity,
+                "expansion_add": s.expansion_add, "expansion_search": s.expansion_search,
+                "lexical_language": s.lexical_language}
+
+    def _write_files(self, temp: Path, keys: list[str], chunks: list[IndexedChunk], vectors: np.ndarray) -> None:
+        """Writes a compact index (slot i = row i): called on an index with no dead slot."""
         with open(temp / _VECTORS, "wb") as f:
-            np.save(f, self._vectors, allow_pickle=False)
+            np.save(f, vectors, allow_pickle=False)
         with open(temp / _CHUNKS, "w", encoding="utf-8") as f:
-            for chunk in self._chunks:
+            for key, chunk in zip(keys, chunks):
                 record = {"id": chunk.id, "text": chunk.text, "meta": chunk.meta}
+                if key != chunk.id:
+                    record["key"] = key
                 f.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
-        self._hnsw.save(str(temp / _DENSE))
-        self._lexical.save(temp / _BM25)
+        with self._lock:
+            self._hnsw.save(str(temp / _DENSE))
+            (temp / _BM25).mkdir()
+            self._lexical.save(temp / _BM25)
         for path in _files(temp):
             _fsync_file(path)
         for sub in (p for p in temp.rglob("*") if p.is_dir()):
             _fsync_dir(sub)
 
-    def _manifest_header(self) -> dict[str, Any]:
-        return {"format": FORMAT_VERSION, "count": len(self._chunks), "dimensions": self.dimensions,
-                "dtype": self.dtype, "lexical_language": self.lexical_language, **self._settings}
+    def _manifest_header(self, count: int) -> dict[str, Any]:
+        s = self._settings
+        return {"format": FORMAT_VERSION, "count": count, "dimensions": s.dimensions, "dtype": s.dtype,
+                "lexical_language": s.lexical_language, "connectivity": s.connectivity,
+                "expansion_add": s.expansion_add, "expansion_search": s.expansion_search}
 
     @classmethod
     def load(cls, folder: Path, threads: int = 1) -> HybridIndex:
@@ -237,7 +427,7 @@ class HybridIndex:
             return cls._from_folder(folder, manifest, threads)
         except IndexCorrupt:
             raise
-        except Exception as error:  # usearch, numpy and bm25s each fail differently on damaged files
+        except Exception as error:  # usearch, numpy and the BM25 files each fail differently when damaged
             raise IndexCorrupt(f"{folder}: {type(error).__name__}: {error}") from error
 
     @classmethod
@@ -247,27 +437,72 @@ class HybridIndex:
         index = cls(dimensions, threads, manifest["dtype"], int(manifest["connectivity"]),
                     int(manifest["expansion_add"]), int(manifest["expansion_search"]),
                     manifest.get("lexical_language", NO_STEMMING))
-        index._vectors = np.load(folder / _VECTORS, allow_pickle=False)
-        index._chunks = _read_chunks(folder / _CHUNKS)
+        vectors = np.load(folder / _VECTORS, allow_pickle=False)
+        keys, chunks = _read_chunks(folder / _CHUNKS)
+        if vectors.shape != (count, dimensions) or vectors.dtype != np.float32 or len(chunks) != count:
+            raise IndexCorrupt(f"{len(chunks)} chunks and vectors {vectors.dtype} {vectors.shape}, "
+                               f"expected {count} of {dimensions} dimensions")
+        if manifest["format"] in _REBUILT_FORMATS:
+            index.add(chunks, vectors, keys)
+            return index
+        index._slots.append(keys, chunks, vectors)
         index._hnsw.load(str(folder / _DENSE))
-        index._lexical = Lexical.load(folder / _BM25, count, index.lexical_language)
-        _check_shapes(index, count, dimensions)
+        index._lexical = Lexical.load(folder / _BM25, index.lexical_language)
+        if len(index._hnsw) != count or len(index._lexical) != count:
+            raise IndexCorrupt(f"{len(index._hnsw)} vectors and {len(index._lexical)} BM25 texts, expected {count}")
+        if str(index._hnsw.dtype).rsplit(".", 1)[-1].lower() != index.dtype:
+            raise IndexCorrupt(f"HNSW dtype {index._hnsw.dtype} differs from manifest {index.dtype}")
         return index
 
 
-def _check_shapes(index: HybridIndex, count: int, dimensions: int) -> None:
-    if index._vectors.shape != (count, dimensions) or index._vectors.dtype != np.float32:
-        raise IndexCorrupt(f"vectors are {index._vectors.dtype} {index._vectors.shape}, expected [{count}, {dimensions}]")
-    if len(index._chunks) != count or len(index._hnsw) != count:
-        raise IndexCorrupt(f"{len(index._chunks)} chunks and {len(index._hnsw)} vectors, expected {count}")
-    if str(index._hnsw.dtype).rsplit(".", 1)[-1].lower() != index.dtype:
-        raise IndexCorrupt(f"HNSW dtype {index._hnsw.dtype} differs from manifest {index.dtype}")
+def _dimensions_of(vectors: np.ndarray, count: int) -> int:
+    if vectors.ndim != 2 or vectors.shape[0] != count:
+        raise ValueError(f"vectors must be [{count}, d], got {vectors.shape}")
+    return int(vectors.shape[1])
 
 
-def _read_chunks(path: Path) -> list[IndexedChunk]:
+def _read_chunks(path: Path) -> tuple[list[str], list[IndexedChunk]]:
     with open(path, encoding="utf-8") as f:
         records = [json.loads(line) for line in f]
-    return [IndexedChunk(r["id"], r["text"], r["meta"]) for r in records]
+    return ([r.get("key", r["id"]) for r in records], [IndexedChunk(r["id"], r["text"], r["meta"]) for r in records])
+
+
+class _Compactor:
+    """One background thread compacting the indexes that asked (each at most once in its queue), so that no
+    write and no search waits for a rebuild; an index dropped meanwhile is skipped."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[int, weakref.ref[HybridIndex]]] = queue.SimpleQueue()
+        self._queued: set[int] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        metrics.INDEX_COMPACTIONS_PENDING.set_function(lambda: len(self._queued))
+
+    def request(self, index: HybridIndex) -> None:
+        with self._lock:
+            if id(index) in self._queued:
+                return
+            self._queued.add(id(index))
+            self._queue.put((id(index), weakref.ref(index)))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="index-compactor", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            identity, reference = self._queue.get()
+            with self._lock:
+                self._queued.discard(identity)
+            index = reference()
+            if index is None:
+                continue
+            try:
+                index.compact()
+            except Exception:  # the index keeps serving uncompacted; the next removal asks again
+                log.exception("index compaction failed")
+
+
+compactor = _Compactor()
 
 
 # ---- atomic folder replacement ---------------------------------------------------------------------------

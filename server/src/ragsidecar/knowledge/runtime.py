@@ -30,7 +30,7 @@ from ragsidecar.knowledge.tokens import Tokens
 from ragsidecar.knowledge.validation import (EntryChecks, action_problems, duplicate_names, named,
                                              require_declared_names)
 from ragsidecar.reranking import Reranker
-from ragsidecar.store.database import Database
+from ragsidecar.store.interface import Backend
 
 # Failures of the retrieval itself, not of its configuration: an entry whose on_failure is CONTINUE
 # drops out on these as on a load failure (an unreachable PostgreSQL store is one: its sources cannot be read,
@@ -48,9 +48,9 @@ _LOADS_WHILE_THE_MODEL_CHANGES = 3
 
 class RetrievalRuntime:
     def __init__(self, config: Config, registry: ModelRegistry, reranker: Reranker,
-                 database: Database | None = None) -> None:
+                 backend: Backend) -> None:
         self._config = config
-        self.catalog = Catalog(config, registry, database)
+        self.catalog = Catalog(config, registry, backend)
         self._tokens = Tokens(registry, config.retrieval.embedder)
         self._checks = EntryChecks(self.catalog, registry)
         self._direct = DirectBudgets(
@@ -184,7 +184,7 @@ class RetrievalRuntime:
                 source = await self.catalog.load(entry, scope)
             except (SourceError, OSError) as err:
                 raise source_error(entry.name, err) from None
-            counts.append((entry.name, len(source.units)))
+            counts.append((entry.name, source.documents))
         return sorted(counts, key=lambda c: c[0].encode())
 
     async def require_ready(self, target: Target, outer: tuple[Entry, ...], resolved_paths: dict[str, str],

@@ -138,7 +138,7 @@ def read_units(file: Path, root: Path, max_bytes: int) -> list[Unit]:
     if suffix not in SUPPORTED_SUFFIXES:
         raise SourceError(SOURCE_UNREADABLE, f"{file}: unsupported file type {suffix or '(none)'!r}")
     data = _read_bytes(file, max_bytes)
-    rel = _relative(file, root)
+    rel = provenance_path(file, root)
     if suffix == ".pdf":
         return _pdf_units(data, rel, file)
     text = _decode(data, file)
@@ -173,7 +173,7 @@ def _read_bytes(file: Path, max_bytes: int) -> bytes:
     return data
 
 
-def _relative(file: Path, root: Path) -> str:
+def provenance_path(file: Path, root: Path) -> str:
     """The provenance path: relative to the root when the file lies under it, else as given."""
     for f, r in ((file, root), (file.resolve(), root.resolve())):
         try:

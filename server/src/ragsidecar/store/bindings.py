@@ -11,7 +11,7 @@ time when that is shorter: a binding may outlive its idle time by that second). 
 each removed binding to exactly one replica, which drops its corpus and counts it; other replicas find the
 binding gone on the next use (UNKNOWN_BINDING). A replica that dies between deleting a binding's row and
 dropping its corpus leaves the corpus behind, unreachable: a replica's sweep drops such corpora, at most once a
-minute. All binding corpora together stay within retrieval.binding_store_bytes (store/memory.py).
+minute. All binding corpora together stay within retrieval.binding_store_bytes (store/postgres_documents.py).
 
 A binding is found by its id alone, a random server-minted key with no caller part: its tenant and session
 are then compared with the caller's like its owner and handle (PERMISSION_DENIED, as in the embedded store).
@@ -23,10 +23,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from ragsidecar.chat.bindings import Binding
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.store.cursors import across_tenants
-from ragsidecar.store.memory import drop_orphaned_corpora
+from ragsidecar.store.interface import Binding
+from ragsidecar.store.postgres_documents import drop_orphaned_corpora
 
 if TYPE_CHECKING:
     import psycopg

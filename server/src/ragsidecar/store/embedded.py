@@ -1,0 +1,572 @@
+"""The embedded backend (`[store] backend = "embedded"`): everything kept by this process alone.
+
+MEMORY documents live in one SQLite database in WAL mode (`data_dir/memory.sqlite3`), with the chunks and
+float32 vectors each document was indexed with. A write is one transaction of the rows it changes, committed
+with `synchronous = FULL` before it is acknowledged: a kill -9 (or a power cut) at any moment leaves every
+acknowledged write and none of a write in flight, and no file to sweep (SQLite's own journal is rolled back or
+forward when the database is next opened). Its cost is what it writes, whatever the partition holds.
+
+Each partition searched is held as an incremental index (store/resident.py); a write applies its changes to
+it before it is acknowledged, so the next search sees them at the price of a steady search. An evicted index
+is rebuilt from the stored vectors. Documents with no chunks in the space a search asks for (written under
+another embedder, or migrated from 0.2.0's JSON files) are chunked and embedded first, once.
+
+Chat bindings' corpora use the same code on an in-memory SQLite database (lost on restart, as before), bounded
+as a whole by retrieval.binding_store_bytes (RESOURCE_EXHAUSTED past it, the write rolled back).
+
+Operations of one partition run one at a time (an asyncio lock per partition stripe); SQLite work runs off the
+event loop, on one connection per store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ragsidecar import metrics
+from ragsidecar.errors import ErrorKind, SidecarError
+from ragsidecar.identifiers import key_of
+from ragsidecar.knowledge.declarations import Scope
+from ragsidecar.knowledge.index import IndexedChunk
+from ragsidecar.knowledge.sources import Unit
+from ragsidecar.store.interface import (Binding, DeleteOutcome, MemoryDocument, PartitionIndex, Prepare, Prepared,
+                                        UpsertOutcome, check_request_size, document_unit)
+from ragsidecar.store.resident import Resident, ResidentIndexes, chunk_keys, indexed, space_of
+
+log = logging.getLogger(__name__)
+
+_STRIPES = 64
+# Bookkeeping per stored document beyond its UTF-8 bytes (what the binding store's bound counts).
+_DOCUMENT_OVERHEAD = 200
+_SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS partitions (
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,          -- key_of(tenant, session, source): no choice of ids makes two collide
+    tenant TEXT NOT NULL, session TEXT NOT NULL, source TEXT NOT NULL,
+    documents INTEGER NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0,
+    next_seq INTEGER NOT NULL DEFAULT 0,
+    space TEXT NOT NULL DEFAULT ''     -- the space (model, analysis) its chunks were made in
+);
+CREATE TABLE IF NOT EXISTS documents (
+    partition INTEGER NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL, metadata TEXT NOT NULL,
+    PRIMARY KEY (partition, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS documents_in_order ON documents (partition, seq);
+CREATE TABLE IF NOT EXISTS chunks (
+    partition INTEGER NOT NULL, key TEXT NOT NULL, document TEXT NOT NULL, id TEXT NOT NULL, text TEXT NOT NULL,
+    meta TEXT NOT NULL, vector BLOB NOT NULL,
+    PRIMARY KEY (partition, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS chunks_of_document ON chunks (partition, document);
+"""
+_VECTOR = np.dtype("<f4")
+
+
+@dataclass(frozen=True)
+class _Partition:
+    id: int
+    documents: int
+    next_seq: int
+    space: str
+
+
+class EmbeddedDocuments:
+    """A DocumentStore on SQLite: `path` a database file, or None for an in-memory one (binding corpora)."""
+
+    def __init__(self, path: Path | None, prepare: Prepare, indexes: ResidentIndexes, *, max_request_bytes: int,
+                 max_bytes: int | None = None) -> None:
+        self._prepare = prepare
+        self._indexes = indexes
+        self._max_request_bytes = max_request_bytes
+        self._max_bytes = max_bytes
+        self._db = _Database(path)
+        self._locks = [asyncio.Lock() for _ in range(_STRIPES)]
+
+    # -- reads ------------------------------------------------------------------------------------------
+
+    async def units(self, scope: Scope, name: str) -> list[Unit]:
+        key = _key(scope, name)
+        rows = await asyncio.to_thread(self._db.read, lambda c: c.execute(
+            "SELECT d.id, d.text FROM documents d JOIN partitions p ON p.id = d.partition WHERE p.key = ? "
+            "ORDER BY d.seq", (key,)).fetchall())
+        return [document_unit(i, text) for i, text in rows]
+
+    async def count(self, scope: Scope, name: str) -> int:
+        partition = await asyncio.to_thread(self._db.read, lambda c: _partition(c, _key(scope, name)))
+        return 0 if partition is None else partition.documents
+
+    async def index(self, scope: Scope, name: str, model: str, analysis: str) -> PartitionIndex:
+        key, space = _key(scope, name), space_of(model, analysis)
+        resident = self._indexes.get(key, space)
+        if resident is not None:  # every acknowledged write was applied to it
+            return PartitionIndex(resident.index, resident.documents)
+        async with self._lock(key):
+            for _ in range(3):
+                missing = await asyncio.to_thread(self._db.read, lambda c: _missing(c, key, space))
+                if not missing:
+                    break
+                prepared = await self._prepare(scope, name, [document_unit(i, t) for i, t in missing])
+                if space_of(prepared.model, prepared.analysis) != space:
+                    break  # the embedder changed meanwhile: the caller loads again with the new one
+                metrics.STORE_FILLED_CHUNKS.inc(len(prepared.chunks))
+                await asyncio.to_thread(self._db.write, lambda c: _fill(c, key, space, missing, prepared))
+            return await asyncio.to_thread(self._load, key, space, analysis)
+
+    def _load(self, key: str, space: str, analysis: str) -> PartitionIndex:
+        rows, documents = self._db.read(lambda c: (_chunk_rows(c, key, space), _documents(c, key)))
+        if not rows:
+            return PartitionIndex(self._indexes.build([], [], np.zeros((0, 1), np.float32), analysis, 1), documents)
+        vectors = np.stack([np.frombuffer(r[4], dtype=_VECTOR) for r in rows])
+        chunks = [IndexedChunk(r[1], r[2], json.loads(r[3])) for r in rows]
+        index = self._indexes.build([r[0] for r in rows], chunks, vectors, analysis, vectors.shape[1])
+        self._indexes.keep(key, Resident(index, space, documents))
+        metrics.INDEX_LOADS.labels("built").inc()
+        return PartitionIndex(index, documents)
+
+    # -- writes -----------------------------------------------------------------------------------------
+
+    async def upsert(self, scope: Scope, name: str, documents: list[MemoryDocument]) -> UpsertOutcome:
+        check_request_size(documents, self._max_request_bytes)
+        key = _key(scope, name)
+        async with self._lock(key):
+            stored = await asyncio.to_thread(self._db.read, lambda c: _stored(c, key, [d.id for d in documents]))
+            changed = list({d.id: d for d in documents if stored.get(d.id) != d}.values())
+            if not changed:
+                count = await self.count(scope, name)
+                return UpsertOutcome(0, 0, len(documents), count)
+            prepared = await self._prepare(scope, name, [d.unit() for d in changed])
+            outcome, applied = await asyncio.to_thread(self._db.write, lambda c: self._write(
+                c, key, scope, name, changed, stored, prepared))
+            await asyncio.to_thread(self._apply, key, applied, outcome.count)
+        return UpsertOutcome(outcome.inserted, outcome.replaced, len(documents) - len(changed), outcome.count)
+
+    def _write(self, connection: sqlite3.Connection, key: str, scope: Scope, name: str,
+               changed: list[MemoryDocument], stored: dict[str, MemoryDocument],
+               prepared: Prepared) -> tuple[UpsertOutcome, _Change]:
+        partition = _partition(connection, key) or _create(connection, key, scope, name)
+        space = space_of(prepared.model, prepared.analysis)
+        if partition.space != space:  # another embedder's chunks: none of them can answer this space's queries
+            connection.execute("DELETE FROM chunks WHERE partition = ?", (partition.id,))
+        removed = _remove_chunks(connection, partition.id, [d.id for d in changed])
+        seq = partition.next_seq
+        for document in changed:
+            if document.id not in stored:
+                seq += 1
+            connection.execute(
+                "INSERT INTO documents (partition, id, seq, text, metadata) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (partition, id) DO UPDATE SET text = excluded.text, metadata = excluded.metadata",
+                (partition.id, document.id, seq, document.text, json.dumps(document.metadata, ensure_ascii=False)))
+        added = _insert_chunks(connection, partition.id, prepared)
+        inserted = sum(d.id not in stored for d in changed)
+        grown = sum(d.size() + _DOCUMENT_OVERHEAD for d in changed) - sum(
+            stored[d.id].size() + _DOCUMENT_OVERHEAD for d in changed if d.id in stored)
+        connection.execute("UPDATE partitions SET documents = documents + ?, bytes = bytes + ?, next_seq = ?, "
+                           "space = ? WHERE id = ?", (inserted, grown, seq, space, partition.id))
+        if grown > 0:
+            self._check_bound(connection)
+        outcome = UpsertOutcome(inserted, len(changed) - inserted, 0, partition.documents + inserted)
+        return outcome, _Change(space, removed, added, rebuild=partition.space != space)
+
+    async def delete(self, scope: Scope, name: str, ids: list[str]) -> DeleteOutcome:
+        key = _key(scope, name)
+        wanted = list(dict.fromkeys(ids))
+        async with self._lock(key):
+            outcome, applied = await asyncio.to_thread(self._db.write, lambda c: _delete(c, key, wanted))
+            await asyncio.to_thread(self._apply, key, applied, outcome.count)
+        return outcome
+
+    async def clear(self, scope: Scope, name: str) -> None:
+        key = _key(scope, name)
+        async with self._lock(key):
+            await asyncio.to_thread(self._db.write, lambda c: _clear(c, key))
+            self._indexes.drop(key)
+
+    async def drop(self, scope: Scope, name: str) -> None:
+        key = _key(scope, name)
+        async with self._lock(key):
+            await asyncio.to_thread(self._db.write, lambda c: _drop(c, key))
+            self._indexes.drop(key)
+
+    def sweep(self) -> tuple[int, int]:
+        """Nothing to sweep: a write killed mid-way is a transaction SQLite rolls back."""
+        return 0, 0
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _apply(self, key: str, change: _Change | None, documents: int) -> None:
+        """Applies a committed write to the partition's resident index, if one is held (else the next search
+        loads the partition with the write in it)."""
+        if change is None:
+            return
+        resident = self._indexes.get(key, change.space)
+        if change.rebuild or resident is None:
+            self._indexes.drop(key)
+            return
+        keys, chunks, vectors = change.added or ([], [], np.zeros((0, resident.index.dimensions), np.float32))
+        resident.index.update(change.removed, chunks, vectors, keys)
+        resident.documents = documents
+        self._indexes.keep(key, resident)
+
+    def _check_bound(self, connection: sqlite3.Connection) -> None:
+        if self._max_bytes is None:
+            return
+        (total,) = connection.execute("SELECT coalesce(sum(bytes), 0) FROM partitions").fetchone()
+        if total > self._max_bytes:
+            raise SidecarError(ErrorKind.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED",
+                               "the in-memory knowledge store is full (retrieval.binding_store_bytes); "
+                               "close or reset bindings, or raise the limit")
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        return self._locks[hash(key) % _STRIPES]
+
+
+@dataclass(frozen=True)
+class _Change:
+    """What a committed write changed in a space: chunk keys removed, and (keys, chunks, vectors) added."""
+
+    space: str
+    removed: list[str]
+    added: tuple[list[str], list[IndexedChunk], np.ndarray] | None
+    rebuild: bool = False
+
+
+class _Database:
+    """One SQLite connection, used by one thread at a time (writes and reads are short)."""
+
+    def __init__(self, path: Path | None) -> None:
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self._connection = sqlite3.connect(":memory:" if path is None else str(path), check_same_thread=False,
+                                           isolation_level=None)
+        self._lock = threading.Lock()
+        with self._lock:
+            if path is not None:
+                self._connection.execute("PRAGMA journal_mode = WAL")
+            # Every acknowledged write is on disk: the commit waits for the WAL's fsync.
+            self._connection.execute("PRAGMA synchronous = FULL")
+            self._connection.executescript(_SCHEMA)
+            self._connection.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+
+    def read(self, work: Callable[[sqlite3.Connection], object]):  # type: ignore[no-untyped-def]
+        with self._lock:
+            return work(self._connection)
+
+    def write(self, work: Callable[[sqlite3.Connection], object]):  # type: ignore[no-untyped-def]
+        with self._lock, _transaction(self._connection):
+            return work(self._connection)
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()
+
+
+@contextmanager
+def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+# -- statements -------------------------------------------------------------------------------------------
+
+def _key(scope: Scope, name: str) -> str:
+    return key_of(scope.tenant, scope.session, name)
+
+
+def _partition(connection: sqlite3.Connection, key: str) -> _Partition | None:
+    row = connection.execute("SELECT id, documents, next_seq, space FROM partitions WHERE key = ?", (key,)).fetchone()
+    return None if row is None else _Partition(*row)
+
+
+def _create(connection: sqlite3.Connection, key: str, scope: Scope, name: str) -> _Partition:
+    cursor = connection.execute("INSERT INTO partitions (key, tenant, session, source) VALUES (?, ?, ?, ?)",
+                                (key, scope.tenant, scope.session, name))
+    return _Partition(int(cursor.lastrowid or 0), 0, 0, "")
+
+
+def _documents(connection: sqlite3.Connection, key: str) -> int:
+    partition = _partition(connection, key)
+    return 0 if partition is None else partition.documents
+
+
+def _stored(connection: sqlite3.Connection, key: str, ids: list[str]) -> dict[str, MemoryDocument]:
+    partition = _partition(connection, key)
+    if partition is None:
+        return {}
+    found = {}
+    for start in range(0, len(ids), 500):  # SQLite's bound on parameters per statement
+        batch = ids[start : start + 500]
+        marks = ",".join("?" * len(batch))
+        for i, text, metadata in connection.execute(
+                f"SELECT id, text, metadata FROM documents WHERE partition = ? AND id IN ({marks})",
+                (partition.id, *batch)):
+            found[i] = MemoryDocument(i, text, json.loads(metadata))
+    return found
+
+
+def _remove_chunks(connection: sqlite3.Connection, partition: int, documents: list[str]) -> list[str]:
+    """Deletes the documents' chunks; returns their keys."""
+    keys: list[str] = []
+    for start in range(0, len(documents), 500):
+        batch = documents[start : start + 500]
+        marks = ",".join("?" * len(batch))
+        keys += [k for (k,) in connection.execute(
+            f"DELETE FROM chunks WHERE partition = ? AND document IN ({marks}) RETURNING key", (partition, *batch))]
+    return keys
+
+
+def _insert_chunks(connection: sqlite3.Connection, partition: int,
+                   prepared: Prepared) -> tuple[list[str], list[IndexedChunk], np.ndarray] | None:
+    if not prepared.chunks:
+        return None
+    keys = chunk_keys(prepared.chunks)
+    chunks = [indexed(c) for c in prepared.chunks]
+    vectors = np.ascontiguousarray(prepared.vectors, dtype=_VECTOR)
+    connection.executemany(
+        "INSERT OR REPLACE INTO chunks (partition, key, document, id, text, meta, vector) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(partition, key, c.provenance.document_id, i.id, i.text, json.dumps(i.meta, ensure_ascii=False),
+          vector.tobytes()) for key, c, i, vector in zip(keys, prepared.chunks, chunks, vectors)])
+    return keys, chunks, vectors
+
+
+def _chunk_rows(connection: sqlite3.Connection, key: str, space: str) -> list[tuple]:
+    return connection.execute(
+        "SELECT c.key, c.id, c.text, c.meta, c.vector FROM chunks c JOIN partitions p ON p.id = c.partition "
+        "JOIN documents d ON d.partition = c.partition AND d.id = c.document "
+        "WHERE p.key = ? AND p.space = ? ORDER BY d.seq, c.key", (key, space)).fetchall()
+
+
+def _missing(connection: sqlite3.Connection, key: str, space: str) -> list[tuple[str, str]]:
+    """Documents with no chunk in the space (all of them when the partition's chunks are of another space)."""
+    partition = _partition(connection, key)
+    if partition is None:
+        return []
+    other_space = "1" if partition.space != space else "0"
+    return connection.execute(
+        "SELECT d.id, d.text FROM documents d WHERE d.partition = ? AND (? = '1' OR NOT EXISTS "
+        "(SELECT 1 FROM chunks c WHERE c.partition = d.partition AND c.document = d.id)) ORDER BY d.seq",
+        (partition.id, other_space)).fetchall()
+
+
+def _fill(connection: sqlite3.Connection, key: str, space: str, embedded: list[tuple[str, str]],
+          prepared: Prepared) -> None:
+    """Gives the embedded documents their chunks in `space` (the partition's chunks of any other space go)."""
+    partition = _partition(connection, key)
+    if partition is None:
+        return
+    if partition.space != space:
+        connection.execute("DELETE FROM chunks WHERE partition = ?", (partition.id,))
+        connection.execute("UPDATE partitions SET space = ? WHERE id = ?", (space, partition.id))
+    _remove_chunks(connection, partition.id, [i for i, _ in embedded])
+    _insert_chunks(connection, partition.id, prepared)
+
+
+def _delete(connection: sqlite3.Connection, key: str, ids: list[str]) -> tuple[DeleteOutcome, _Change | None]:
+    partition = _partition(connection, key)
+    if partition is None:
+        return DeleteOutcome(0, len(ids), 0), None
+    stored = _stored(connection, key, ids)
+    removed = _remove_chunks(connection, partition.id, list(stored))
+    for document in stored.values():
+        connection.execute("DELETE FROM documents WHERE partition = ? AND id = ?", (partition.id, document.id))
+    shrunk = sum(d.size() + _DOCUMENT_OVERHEAD for d in stored.values())
+    connection.execute("UPDATE partitions SET documents = documents - ?, bytes = bytes - ? WHERE id = ?",
+                       (len(stored), shrunk, partition.id))
+    outcome = DeleteOutcome(len(stored), len(ids) - len(stored), partition.documents - len(stored))
+    return outcome, _Change(partition.space, removed, None) if stored else None
+
+
+def _clear(connection: sqlite3.Connection, key: str) -> None:
+    partition = _partition(connection, key)
+    if partition is not None:
+        for table in ("chunks", "documents"):
+            connection.execute(f"DELETE FROM {table} WHERE partition = ?", (partition.id,))
+        connection.execute("UPDATE partitions SET documents = 0, bytes = 0 WHERE id = ?", (partition.id,))
+
+
+def _drop(connection: sqlite3.Connection, key: str) -> None:
+    _clear(connection, key)
+    connection.execute("DELETE FROM partitions WHERE key = ?", (key,))
+
+
+# -- 0.2.0's partition files ------------------------------------------------------------------------------
+
+def migrate_partition_files(folder: Path, store_path: Path) -> int:
+    """Imports the JSON partition files 0.2.0 (and earlier) wrote under `folder` into the SQLite database at
+    `store_path`, one transaction per file, then removes each file; returns how many were imported. A file whose
+    partition the database already holds was imported before a crash stopped its removal: it is removed. The
+    documents get their chunks on the partition's first search (they are embedded then, as at 0.2.0's first
+    search after a restart). An unreadable file is left as it is, with a warning."""
+    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if not files:
+        return 0
+    database = _Database(store_path)
+    imported = 0
+    try:
+        for file in files:
+            try:
+                body = json.loads(file.read_text(encoding="utf-8"))
+                scope, name = Scope(body["tenant"], body["session"]), body["source"]
+                documents = [MemoryDocument(r["id"], r["text"], r.get("metadata", {})) for r in body["documents"]]
+            except (OSError, ValueError, KeyError, TypeError) as err:
+                log.warning("MEMORY partition file %s is unreadable (%s); left as it is", file, err)
+                continue
+            imported += database.write(lambda c: _import(c, _key(scope, name), scope, name, documents))
+            file.unlink()
+    finally:
+        database.close()
+    log.info("imported %d MEMORY partition files of an earlier version into %s", imported, store_path.name)
+    return imported
+
+
+def _import(connection: sqlite3.Connection, key: str, scope: Scope, name: str, documents: list[MemoryDocument]) -> int:
+    if _partition(connection, key) is not None:
+        return 0
+    partition = _create(connection, key, scope, name)
+    connection.executemany("INSERT INTO documents (partition, id, seq, text, metadata) VALUES (?, ?, ?, ?, ?)",
+                           [(partition.id, d.id, seq, d.text, json.dumps(d.metadata, ensure_ascii=False))
+                            for seq, d in enumerate(documents, 1)])
+    size = sum(d.size() + _DOCUMENT_OVERHEAD for d in documents)
+    connection.execute("UPDATE partitions SET documents = ?, bytes = ?, next_seq = ? WHERE id = ?",
+                       (len(documents), size, len(documents), partition.id))
+    return 1
+
+
+# -- bindings and cursors: this process's memory ----------------------------------------------------------
+
+class InMemoryRegistry:
+    """This process's open bindings: an OrderedDict, least recently used first."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._open: OrderedDict[str, Binding] = OrderedDict()
+        self._used: dict[str, float] = {}
+
+    async def add(self, binding: Binding, max_open: int) -> list[Binding]:
+        evicted = []
+        while len(self._open) >= max_open:
+            evicted.append(self._pop(next(iter(self._open))))
+        self._open[binding.id] = binding
+        await self.use(binding)
+        return evicted
+
+    async def find(self, binding_id: str, tenant: str) -> Binding | None:
+        return self._open.get(binding_id)
+
+    async def use(self, binding: Binding) -> None:
+        self._open.move_to_end(binding.id)
+        self._used[binding.id] = self._clock()
+
+    async def remove(self, binding: Binding) -> bool:
+        if binding.id not in self._open:
+            return False
+        self._pop(binding.id)
+        return True
+
+    async def remove_idle(self, idle_seconds: float) -> list[Binding]:
+        """The oldest uses come first, so this stops at the first binding still in use (the cost is the
+        number closed)."""
+        oldest_allowed, idle = self._clock() - idle_seconds, []
+        while self._open:
+            binding_id = next(iter(self._open))
+            if self._used[binding_id] > oldest_allowed:
+                break
+            idle.append(self._pop(binding_id))
+        return idle
+
+    async def count(self) -> int:
+        return len(self._open)
+
+    def _pop(self, binding_id: str) -> Binding:
+        del self._used[binding_id]
+        return self._open.pop(binding_id)
+
+
+class InMemoryPositions:
+    """This process's SEQUENTIAL cursors, least recently used first."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._positions: OrderedDict[str, int] = OrderedDict()
+        metrics.SEQUENTIAL_CURSORS.set_function(lambda: len(self._positions))
+
+    async def take(self, key: str, tenant: str, units: int) -> int | None:
+        position = self._positions.get(key, 0)
+        if position >= units:
+            return None
+        self._positions[key] = position + 1
+        self._positions.move_to_end(key)
+        while len(self._positions) > self._limit:
+            self._positions.popitem(last=False)
+        return position
+
+
+class LocalVectors:
+    """No vectors shared with other replicas: the catalog's own cache is all there is."""
+
+    async def fetch(self, partition: str, model: str, hashes: list[str]) -> dict[str, np.ndarray]:
+        return {}
+
+    async def keep(self, partition: str, model: str, vectors: dict[str, np.ndarray]) -> None:
+        return None
+
+
+class EmbeddedBackend:
+    name = "embedded"
+    healthy = True
+
+    def __init__(self, data_dir: Path, memory_cache_bytes: int, binding_store_bytes: int, max_request_bytes: int,
+                 index_threads: int, index_dtype: str) -> None:
+        self._path = data_dir / "memory.sqlite3"
+        self._memory_cache_bytes = memory_cache_bytes
+        self._binding_store_bytes = binding_store_bytes
+        self._max_request_bytes = max_request_bytes
+        self._index = (index_threads, index_dtype)
+        self._stores: list[EmbeddedDocuments] = []
+        migrate_partition_files(data_dir / "memory", self._path)
+
+    def on_health_change(self, callback: Callable[[bool], None]) -> None:
+        return None  # always healthy
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        for store in self._stores:
+            store.close()
+
+    def documents(self, namespace: str, prepare: Prepare) -> EmbeddedDocuments:
+        memory = namespace == "memory"
+        indexes = ResidentIndexes(f"{namespace}_indexes", self._memory_cache_bytes, *self._index)
+        store = EmbeddedDocuments(self._path if memory else None, prepare, indexes,
+                                  max_request_bytes=self._max_request_bytes,
+                                  max_bytes=None if memory else self._binding_store_bytes)
+        self._stores.append(store)
+        return store
+
+    def binding_registry(self, clock: Callable[[], float] = time.monotonic) -> InMemoryRegistry:
+        return InMemoryRegistry(clock)
+
+    def cursor_positions(self, limit: int) -> InMemoryPositions:
+        return InMemoryPositions(limit)
+
+    def vector_cache(self) -> LocalVectors:
+        return LocalVectors()

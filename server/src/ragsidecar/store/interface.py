@@ -1,0 +1,208 @@
+"""What the domain needs of storage, and the records it exchanges with it.
+
+Two backends implement all of it: `embedded` (store/embedded.py: SQLite in WAL mode and in-process
+incremental indexes, this process only) and `postgres` (store/postgres.py: PostgreSQL is the source of truth,
+shared by every replica, each replica searching a local incremental index caught up from the database's change
+log). store/factory.py picks one at start-up; no other module asks which one runs.
+
+- `DocumentStore`: documents the host writes by id, partitioned by (tenant, session, source): MEMORY
+  knowledge, and the live corpora of chat bindings. A write costs what it changes, and the next search,
+  on any replica, sees it.
+- `BindingRegistry`: the open chat bindings.
+- `CursorPositions`: SEQUENTIAL cursors.
+- `VectorCache`: vectors other replicas already embedded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import numpy as np
+
+from ragsidecar.errors import Violation, invalid
+from ragsidecar.knowledge.declarations import Entry, Scope, SourceType, Use
+from ragsidecar.knowledge.sources import Provenance, Unit
+
+if TYPE_CHECKING:
+    from ragsidecar.knowledge.chunking import Chunk
+    from ragsidecar.knowledge.index import HybridIndex
+
+# Document stores: MEMORY partitions, and the chat bindings' corpora.
+Namespace = Literal["memory", "binding"]
+
+
+@dataclass(frozen=True)
+class MemoryDocument:
+    id: str
+    text: str
+    metadata: dict[str, str]
+
+    def size(self) -> int:
+        """UTF-8 bytes of the id, text and metadata: what the per-call limit counts."""
+        return sum(len(s.encode("utf-8", "surrogatepass"))
+                   for s in (self.id, self.text, *self.metadata.keys(), *self.metadata.values()))
+
+    def unit(self) -> Unit:
+        return document_unit(self.id, self.text)
+
+
+def document_unit(document_id: str, text: str) -> Unit:
+    """A stored document as a knowledge unit (what chunking, DIRECT and SEQUENTIAL read)."""
+    return Unit(text, Provenance(document_id=document_id, char_end=len(text)))
+
+
+@dataclass(frozen=True)
+class UpsertOutcome:
+    inserted: int
+    replaced: int
+    unchanged: int
+    count: int
+
+
+@dataclass(frozen=True)
+class DeleteOutcome:
+    deleted: int
+    not_found: int
+    count: int
+
+
+def check_request_size(documents: list[MemoryDocument], limit: int) -> None:
+    """Refuses one call's documents past retrieval.max_memory_bytes_per_request (INVALID_ARGUMENT, LIMIT_EXCEEDED)."""
+    size = sum(d.size() for d in documents)
+    if size > limit:
+        raise invalid([Violation("documents", f"{size} bytes exceed the limit of {limit} "
+                                              "bytes per call (retrieval.max_memory_bytes_per_request)",
+                                 "LIMIT_EXCEEDED")], "LIMIT_EXCEEDED")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Documents' chunks with their vectors, as one embedder and one lexical analysis made them: what a write
+    stores in the space of (`model`, `analysis`). A chunk's `provenance.document_id` names its document."""
+
+    model: str
+    analysis: str  # a lexical.LANGUAGES name
+    chunks: list[Chunk]
+    vectors: np.ndarray  # float32 [len(chunks), dimensions]
+
+
+# The catalog's chunk-and-embed, run before a write's transaction: (scope, source name, units) -> Prepared.
+Prepare = Callable[[Scope, str, list[Unit]], Awaitable[Prepared]]
+
+
+@dataclass(frozen=True)
+class PartitionIndex:
+    """A partition's searchable index for one model and analysis, caught up with every acknowledged write, and
+    how many documents the partition holds."""
+
+    index: HybridIndex
+    documents: int
+
+
+class DocumentStore(Protocol):
+    """Documents written by id, one partition per (tenant, session, source name)."""
+
+    async def units(self, scope: Scope, name: str) -> list[Unit]:
+        """Every document of the partition, in the order first written."""
+
+    async def count(self, scope: Scope, name: str) -> int: ...
+
+    async def upsert(self, scope: Scope, name: str, documents: list[MemoryDocument]) -> UpsertOutcome:
+        """Adds or replaces documents by id; durable when it returns. Unchanged documents cost nothing."""
+
+    async def delete(self, scope: Scope, name: str, ids: list[str]) -> DeleteOutcome: ...
+
+    async def clear(self, scope: Scope, name: str) -> None:
+        """Empties the partition."""
+
+    async def drop(self, scope: Scope, name: str) -> None:
+        """Forgets the partition entirely (a closed chat binding)."""
+
+    async def index(self, scope: Scope, name: str, model: str, analysis: str) -> PartitionIndex:
+        """The partition's index for the embedder fingerprint `model` and lexical `analysis`, with every write
+        acknowledged before this call in it (on any replica). Documents never embedded with that model (written
+        under another, or migrated) are chunked and embedded first."""
+
+    def sweep(self) -> tuple[int, int]:
+        """Removes what writes killed mid-way left; returns (files, bytes) removed."""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """An open chat binding (chat/bindings.py): an owner's live corpus of one source name."""
+
+    id: str
+    owner_id: str
+    scope: Scope
+    source: str
+    top_k: int
+    declared: bool
+    handle_digest: bytes = field(default=b"", repr=False, compare=False)
+    # The handle itself: set only on the binding OpenBinding returns, never kept.
+    handle: str = field(default="", repr=False, compare=False)
+
+    @property
+    def entry(self) -> Entry:
+        """The binding as a SEARCH source; hits name it by id until the turn renames them to `source`."""
+        return Entry(self.id, SourceType.BINDING, Use.SEARCH, top_k=self.top_k)
+
+
+class BindingRegistry(Protocol):
+    """Where the open bindings are kept, least recently used first; `use` makes one the most recent."""
+
+    async def add(self, binding: Binding, max_open: int) -> list[Binding]:
+        """Keeps the binding; removes and returns the least recently used others past `max_open`."""
+
+    async def find(self, binding_id: str, tenant: str) -> Binding | None:
+        """The open binding with that id (`tenant` is the caller's, for the database's row security)."""
+
+    async def use(self, binding: Binding) -> None: ...
+
+    async def remove(self, binding: Binding) -> bool:
+        """False when it was no longer open (closed meanwhile, here or elsewhere)."""
+
+    async def remove_idle(self, idle_seconds: float) -> list[Binding]:
+        """Removes and returns the bindings unused for `idle_seconds`."""
+
+    async def count(self) -> int: ...
+
+
+class CursorPositions(Protocol):
+    async def take(self, key: str, tenant: str, units: int) -> int | None:
+        """The cursor's position, which then moves on by one; None (and no move) once it reached `units`."""
+
+
+class VectorCache(Protocol):
+    """Vectors embedded before, by (partition, model fingerprint, chunk content hash); partition "" is every
+    tenant's."""
+
+    async def fetch(self, partition: str, model: str, hashes: list[str]) -> dict[str, np.ndarray]: ...
+
+    async def keep(self, partition: str, model: str, vectors: dict[str, np.ndarray]) -> None: ...
+
+
+class Backend(Protocol):
+    """One storage backend: makes every part above, and says whether it can serve."""
+
+    name: str
+
+    @property
+    def healthy(self) -> bool:
+        """False while the backend cannot serve (its database is unreachable)."""
+
+    def on_health_change(self, callback: Callable[[bool], None]) -> None: ...
+
+    async def start(self) -> None:
+        """Connects (and migrates); before any part is used."""
+
+    async def close(self) -> None: ...
+
+    def documents(self, namespace: Namespace, prepare: Prepare) -> DocumentStore: ...
+
+    def binding_registry(self, clock: Callable[[], float]) -> BindingRegistry: ...
+
+    def cursor_positions(self, limit: int) -> CursorPositions: ...
+
+    def vector_cache(self) -> VectorCache: ...

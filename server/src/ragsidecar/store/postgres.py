@@ -1,0 +1,57 @@
+"""The postgres backend (`[store] backend = "postgres"`): state shared by every replica through one PostgreSQL
+database with pgvector (docs/store.md). It assembles the parts: documents (postgres_documents.py), bindings
+(bindings.py), cursors (cursors.py) and the shared embedding cache (embeddings.py), over one `Database`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ragsidecar.config import Config
+from ragsidecar.store.bindings import PostgresRegistry
+from ragsidecar.store.cursors import PostgresPositions
+from ragsidecar.store.database import Database
+from ragsidecar.store.embedded import LocalVectors
+from ragsidecar.store.embeddings import SharedEmbeddings
+from ragsidecar.store.interface import Namespace, Prepare, VectorCache
+from ragsidecar.store.postgres_documents import PostgresMemoryStore
+from ragsidecar.store.resident import ResidentIndexes
+
+
+class PostgresBackend:
+    name = "postgres"
+
+    def __init__(self, config: Config, database: Database) -> None:
+        self.database = database
+        self._config = config
+
+    @property
+    def healthy(self) -> bool:
+        return self.database.healthy
+
+    def on_health_change(self, callback: Callable[[bool], None]) -> None:
+        self.database.on_health_change(callback)
+
+    async def start(self) -> None:
+        await self.database.start()
+
+    async def close(self) -> None:
+        await self.database.close()
+
+    def documents(self, namespace: Namespace, prepare: Prepare) -> PostgresMemoryStore:
+        retrieval = self._config.retrieval
+        indexes = ResidentIndexes(f"{namespace}_indexes", retrieval.memory_cache_bytes, retrieval.index_threads,
+                                  retrieval.index_dtype)
+        return PostgresMemoryStore(self.database, namespace=namespace, prepare=prepare, indexes=indexes,
+                                   max_request_bytes=retrieval.max_memory_bytes_per_request,
+                                   max_namespace_bytes=retrieval.binding_store_bytes if namespace == "binding" else None)
+
+    def binding_registry(self, clock: Callable[[], float] = time.monotonic) -> PostgresRegistry:
+        return PostgresRegistry(self.database)  # the database's clock, which every replica shares
+
+    def cursor_positions(self, limit: int) -> PostgresPositions:
+        return PostgresPositions(self.database, limit)
+
+    def vector_cache(self) -> VectorCache:
+        rows = self._config.store.embedding_cache_rows
+        return SharedEmbeddings(self.database, rows) if rows > 0 else LocalVectors()
