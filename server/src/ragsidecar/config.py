@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ragsidecar.knowledge.fusion import FusionMethod, RerankFusion
-from ragsidecar.knowledge.lexical import LANGUAGES as LEXICAL_LANGUAGES
 
 # The built-in defaults: used when neither --config nor $RAGSIDECAR_CONFIG names a file.
 BUILT_IN_CONFIG = Path(__file__).with_name("default_config.toml")
@@ -449,6 +448,10 @@ def _validate(config: Config, check_files: bool) -> None:
         raise ConfigError("retrieval.chunk_overlap_tokens: must be in [0, chunk_tokens/2)")
     if not 0 < retrieval.direct_budget_fraction <= 1:
         raise ConfigError("retrieval.direct_budget_fraction: must be in (0, 1]")
+    # Imported here: the lexical analysis loads bm25s and the stemmers, which commands that read no config
+    # (the container's `ragsidecar health`) should not pay for.
+    from ragsidecar.knowledge.lexical import LANGUAGES as LEXICAL_LANGUAGES
+
     if retrieval.lexical_language not in LEXICAL_LANGUAGES:
         raise ConfigError(f"retrieval.lexical_language: {retrieval.lexical_language!r} is not one of "
                           f"{', '.join(LEXICAL_LANGUAGES)}")
