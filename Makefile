@@ -1,5 +1,5 @@
 # One-command set-up: `make run` serves, `make test` runs every test suite. Both create what they need.
-# `make dist` builds the sdist and wheel into dist/ (see README.md, "Install from the wheel").
+# `make dist` builds every release artifact into dist/ (see docs/releasing.md).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -9,8 +9,16 @@ PROTOS := $(wildcard proto/ragsidecar/v1/*.proto)
 GEN_STAMP := server/src/ragsidecar/v1/.generated
 BUF := clients/typescript/node_modules/.bin/buf
 SOAK_MINUTES ?= 30
+# The one version of every artifact (docs/releasing.md).
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' server/src/ragsidecar/__init__.py)
+# protobuf-java lines the Java client is proven on from dist/: the 3.25.x it is compiled against, the oldest and
+# the newest 4.x it supports (the client's own suite runs on the last one too).
+PROTOBUF_LINES := 3.25.8 4.28.3 4.36.2
+JAVA_MODULES := clients/java clients/java/adapters/langchain4j clients/java/adapters/spring-ai
+NPM_ADAPTERS := clients/typescript-adapters/ai-sdk clients/typescript-adapters/langchain
+NPM_CI := npm ci --no-audit --no-fund --silent
 
-.PHONY: setup run test test-python test-java test-typescript lint models bench soak doctor dist clean
+.PHONY: setup run test test-python test-java test-typescript lint models bench soak doctor dist dist-python dist-java dist-npm clean
 
 setup: $(VENV)/.installed $(GEN_STAMP) models
 
@@ -36,7 +44,12 @@ doctor: setup
 	$(VENV)/bin/ragsidecar doctor --config $(CONFIG)
 
 clients/typescript/node_modules/.installed: clients/typescript/package.json clients/typescript/package-lock.json
-	cd clients/typescript && npm ci --no-audit --no-fund --silent
+	cd clients/typescript && $(NPM_CI)
+	touch $@
+
+clients/typescript-adapters/%/node_modules/.installed: clients/typescript-adapters/%/package.json \
+		clients/typescript-adapters/%/package-lock.json
+	cd clients/typescript-adapters/$* && $(NPM_CI)
 	touch $@
 
 lint: clients/typescript/node_modules/.installed
@@ -45,21 +58,21 @@ lint: clients/typescript/node_modules/.installed
 test-python: setup
 	$(PY) -m pytest -q
 
-test-java: setup
+# The client's suite on the protobuf-java it is compiled against and, with the same classes, on the newest 4.x; the
+# adapters' suites; then the external consumer on each protobuf line, with the artifacts taken from dist/maven.
+test-java: setup dist-java
 	cd clients/java && mvn -q -B test
-	cd clients/java && mvn -q -B test -Pprotobuf3
-	cd clients/java && mvn -q -B install -DskipTests
+	cd clients/java && mvn -q -B test -Pprotobuf4 -Dprotobuf4.version=$(lastword $(PROTOBUF_LINES))
 	cd clients/java/adapters/langchain4j && mvn -q -B test
 	cd clients/java/adapters/spring-ai && mvn -q -B test
-	cd clients/java/adapters/langchain4j && mvn -q -B install -DskipTests
-	cd clients/java/adapters/spring-ai && mvn -q -B install -DskipTests
-	cd tests/external/maven-consumer && mvn -q -B test
+	tests/external/maven-consumer/run.sh $(PROTOBUF_LINES)
 
-test-typescript: setup clients/typescript/node_modules/.installed
+# Node 20 throughout: every package's engines and every lock file admit it (each package's tests check theirs).
+test-typescript: setup dist-npm
 	cd clients/typescript && npm test
-	cd clients/typescript-adapters/ai-sdk && npm ci --no-audit --no-fund --silent && npm test
-	cd clients/typescript-adapters/langchain && npm ci --no-audit --no-fund --silent && npm test
-	tests/external/run-outside-repo.sh npm-consumer bash -c 'npm ci --no-audit --no-fund --silent && npm test'
+	cd clients/typescript-adapters/ai-sdk && npm test
+	cd clients/typescript-adapters/langchain && npm test
+	tests/external/run-outside-repo.sh npm-consumer bash -c '$(NPM_CI) && npm test'
 
 test: lint test-python test-java test-typescript
 
@@ -78,8 +91,35 @@ bench: setup
 soak: setup
 	$(PY) bench/soak.py --minutes $(SOAK_MINUTES)
 
-dist: $(VENV)/.installed
+# Every release artifact, one version, with a SHA256SUMS: the wheel and sdist; dist/maven, a Maven repository holding
+# the Java client and both adapters (jar, -sources, -javadoc, POM; the client's -tests jar is its test support);
+# dist/npm, the npm tarballs of the client and both adapters. docs/releasing.md says how to publish them.
+dist: dist-python dist-java dist-npm
+	for artifact in ragsidecar-$(VERSION)-py3-none-any.whl ragsidecar-$(VERSION).tar.gz \
+		$(foreach a,client langchain4j spring-ai,maven/io/ragsidecar/ragsidecar-$(a)/$(VERSION)/ragsidecar-$(a)-$(VERSION).pom) \
+		$(foreach p,client ai-sdk langchain,npm/ragsidecar-$(p)-$(VERSION).tgz); do \
+		test -f dist/$$artifact || { echo "dist/$$artifact is missing: every artifact carries version $(VERSION)"; exit 1; }; \
+	done
+	cd dist && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS
+
+dist-python: $(VENV)/.installed
+	rm -f dist/ragsidecar-*.whl dist/ragsidecar-*.tar.gz dist/SHA256SUMS
 	$(PY) -m build -o dist
+
+# clean: the jars are compiled against the protobuf-java the POM declares, never classes left by another build. Each
+# deploy also installs into the local repository, where the adapters' builds find the client.
+dist-java:
+	rm -rf dist/maven dist/SHA256SUMS
+	for module in $(JAVA_MODULES); do \
+		(cd $$module && mvn -q -B clean deploy -DskipTests -DaltDeploymentRepository=dist::file://$(CURDIR)/dist/maven) \
+			|| exit 1; \
+	done
+
+dist-npm: clients/typescript/node_modules/.installed $(NPM_ADAPTERS:%=%/node_modules/.installed)
+	rm -rf dist/npm dist/SHA256SUMS && mkdir -p dist/npm
+	for package in clients/typescript $(NPM_ADAPTERS); do \
+		(cd $$package && npm pack --silent --pack-destination $(CURDIR)/dist/npm >/dev/null) || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) server/src/ragsidecar/v1 .cache dist build

@@ -6,8 +6,9 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import org.junit.jupiter.api.Test;
 
 /**
- * The suite runs on the protobuf-java line the build selected (4.x by default, 3.25.x with -Pprotobuf3), so a
- * profile that silently kept the other runtime fails here rather than proving nothing.
+ * The suite runs on the protobuf-java line the build selected (3.25.x, which the classes are compiled against, by
+ * default; 4.x with -Pprotobuf4, the same classes on the newer runtime), so a profile that silently kept the other
+ * runtime fails here rather than proving nothing.
  */
 class ProtobufRuntimeTest {
 

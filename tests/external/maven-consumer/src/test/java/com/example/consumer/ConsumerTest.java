@@ -3,15 +3,24 @@ package com.example.consumer;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import com.google.protobuf.Message;
+import com.google.protobuf.util.JsonFormat;
 import io.ragsidecar.client.Sidecar;
+import java.io.IOException;
+import java.net.URISyntaxException;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
+import java.util.jar.JarFile;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 
-/** One call through the client and through each adapter, from the installed artifacts, against a real sidecar. */
+/**
+ * One call through the client and through each adapter, from the artifacts of the Maven repository `make dist` builds,
+ * against a real sidecar, on the protobuf-java line the POM pins ({@code -Dprotobuf.version}).
+ */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class ConsumerTest {
   private static final String QUERY = "toast four slices of bread";
@@ -32,6 +41,21 @@ class ConsumerTest {
   void stop() {
     consumer.close();
     sidecar.close();
+  }
+
+  @Test
+  void runsOnThePinnedProtobufLineWithAlignedUtil() throws IOException, URISyntaxException {
+    String pinned = System.getProperty("ragsidecar.protobufVersion");
+    assertEquals(pinned, bundleVersion(Message.class), "protobuf-java on the class path");
+    assertEquals(pinned, bundleVersion(JsonFormat.class), "protobuf-java-util on the class path");
+  }
+
+  /** The OSGi Bundle-Version of the jar a class was loaded from (protobuf's jars carry no pom.properties). */
+  private static String bundleVersion(Class<?> type) throws IOException, URISyntaxException {
+    Path jar = Path.of(type.getProtectionDomain().getCodeSource().getLocation().toURI());
+    try (JarFile file = new JarFile(jar.toFile())) {
+      return file.getManifest().getMainAttributes().getValue("Bundle-Version");
+    }
   }
 
   @Test
