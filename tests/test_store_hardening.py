@@ -73,22 +73,22 @@ def test_start_up_sweeps_what_killed_writes_and_superseded_indexes_left(make_sid
     second.signal(signal.SIGKILL)
     second.process.wait(30)
     (current,) = [p for p in (data / "indexes").iterdir() if p.name not in (superseded.name,)]
-    # What kill -9 leaves mid-write: a temp index folder of a save, a temp MEMORY file; and an index set aside
-    # by a save killed between its two renames, with no index in its place (kept: it is the only copy).
+    # What kill -9 leaves mid-write: a temp index folder of a save; and an index set aside by a save killed
+    # between its two renames, with no index in its place (kept: it is the only copy). MEMORY writes leave
+    # nothing: SQLite rolls its journal back or forward.
     crashed_save = data / "indexes" / f".{superseded.name}.tmp-{DEAD_PID}-abc"
     shutil.copytree(superseded, crashed_save)
-    (data / "memory" / f"{DEAD_PID}-partial.tmp").write_text('{"tenant": "acme", "documents": [')
     set_aside = data / "indexes" / f".{current.name}.old-{DEAD_PID}-0123"
     current.rename(set_aside)
     in_flight = data / "indexes" / f".{current.name}.tmp-{os.getpid()}-live"  # a live process's save: kept
     in_flight.mkdir()
-    leftovers = [superseded, crashed_save, data / "memory" / f"{DEAD_PID}-partial.tmp"]
+    leftovers = [superseded, crashed_save]
     expected_bytes = sum(f.stat().st_size for p in leftovers for f in ([p] if p.is_file() else p.rglob("*"))
                          if f.is_file())
 
     third = make_sidecar(retrieval_config(root, data)).start()
     assert not any(p.exists() for p in leftovers) and in_flight.exists() and current.is_dir()
-    assert f"start-up sweep removed 3 leftover index folders and memory temp files ({expected_bytes} bytes)" \
+    assert f"start-up sweep removed 2 leftover index folders ({expected_bytes} bytes)" \
         in third.log()
     assert load(third).counts[0].count == 41
     assert third.metric("ragsidecar_index_loads_total", **DISK) == 1  # the set-aside index, put back
@@ -127,8 +127,9 @@ def test_acknowledged_memory_writes_survive_kill_9_and_their_temp_files_are_swep
 def test_loaded_indexes_and_memory_partitions_stay_within_their_bounds(make_sidecar, folders) -> None:
     root, data = folders
     config = retrieval_config(root, data)
-    # Room for one small index (about 3.7 KB each), and for about three MEMORY partitions of one document.
-    config["retrieval"].update(index_cache_bytes=5000, memory_cache_bytes=3000)
+    # Room for one small index (about 3.7 KB each), and for about three MEMORY partitions' indexes of one
+    # document (about 25 KB each: their vectors have room for a few more chunks).
+    config["retrieval"].update(index_cache_bytes=5000, memory_cache_bytes=80_000)
     server = make_sidecar(config).start()
     files = [entry(name, "FILE", "SEARCH", f"guide/{name}") for name in ("returns.md", "shipping.txt")]
     for source in files * 2:
@@ -141,10 +142,14 @@ def test_loaded_indexes_and_memory_partitions_stay_within_their_bounds(make_side
     sessions = [common_pb2.Scope(tenant="acme", session=f"s{i}") for i in range(8)]
     for i, scope in enumerate(sessions):
         upsert(server, scope, f"note{i}", f"Note {i}: " + "the parcel waits at the depot. " * 12)
-        assert server.metric("ragsidecar_cache_bytes", cache="memory_partitions") <= 3000
-    assert server.metric("ragsidecar_cache_entries", cache="memory_partitions") < len(sessions)
-    for i, scope in enumerate(sessions):  # evicted partitions come back from disk
-        assert found_ids(server, scope, "where is the parcel?") == [f"note{i}"]
+    assert server.metric("ragsidecar_cache_entries", cache="memory_partitions") == len(sessions)
+    embedded = server.metric("ragsidecar_embedded_chunks_total")
+    for _ in range(2):  # the second round finds evicted indexes, rebuilt from the stored vectors
+        for i, scope in enumerate(sessions):
+            assert found_ids(server, scope, "where is the parcel?") == [f"note{i}"]
+            assert server.metric("ragsidecar_cache_bytes", cache="memory_indexes") <= 80_000
+    assert 0 < server.metric("ragsidecar_cache_entries", cache="memory_indexes") < len(sessions)
+    assert server.metric("ragsidecar_embedded_chunks_total") == embedded + len(sessions) * 2  # the queries only
 
 
 def test_writes_past_the_byte_limits_are_refused_and_change_nothing(make_sidecar, folders) -> None:

@@ -109,15 +109,15 @@ class Catalog:
         self._sweep_leftovers()
 
     def _sweep_leftovers(self) -> None:
-        """Removes what writes killed mid-way left, and indexes superseded by newer ones (one log line)."""
+        """Removes what index saves killed mid-way left, and indexes superseded by newer ones (one log line).
+        (The document stores leave nothing to sweep: their databases roll back a write killed mid-way.)"""
         try:
-            swept = [index_files.sweep(self._index_dir), self.memory.sweep()]
+            count, size = index_files.sweep(self._index_dir)
         except OSError as err:  # leftovers cost disk space only: never a reason not to start
             log.warning("start-up sweep of leftovers stopped: %s", err)
             return
-        count, size = sum(c for c, _ in swept), sum(b for _, b in swept)
         metrics.LEFTOVERS_SWEPT.inc(count)
-        log.info("start-up sweep removed %d leftover index folders and memory temp files (%d bytes)", count, size)
+        log.info("start-up sweep removed %d leftover index folders (%d bytes)", count, size)
 
     # -- locations -------------------------------------------------------------------------------
 

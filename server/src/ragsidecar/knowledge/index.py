@@ -126,6 +126,7 @@ class _Slots:
         self.chunks: list[IndexedChunk | None] = []
         self.vectors = np.zeros((0, dimensions), dtype=np.float32)  # grown by doubling: rows past `used` are spare
         self.of_key: dict[str, int] = {}
+        self.text_chars = 0  # of the live chunks (kept as they change: sizing an index must not scan it)
 
     @property
     def used(self) -> int:
@@ -135,17 +136,19 @@ class _Slots:
         first = self.used
         needed = first + len(chunks)
         if needed > self.vectors.shape[0]:
-            grown = np.zeros((max(needed, 2 * self.vectors.shape[0], 64), self.vectors.shape[1]), dtype=np.float32)
+            grown = np.zeros((max(needed, 2 * self.vectors.shape[0], 8), self.vectors.shape[1]), dtype=np.float32)
             grown[:first] = self.vectors[:first]
             self.vectors = grown
         self.vectors[first:needed] = vectors
         self.chunks += chunks
         self.of_key.update(zip(keys, range(first, needed)))
+        self.text_chars += sum(len(c.text) for c in chunks)
         return np.arange(first, needed, dtype=np.int64)
 
     def release(self, keys: Iterable[str]) -> list[int]:
         slots = [slot for key in keys if (slot := self.of_key.pop(key, None)) is not None]
         for slot in slots:
+            self.text_chars -= len(self.chunks[slot].text)  # type: ignore[union-attr]
             self.chunks[slot] = None
         return slots
 
@@ -315,9 +318,7 @@ class HybridIndex:
     def nbytes(self) -> int:
         """Estimated resident bytes: vectors (float32 rows and the graph's copy), chunk texts, the BM25 side."""
         with self._lock:
-            vectors = self._slots.vectors.nbytes
-            texts = sum(len(c.text) for c in self._slots.chunks if c is not None)
-            return 2 * vectors + texts + self._lexical.nbytes()
+            return 2 * self._slots.vectors.nbytes + self._slots.text_chars + self._lexical.nbytes()
 
     def search(
         self, query_vector: np.ndarray, query_text: str, k: int, candidates: int = 50,

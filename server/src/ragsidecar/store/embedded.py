@@ -86,14 +86,26 @@ class _Partition:
 class EmbeddedDocuments:
     """A DocumentStore on SQLite: `path` a database file, or None for an in-memory one (binding corpora)."""
 
-    def __init__(self, path: Path | None, prepare: Prepare, indexes: ResidentIndexes, *, max_request_bytes: int,
-                 max_bytes: int | None = None) -> None:
+    def __init__(self, path: Path | None, prepare: Prepare, indexes: ResidentIndexes, *, name: str,
+                 max_request_bytes: int, max_bytes: int | None = None) -> None:
         self._prepare = prepare
         self._indexes = indexes
         self._max_request_bytes = max_request_bytes
         self._max_bytes = max_bytes
         self._db = _Database(path)
         self._locks = [asyncio.Lock() for _ in range(_STRIPES)]
+        metrics.track_size(name, self)
+
+    # -- size, as ragsidecar_cache_bytes / _entries report it -------------------------------------------
+
+    def __len__(self) -> int:
+        """Partitions stored."""
+        return int(self._db.read(lambda c: c.execute("SELECT count(*) FROM partitions").fetchone()[0]))
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of the documents stored (what binding_store_bytes bounds)."""
+        return int(self._db.read(lambda c: c.execute("SELECT coalesce(sum(bytes), 0) FROM partitions").fetchone()[0]))
 
     # -- reads ------------------------------------------------------------------------------------------
 
@@ -199,10 +211,6 @@ class EmbeddedDocuments:
         async with self._lock(key):
             await asyncio.to_thread(self._db.write, lambda c: _drop(c, key))
             self._indexes.drop(key)
-
-    def sweep(self) -> tuple[int, int]:
-        """Nothing to sweep: a write killed mid-way is a transaction SQLite rolls back."""
-        return 0, 0
 
     def close(self) -> None:
         self._db.close()
@@ -557,6 +565,7 @@ class EmbeddedBackend:
         memory = namespace == "memory"
         indexes = ResidentIndexes(f"{namespace}_indexes", self._memory_cache_bytes, *self._index)
         store = EmbeddedDocuments(self._path if memory else None, prepare, indexes,
+                                  name="memory_partitions" if memory else "binding_corpora",
                                   max_request_bytes=self._max_request_bytes,
                                   max_bytes=None if memory else self._binding_store_bytes)
         self._stores.append(store)

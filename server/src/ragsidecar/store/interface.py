@@ -125,9 +125,6 @@ class DocumentStore(Protocol):
         acknowledged before this call in it (on any replica). Documents never embedded with that model (written
         under another, or migrated) are chunked and embedded first."""
 
-    def sweep(self) -> tuple[int, int]:
-        """Removes what writes killed mid-way left; returns (files, bytes) removed."""
-
 
 @dataclass(frozen=True)
 class Binding:
