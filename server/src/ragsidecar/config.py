@@ -157,7 +157,7 @@ class RetrievalConfig:
     # evicted first; an evicted persisted index is read back from disk, a MEMORY one rebuilt from cached vectors.
     index_cache_bytes: int = 1024 * 1024 * 1024
     # Bytes of persisted MEMORY partitions kept in memory (least recently used evicted; read back on demand).
-    memory_cache_bytes: int = 256 * 1024 * 1024
+    memory_cache_bytes: int = 1024 * 1024 * 1024
     # Bytes all open chat bindings' live corpora may hold together (server memory only); an append past it
     # is RESOURCE_EXHAUSTED.
     binding_store_bytes: int = 256 * 1024 * 1024
