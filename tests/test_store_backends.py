@@ -387,3 +387,50 @@ def test_a_kill_9_during_writes_loses_no_acknowledged_write_and_leaves_no_stray_
         assert doc_id in found(second, at, writers.abstracts[doc_id][:300]), doc_id
     second.stop()
     assert stray_files(store.data) == []
+
+
+# -- 0.2.0's data folder (embedded) ---------------------------------------------------------------------------
+
+def partitions_of_0_2_0() -> dict[tuple[str, str, str], dict[str, tuple[str, dict[str, str]]]]:
+    """What 0.2.0 held: (tenant, session, source) -> {id: (text, metadata)}, read from its files."""
+    partitions = {}
+    for file in FIXTURE_0_2_0.glob("*.json"):
+        body = json.loads(file.read_text(encoding="utf-8"))
+        partitions[(body["tenant"], body["session"], body["source"])] = {
+            d["id"]: (d["text"], d["metadata"]) for d in body["documents"]}
+    return partitions
+
+
+def test_a_data_folder_written_by_0_2_0_is_imported_at_start_up_with_nothing_lost(make_sidecar, tmp_path) -> None:
+    old = partitions_of_0_2_0()
+    assert (len(old), sum(map(len, old.values()))) == (6, 12)
+    root, data = tmp_path / "knowledge", tmp_path / "data"
+    root.mkdir()
+    shutil.copytree(FIXTURE_0_2_0, data / "memory", ignore=shutil.ignore_patterns("*.py"))
+    first = make_sidecar(retrieval_config(root, data)).start()
+    assert list((data / "memory").glob("*.json")) == []  # imported at start-up, before any call
+    assert "imported 6 MEMORY partition files" in first.log()
+
+    def everything_is_there(server: Sidecar) -> None:
+        for (tenant, session, source), documents in old.items():
+            at = scope(tenant, session)
+            # Each document as 0.2.0 held it, text and metadata: unchanged, and no other document with them.
+            again = upsert(server, at, dict(documents), source)
+            assert (again.unchanged, again.document_count) == (len(documents), len(documents)), (tenant, session)
+            for doc_id, (text, _) in documents.items():
+                assert hits(server, at, text, source)[0] == (doc_id, text), (tenant, session, doc_id)
+
+    everything_is_there(first)
+    tenant_wide = scope("acme", "")
+    assert upsert(first, tenant_wide, {"new": "The Leeds warehouse reopens on Tuesday."}).document_count == 3
+    first.stop()
+    # As if a crash had stopped the import between a file's transaction and its removal: the files are back.
+    shutil.copytree(FIXTURE_0_2_0, data / "memory", ignore=shutil.ignore_patterns("*.py"), dirs_exist_ok=True)
+
+    second = make_sidecar(retrieval_config(root, data)).start()
+    assert list((data / "memory").glob("*.json")) == []  # removed, their partitions left as they are now
+    assert found(second, tenant_wide, "when does the Leeds warehouse reopen?")[0] == "new"
+    assert delete(second, tenant_wide, ["new"]).document_count == 2
+    everything_is_there(second)
+    assert second.metric("ragsidecar_embedded_chunks_total") == 0  # their chunks were kept, not made again
+    assert stray_files(data) == ["memory"] and not any((data / "memory").iterdir())  # 0.2.0's folder, emptied
