@@ -434,3 +434,62 @@ def test_a_data_folder_written_by_0_2_0_is_imported_at_start_up_with_nothing_los
     everything_is_there(second)
     assert second.metric("ragsidecar_embedded_chunks_total") == 0  # their chunks were kept, not made again
     assert stray_files(data) == ["memory"] and not any((data / "memory").iterdir())  # 0.2.0's folder, emptied
+
+
+# -- DIRECTORY sources, file by file --------------------------------------------------------------------------
+
+SCIENCE = entry("science", "DIRECTORY", "SEARCH", "science")
+ZEBRAFISH = "Zebrafish regenerate their heart after injury: cardiomyocytes near the wound divide again."
+
+
+def load_science(server: Sidecar) -> int:
+    request = pb.RequireLoadedRequest(principal=PRINCIPAL, scope=scope("acme"), target=target([SCIENCE]),
+                                      names=["science"])
+    return retrieval(server).RequireLoaded(request, timeout=300).counts[0].count
+
+
+def science_hits(server: Sidecar, query: str) -> list[tuple[str, str]]:
+    """(file, chunk text) of a search of the DIRECTORY source, best first."""
+    request = pb.SearchRequest(principal=PRINCIPAL, scope=scope("acme"), target=target([SCIENCE]), query=query,
+                               top_k=5)
+    return [(Path(h.provenance.file).name, h.text) for h in retrieval(server).Search(request, timeout=120).hits]
+
+
+def loads(server: Sidecar) -> dict[str, float]:
+    return {how: server.metric("ragsidecar_index_loads_total", how=how) for how in ("built", "updated", "disk")}
+
+
+def test_a_directory_source_re_embeds_only_the_file_edited_and_drops_a_file_removed(make_sidecar, tmp_path) -> None:
+    root, data = tmp_path / "knowledge", tmp_path / "data"
+    (root / "science").mkdir(parents=True)
+    abstracts = ir_data.corpus("scifact")
+    files = {f"abstract{n:02}.txt": abstracts[doc_id] for n, doc_id in enumerate(scifact_ids()[:30])}
+    for name, text in files.items():
+        (root / "science" / name).write_text(text)
+    server = make_sidecar(retrieval_config(root, data)).start()
+    assert load_science(server) == 30
+    assert loads(server) == {"built": 1, "updated": 0, "disk": 0}
+    embedded = server.metric("ragsidecar_embedded_chunks_total")
+
+    edited, removed = "abstract07.txt", "abstract11.txt"
+    (root / "science" / edited).write_text(ZEBRAFISH)
+    assert science_hits(server, "can zebrafish regrow heart tissue?")[0] == (edited, ZEBRAFISH)
+    assert loads(server) == {"built": 1, "updated": 1, "disk": 0}
+    assert server.metric("ragsidecar_embedded_chunks_total") == embedded + 1  # the edited file's one chunk
+    assert all(text == ZEBRAFISH for file, text in science_hits(server, files[edited][:300]) if file == edited)
+
+    assert removed in [file for file, _ in science_hits(server, files[removed][:300])]
+    (root / "science" / removed).unlink()
+    assert removed not in [file for file, _ in science_hits(server, files[removed][:300])]
+    assert load_science(server) == 29
+    assert loads(server) == {"built": 1, "updated": 2, "disk": 0}
+    assert server.metric("ragsidecar_embedded_chunks_total") == embedded + 1
+    server.stop()
+
+    restarted = make_sidecar(retrieval_config(root, data)).start()
+    assert load_science(restarted) == 29
+    assert loads(restarted) == {"built": 0, "updated": 0, "disk": 1}  # the updated index, read back
+    assert restarted.metric("ragsidecar_embedded_chunks_total") == 0
+    assert science_hits(restarted, "can zebrafish regrow heart tissue?")[0] == (edited, ZEBRAFISH)
+    assert removed not in [file for file, _ in science_hits(restarted, files[removed][:300])]
+    assert len(list((data / "indexes").iterdir())) == 1  # the superseded indexes left the disk
