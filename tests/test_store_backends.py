@@ -50,7 +50,7 @@ def chat(server: Sidecar) -> chat_knowledge_pb2_grpc.ChatKnowledgeServiceStub:
     return chat_knowledge_pb2_grpc.ChatKnowledgeServiceStub(server.channel())
 
 
-Documents = dict[str, "str | tuple[str, dict[str, str]]"]  # id -> text, or (text, metadata)
+Documents = dict[str, str | tuple[str, dict[str, str]]]  # id -> text, or (text, metadata)
 
 
 def memory_documents(documents: Documents) -> list[pb.MemoryDocument]:
@@ -64,7 +64,8 @@ def upsert(server: Sidecar, at: common_pb2.Scope, documents: Documents,
         principal=PRINCIPAL, scope=at, knowledge=knowledge, documents=memory_documents(documents)), timeout=120)
 
 
-def delete(server: Sidecar, at: common_pb2.Scope, ids: list[str], knowledge: str = "notes") -> pb.DeleteDocumentsResponse:
+def delete(server: Sidecar, at: common_pb2.Scope, ids: list[str],
+           knowledge: str = "notes") -> pb.DeleteDocumentsResponse:
     return retrieval(server).DeleteDocuments(pb.DeleteDocumentsRequest(
         principal=PRINCIPAL, scope=at, knowledge=knowledge, ids=ids), timeout=120)
 
