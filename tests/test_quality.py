@@ -40,7 +40,7 @@ def test_lexical_matches_inflections_only_when_stemmed(tmp_path: Path) -> None:
     assert Lexical.build(texts, "english").top("running studies", 5)[0][0] == 0
     assert Lexical.build(texts, "none").top("running studies", 5) == []
     Lexical.build(texts, "english").save(tmp_path / "bm25")
-    assert Lexical.load(tmp_path / "bm25", 2, "english").top("studies", 5)[0][0] == 0
+    assert Lexical.load(tmp_path / "bm25", "english").top("studies", 5)[0][0] == 0
 
 
 # ---- fusion ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The lexical side of retrieval: BM25 (bm25s) over the terms of one analysis, shared by indexing and queries.
+"""The lexical side of retrieval: BM25 over the terms of one analysis, shared by indexing and queries.
 
 The analysis: lowercase words of two or more word characters, the language's stopwords removed, each word
 reduced to its Snowball stem (PyStemmer) so that "running studies" meets "runs a study". "none" keeps the
@@ -6,10 +6,26 @@ words unstemmed with English stopwords (the analysis before languages were confi
 
 Stopword lists are bm25s's (from NLTK); a language bm25s has none for keeps its stopwords, which BM25's IDF
 weighs down anyway.
+
+The index (Lexical) is incremental, for memories that change a text at a time: every score equals bm25s's
+("lucene" BM25, k1 1.5, b 0.75) built afresh on the live texts, whatever adds and removes led there. A text goes
+to an in-memory table (memtable) of recent texts; a full memtable becomes an immutable segment (numpy postings:
+per term, the slots holding it, each with the term's count and the text's length as one "shape" number). Segments of a similar size are merged a few at a time (tiered),
+dropping the postings of removed and replaced texts, so scoring visits a few segments and memory follows the live
+texts. Until a merge drops them, such postings stay in their segment and are skipped: a slot's postings count
+only in the segment holding its current text. The collection statistics (texts, average length, the query
+terms' document frequencies) are taken from the live texts at query time, so scores never drift.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import operator
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from itertools import chain
 from pathlib import Path
 
 import bm25s
@@ -24,9 +40,6 @@ LANGUAGES: tuple[str, ...] = (NO_STEMMING, *sorted(Stemmer.algorithms()))
 _STOPWORDS = {"english": "en", "porter": "en", "german": "de", "dutch": "nl", "dutch_porter": "nl",
               "french": "fr", "spanish": "es", "portuguese": "pt", "italian": "it", "russian": "ru",
               "swedish": "sv", "norwegian": "no", "turkish": "tr", "danish": "da", NO_STEMMING: "en"}
-
-# A term no analysis yields (words are word characters only): stands in for an empty vocabulary.
-_NO_TERM = "\x00"
 
 
 def check_language(language: str) -> None:
@@ -44,49 +57,554 @@ def terms(texts: list[str], language: str) -> list[list[str]]:
                           show_progress=False)
 
 
-class Lexical:
-    """BM25 over a list of texts, addressed by position; immutable once built."""
+# BM25 as bm25s computes it (method "lucene", its defaults), which the PostgreSQL store's SQL repeats.
+K1 = 1.5
+B = 0.75
 
-    def __init__(self, model: bm25s.BM25 | None, language: str) -> None:
-        self._model = model  # None when there are no texts: bm25s cannot index an empty corpus
+# A memtable becomes a segment at this many texts or postings (a flush costs milliseconds, once per this many adds).
+FLUSH_TEXTS = 1024
+FLUSH_POSTINGS = 1 << 17
+# Tiered merging: tier 0 holds segments of fewer than TIER_BASE live postings, each tier above spans a factor
+# TIER_FANOUT; a tier's TIER_FANOUT smallest segments are merged once it holds that many. A posting is rewritten
+# about log_FANOUT(postings / TIER_BASE) times in its life, and a search visits under TIER_FANOUT segments a tier.
+TIER_FANOUT = 8
+TIER_BASE = 1 << 16
+# Merges of up to this many postings run inside add() and remove() (tens of milliseconds); larger ones wait for
+# merge(), which the owner runs off the request path.
+INLINE_MERGE_POSTINGS = 1 << 20
+# A segment whose postings are mostly of removed or replaced texts is rewritten on its own.
+DEAD_SHARE = 0.5
+# A vocabulary of this many terms or more drops those no posting holds once they are over half of it (checked each
+# time merges have dropped as many postings as the segments hold).
+VOCABULARY_FLOOR = 1 << 14
+# Estimated resident bytes of one memtable posting (a list entry and its int), a vocabulary term and a shape.
+_MEMTABLE_POSTING_BYTES = 40
+_TERM_BYTES = 120
+_SHAPE_BYTES = 150
+
+_FORMAT = 1
+_META = "lexical.json"
+_VOCABULARY = "vocabulary.json"
+# Saved arrays: the segments' concatenated (shape numbers narrowed per segment in memory, saved as uint32), the
+# per-slot ones and the shapes.
+_SEGMENT_ARRAYS = {"terms": np.int32, "starts": np.int64, "slots": np.int32, "shapes": np.uint32, "docs": np.int32}
+_SLOT_ARRAYS = {"owner": np.int32, "text_lengths": np.int32, "distinct": np.int32}
+_SHAPE_ARRAYS = {"shape_tfs": np.int64, "shape_lengths": np.int64}
+
+Postings = tuple[np.ndarray, np.ndarray]  # slots, shapes
+
+
+def _narrow(shapes: np.ndarray) -> np.ndarray:
+    """Shape numbers as uint16 while they fit (a posting then takes 6 bytes)."""
+    return shapes.astype(np.uint16 if not len(shapes) or shapes.max() <= np.iinfo(np.uint16).max else np.uint32)
+
+
+@dataclass(frozen=True, eq=False)
+class _Segment:
+    """Immutable postings of some texts: term ids ascending, term i's postings at starts[i]:starts[i + 1]."""
+
+    id: int
+    terms: np.ndarray  # int32 term ids
+    starts: np.ndarray  # int64, len(terms) + 1
+    slots: np.ndarray  # int32, the posting's text
+    shapes: np.ndarray  # the posting's shape number (its tf and its text's length)
+    docs: np.ndarray  # int32: the slots of its texts, those without terms included
+
+    def postings(self, query_terms: np.ndarray) -> Iterator[tuple[int, Postings]]:
+        """(index into query_terms, postings) of each query term it holds, dead postings included."""
+        at = np.searchsorted(self.terms, query_terms)
+        found = np.flatnonzero(at < len(self.terms))
+        found = found[self.terms[at[found]] == query_terms[found]]
+        for i, begin, end in zip(found.tolist(), self.starts[at[found]].tolist(), self.starts[at[found] + 1].tolist()):
+            yield i, (self.slots[begin:end], self.shapes[begin:end])
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.terms, self.starts, self.slots, self.shapes, self.docs))
+
+
+def _segment(id: int, term_of: np.ndarray, slots: np.ndarray, shapes: np.ndarray, docs: np.ndarray) -> _Segment:
+    """A segment of postings given with their term, terms ascending."""
+    heads = np.flatnonzero(np.diff(term_of)) + 1
+    if len(term_of):
+        heads = np.concatenate(([0], heads))
+    starts = np.concatenate((heads, [len(term_of)])).astype(np.int64)
+    return _Segment(id, term_of[heads].astype(np.int32), starts, slots.astype(np.int32), _narrow(shapes),
+                    docs.astype(np.int32))
+
+
+class _Memtable:
+    """The texts added since the last flush, by local number: postings appended to per-term Python lists, each
+    posting one int (local number << 32 | shape: one append per posting keeps an add cheap)."""
+
+    def __init__(self, id: int) -> None:
+        self.id = id
+        self.slots = np.zeros(FLUSH_TEXTS, dtype=np.int32)  # local number -> slot
+        self.alive = np.zeros(FLUSH_TEXTS, dtype=bool)  # false once removed or replaced
+        self.texts = 0
+        self.postings = 0
+        self._local: dict[int, int] = {}  # slot -> local number of its current text
+        self._terms: defaultdict[int, list[int]] = defaultdict(list)  # term id -> packed postings
+
+    def full(self) -> bool:
+        return self.texts == FLUSH_TEXTS or self.postings >= FLUSH_POSTINGS
+
+    def add(self, slot: int, postings: Iterable[tuple[int, int]]) -> None:
+        """The text at `slot`, as its (term id, shape) postings."""
+        local = self.texts
+        self.slots[local], self.alive[local] = slot, True
+        self._local[slot] = local
+        self.texts += 1
+        packed = local << 32
+        for term, shape in postings:
+            self._terms[term].append(packed | shape)
+            self.postings += 1
+
+    def drop(self, slot: int) -> None:
+        self.alive[self._local.pop(slot)] = False
+
+    def terms(self) -> np.ndarray:
+        return np.fromiter(self._terms, np.int32, len(self._terms))
+
+    def renumber(self, renumbered: np.ndarray) -> None:
+        self._terms = defaultdict(list, zip(renumbered[self.terms()].tolist(), self._terms.values()))
+
+    def postings_of(self, query_terms: np.ndarray) -> Iterator[tuple[int, Postings]]:
+        """(index into query_terms, live postings) of each query term it holds."""
+        for i, term in enumerate(query_terms.tolist()):
+            if term in self._terms:
+                packed = np.array(self._terms[term], dtype=np.int64)
+                locals_ = packed >> 32
+                keep = self.alive[locals_]
+                yield i, (self.slots[locals_[keep]], (packed & 0xFFFFFFFF)[keep])
+
+    def frozen(self) -> _Segment:
+        """Its live texts as a segment of the same id."""
+        terms = sorted(self._terms)
+        counts = np.fromiter((len(self._terms[t]) for t in terms), np.int64, len(terms))
+        packed = np.fromiter(chain.from_iterable(self._terms[t] for t in terms), np.int64, int(counts.sum()))
+        keep = self.alive[packed >> 32]
+        term_of = np.repeat(np.array(terms, dtype=np.int32), counts)[keep]
+        packed = packed[keep]
+        docs = self.slots[:self.texts][self.alive[:self.texts]]
+        return _segment(self.id, term_of, self.slots[packed >> 32], packed & 0xFFFFFFFF, docs)
+
+    def nbytes(self) -> int:
+        return self.slots.nbytes + self.alive.nbytes + self.postings * _MEMTABLE_POSTING_BYTES
+
+
+class Merge:
+    """One merge of segments into one, dropping the postings of removed and replaced texts. `Lexical.start_merge`
+    picks it (under the caller's lock); `run` computes it without the lock (it reads only immutable segments and
+    which texts they still hold, which for these segments only ever goes away); `Lexical.finish_merge` installs it."""
+
+    def __init__(self, lexical: Lexical, segments: list[_Segment], id: int) -> None:
+        self._lexical = lexical
+        self.segments = segments
+        self.id = id
+        self.result: _Segment | None = None
+
+    def run(self) -> None:
+        owner = self._lexical._owner
+        pieces = []
+        for s in self.segments:
+            keep = owner[s.slots] == s.id
+            term_of = np.repeat(s.terms, np.diff(s.starts))
+            pieces.append((term_of[keep], s.slots[keep], s.shapes[keep], s.docs[owner[s.docs] == s.id]))
+        term_of, slots, shapes, docs = (np.concatenate(p) for p in zip(*pieces))
+        order = np.argsort(term_of, kind="stable")  # one sorted run per segment: timsort merges them
+        self.result = _segment(self.id, term_of[order], slots[order], shapes[order], docs)
+
+
+class Lexical:
+    """BM25 over texts addressed by integer slots (non-negative ints chosen by the caller, roughly dense: 0..n);
+    add and remove cost what they change. Scores equal bm25s's built afresh on the live texts: the number of
+    texts, their average length and each term's document frequency are the live texts' at query time.
+
+    A posting's weight depends on the collection only through the number of texts and their average length, and
+    on the posting only through its shape: its term count and its text's length. Distinct shapes are few (a few
+    thousand for chunks of up to a few hundred terms), so a posting stores its shape's number, and a search
+    weighs each shape once.
+
+    Not thread-safe: the caller serialises calls with a lock (Merge.run excepted)."""
+
+    def __init__(self, language: str) -> None:
+        check_language(language)
         self.language = language
+        self._words: list[str] = []  # term id -> term
+        self._ids: dict[str, int] = {}
+        self._shape_tfs: list[int] = []  # shape number -> term count
+        self._shape_lengths: list[int] = []  # shape number -> text length
+        self._shapes: dict[int, int] = {}  # length << 32 | tf -> shape number
+        self._weights = np.zeros(0, dtype=np.float32)  # shape number -> its BM25 weight, idf aside
+        self._weighed: tuple[int, int, int] = (0, 0, 0)  # (texts, total length, shapes) `_weights` is for
+        self._owner = np.zeros(0, dtype=np.int32)  # slot -> id of the segment or memtable holding its text, or -1
+        self._text_lengths = np.zeros(0, dtype=np.int32)  # slot -> its text's terms (BM25's document length)
+        self._distinct = np.zeros(0, dtype=np.int32)  # slot -> its text's distinct terms (its postings)
+        self._end = 0  # past the highest slot ever added
+        self._live = 0
+        self._total_length = 0
+        self._segments: list[_Segment] = []  # oldest first
+        self._dead: dict[int, int] = {}  # segment id -> its postings of texts removed or replaced since
+        self._merging: set[int] = set()  # ids of the segments that started merges hold
+        self._next_id = 1
+        self._memtable = _Memtable(0)
+        self._dropped = 0  # postings merges dropped since the vocabulary was last checked
 
     @classmethod
     def build(cls, texts: list[str], language: str) -> Lexical:
-        if not texts:
-            return cls(None, language)
-        tokens = terms(texts, language)
-        if not any(tokens):
-            # bm25s cannot index an empty vocabulary (texts of stopwords or symbols only): a term no query can
-            # hold keeps the document count and matches nothing.
-            tokens = [[_NO_TERM] for _ in texts]
-        model = bm25s.BM25()
-        model.index(tokens, show_progress=False)
-        return cls(model, language)
+        """Texts at slots 0..n-1, merged as far as the tiers ask."""
+        lexical = cls(language)
+        lexical.add(range(len(texts)), texts)
+        while lexical.merge():
+            pass
+        return lexical
+
+    def __len__(self) -> int:
+        return self._live
+
+    @property
+    def segments(self) -> int:
+        """Immutable segments (the memtable not counted)."""
+        return len(self._segments)
+
+    @property
+    def dead_postings(self) -> int:
+        """Postings of removed or replaced texts that segments hold until a merge drops them."""
+        return sum(self._dead.values())
+
+    def nbytes(self) -> int:
+        """Estimated resident bytes."""
+        slots = self._owner.nbytes + self._text_lengths.nbytes + self._distinct.nbytes
+        return (slots + sum(s.nbytes() for s in self._segments) + self._memtable.nbytes()
+                + len(self._words) * _TERM_BYTES + len(self._shape_tfs) * _SHAPE_BYTES)
+
+    # ---- writes ------------------------------------------------------------------------------------------
+
+    def add(self, slots: Sequence[int], texts: Sequence[str]) -> None:
+        """Index `texts[i]` at `slots[i]`; a slot already present is replaced."""
+        if len(slots) != len(texts):
+            raise ValueError(f"{len(slots)} slots for {len(texts)} texts")
+        slots = [operator.index(s) for s in slots]
+        if not slots:
+            return
+        if min(slots) < 0:
+            raise ValueError("slots must be non-negative")
+        self._reserve(max(slots) + 1)
+        self._end = max(self._end, max(slots) + 1)
+        for slot, words in zip(slots, terms(list(texts), self.language)):
+            self._drop(slot)
+            self._add(slot, words)
+            if self._memtable.full():
+                self._flush()
+        self._merge_inline()
+
+    def _add(self, slot: int, words: list[str]) -> None:
+        counts = Counter(words)
+        for word in [w for w in counts if w not in self._ids]:
+            self._ids[word] = len(self._words)
+            self._words.append(word)
+        shapes = {tf: self._shape(tf, len(words)) for tf in set(counts.values())}
+        self._memtable.add(slot, ((self._ids[word], shapes[tf]) for word, tf in counts.items()))
+        self._owner[slot] = self._memtable.id
+        self._text_lengths[slot], self._distinct[slot] = len(words), len(counts)
+        self._live += 1
+        self._total_length += len(words)
+
+    def _shape(self, tf: int, length: int) -> int:
+        key = length << 32 | tf
+        found = self._shapes.get(key)
+        if found is None:
+            found = self._shapes[key] = len(self._shape_tfs)
+            self._shape_tfs.append(tf)
+            self._shape_lengths.append(length)
+        return found
+
+    def remove(self, slots: Iterable[int]) -> None:
+        """Remove the texts at `slots`; absent slots are ignored."""
+        for slot in slots:
+            self._drop(operator.index(slot))
+        self._merge_inline()
+
+    def _reserve(self, slots: int) -> None:
+        if slots > len(self._owner):
+            grown = max(slots, 2 * len(self._owner))
+            self._owner = np.concatenate((self._owner, np.full(grown - len(self._owner), -1, dtype=np.int32)))
+            self._text_lengths = np.resize(self._text_lengths, grown)
+            self._distinct = np.resize(self._distinct, grown)
+
+    def _drop(self, slot: int) -> None:
+        holder = int(self._owner[slot]) if 0 <= slot < len(self._owner) else -1
+        if holder < 0:
+            return
+        if holder == self._memtable.id:
+            self._memtable.drop(slot)
+        else:
+            self._dead[holder] += int(self._distinct[slot])
+        self._owner[slot] = -1
+        self._live -= 1
+        self._total_length -= int(self._text_lengths[slot])
+
+    def _flush(self) -> None:
+        segment = self._memtable.frozen()
+        self._memtable = _Memtable(self._new_id())
+        if len(segment.docs):
+            self._segments.append(segment)
+            self._dead[segment.id] = 0
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    # ---- merges ------------------------------------------------------------------------------------------
+
+    def needs_merge(self) -> bool:
+        """Whether merge() has work: a tier is full, or a segment mostly dead."""
+        return bool(self._due())
+
+    def merge(self) -> bool:
+        """One merge step, whatever its size (up to seconds at millions of postings); returns whether anything was
+        merged. To hold the caller's lock only briefly: start_merge, then Merge.run unlocked, then finish_merge."""
+        merge = self.start_merge()
+        if merge is None:
+            return False
+        merge.run()
+        self.finish_merge(merge)
+        return True
+
+    def start_merge(self, max_postings: int | None = None) -> Merge | None:
+        """The next due merge (of at most `max_postings` postings), its segments reserved to it; None if none."""
+        for group in self._due():
+            if max_postings is None or sum(len(s.slots) for s in group) <= max_postings:
+                self._merging.update(s.id for s in group)
+                return Merge(self, group, self._new_id())
+        return None
+
+    def finish_merge(self, merge: Merge) -> None:
+        """Installs a merge that ran: the result replaces its segments (texts removed or replaced meanwhile stay
+        dead in it)."""
+        if merge.result is None:
+            raise ValueError("the merge has not run")
+        merged = {s.id for s in merge.segments}
+        self._dropped += sum(len(s.slots) for s in merge.segments) - len(merge.result.slots)
+        held = np.isin(self._owner[merge.result.docs], list(merged))
+        result = replace(merge.result, docs=merge.result.docs[held])
+        self._owner[result.docs] = result.id
+        at = min(i for i, s in enumerate(self._segments) if s.id in merged)
+        kept = [s for s in self._segments if s.id not in merged]
+        if len(result.docs):
+            kept.insert(at, result)
+            self._dead[result.id] = 0 if held.all() else int(np.count_nonzero(self._owner[result.slots] != result.id))
+        self._segments = kept
+        for id in merged:
+            del self._dead[id]
+        self._merging -= merged
+        self._compact_vocabulary()
+
+    def _compact_vocabulary(self) -> None:
+        """Renumbers the terms that postings hold, dropping the others (those of texts removed and merged away)
+        when they are over half the vocabulary. Never while a merge runs: its postings carry the old numbers."""
+        held = sum(len(s.slots) for s in self._segments)
+        if self._merging or len(self._words) < VOCABULARY_FLOOR or self._dropped < held:
+            return
+        self._dropped = 0
+        used = np.unique(np.concatenate([s.terms for s in self._segments] + [self._memtable.terms()]))
+        if 2 * len(used) > len(self._words):
+            return
+        renumbered = np.full(len(self._words), -1, dtype=np.int32)
+        renumbered[used] = np.arange(len(used), dtype=np.int32)  # increasing: segments' terms stay sorted
+        self._segments = [replace(s, terms=renumbered[s.terms]) for s in self._segments]
+        self._memtable.renumber(renumbered)
+        self._words = [self._words[i] for i in used.tolist()]
+        self._ids = {word: i for i, word in enumerate(self._words)}
+
+    def _merge_inline(self) -> None:
+        while (merge := self.start_merge(INLINE_MERGE_POSTINGS)) is not None:
+            merge.run()
+            self.finish_merge(merge)
+
+    def _due(self) -> list[list[_Segment]]:
+        """Due merges, cheapest kind first: each mostly dead segment alone, then the TIER_FANOUT smallest
+        segments of each full tier, lower tiers first."""
+        idle = [s for s in self._segments if s.id not in self._merging]
+        due = [[s] for s in idle if self._dead[s.id] > DEAD_SHARE * len(s.slots)]
+        tiers: dict[int, list[_Segment]] = {}
+        for s in idle:
+            tiers.setdefault(self._tier(s), []).append(s)
+        for _, members in sorted(tiers.items()):
+            if len(members) >= TIER_FANOUT:
+                due.append(sorted(members, key=lambda s: len(s.slots))[:TIER_FANOUT])
+        return due
+
+    def _tier(self, segment: _Segment) -> int:
+        live = len(segment.slots) - self._dead[segment.id]
+        return 0 if live < TIER_BASE else 1 + int(math.log(live / TIER_BASE, TIER_FANOUT))
+
+    # ---- search ------------------------------------------------------------------------------------------
 
     def top(self, query: str, count: int) -> list[tuple[int, float]]:
-        """Up to `count` (position, score) pairs, best first; only texts sharing a term with the query."""
-        if self._model is None or count <= 0:
+        """Up to `count` (slot, score) pairs, best first (ties: slot ascending); only texts sharing a term with
+        the query. Query terms that repeat count each time, as in bm25s."""
+        if count <= 0 or not self._live:
             return []
-        ids = self._model.get_tokens_ids(terms([query], self.language)[0])
+        ids = [self._ids[word] for word in terms([query], self.language)[0] if word in self._ids]
         if not ids:
             return []  # blank, stopword-only or out-of-vocabulary query: no lexical evidence
-        scores = self._model.get_scores_from_ids(ids)
-        count = min(count, len(scores))
-        best = np.argpartition(-scores, count - 1)[:count]
-        best = best[scores[best] > 0]
-        best = best[np.lexsort((best, -scores[best]))]  # score desc, position asc: deterministic ties
-        return [(int(i), float(scores[i])) for i in best]
+        query_terms, repeats = np.unique(np.array(ids, dtype=np.int32), return_counts=True)
+        pieces = self._postings(query_terms)
+        df = np.array([sum(len(slots) for slots, _ in p) for p in pieces])
+        if not df.any():
+            return []
+        idf = np.log1p((self._live - df + 0.5) / (df + 0.5))
+        # As bm25s: float32 weights summed term by term into float32 scores; a term's weight per shape first.
+        scores = np.zeros(self._end, dtype=np.float32)
+        for factor, term_pieces in zip((repeats * idf).tolist(), pieces):
+            if term_pieces:
+                slots, shapes = (np.concatenate(a) for a in zip(*term_pieces))
+                np.add.at(scores, slots, (self._shape_weights() * np.float32(factor)).take(shapes))
+        # Negated: numpy's introselect finds the smallest faster than the largest.
+        negated = np.negative(scores, out=scores)
+        if np.count_nonzero(negated) <= count:
+            best = np.flatnonzero(negated)  # all matches (partitioning among a sea of zeros is slow)
+        else:
+            best = np.argpartition(negated, count - 1)[:count]
+        best = best[np.lexsort((best, negated[best]))]
+        return list(zip(best.tolist(), (-negated[best]).tolist()))
+
+    def _postings(self, query_terms: np.ndarray) -> list[list[Postings]]:
+        """Per query term, its live postings in pieces, one per segment holding it."""
+        pieces: list[list[Postings]] = [[] for _ in range(len(query_terms))]
+        for segment in self._segments:
+            dead = self._dead[segment.id] > 0
+            for i, (slots, shapes) in segment.postings(query_terms):
+                if dead:
+                    keep = self._owner[slots] == segment.id
+                    slots, shapes = slots[keep], shapes[keep]
+                pieces[i].append((slots, shapes))
+        for i, postings in self._memtable.postings_of(query_terms):
+            pieces[i].append(postings)
+        return pieces
+
+    def _shape_weights(self) -> np.ndarray:
+        """Each shape's tf / (tf + k1 (1 - b + b length / average length)), for the live texts' average."""
+        weighed = (self._live, self._total_length, len(self._shape_tfs))
+        if weighed != self._weighed:
+            tfs, lengths = np.array(self._shape_tfs, dtype=np.float64), np.array(self._shape_lengths, dtype=np.float64)
+            average = self._total_length / self._live
+            self._weights = (tfs / (tfs + K1 * (1 - B + B * lengths / average))).astype(np.float32)
+            self._weighed = weighed
+        return self._weights
+
+    # ---- persistence -------------------------------------------------------------------------------------
 
     def save(self, folder: Path) -> None:
-        if self._model is not None:
-            self._model.save(str(folder), show_progress=False)
+        """Writes the index into `folder` (created if missing), the memtable as one more segment: numpy arrays
+        (the segments' concatenated, the per-slot ones, the shapes) and two small JSON files."""
+        folder.mkdir(parents=True, exist_ok=True)
+        segments = [s for s in (*self._segments, self._memtable.frozen()) if len(s.docs)]
+        for name, dtype in _SEGMENT_ARRAYS.items():
+            _write_array(folder / f"{name}.npy", np.concatenate([getattr(s, name) for s in segments] or
+                                                                [np.zeros(0, dtype=dtype)]).astype(dtype))
+        for name in _SLOT_ARRAYS:
+            _write_array(folder / f"{name}.npy", getattr(self, f"_{name}"))
+        for name, dtype in _SHAPE_ARRAYS.items():
+            _write_array(folder / f"{name}.npy", np.array(getattr(self, f"_{name}"), dtype=dtype))
+        _write_json(folder / _VOCABULARY, self._words)
+        _write_json(folder / _META, {"format": _FORMAT, "language": self.language, "next_id": self._next_id,
+                                     "segments": [[s.id, len(s.terms), len(s.slots), len(s.docs)] for s in segments]})
 
     @classmethod
-    def load(cls, folder: Path, count: int, language: str) -> Lexical:
-        if count == 0:
-            return cls(None, language)
-        model = bm25s.BM25.load(str(folder), mmap=False, show_progress=False, verbosity=0)
-        if model.scores["num_docs"] != count:
-            raise ValueError(f"BM25 holds {model.scores['num_docs']} documents, manifest says {count}")
-        return cls(model, language)
+    def load(cls, folder: Path, language: str) -> Lexical:
+        """The index `save` wrote; ValueError (or numpy's and json's errors) when its files are damaged."""
+        meta = json.loads((folder / _META).read_text(encoding="utf-8"))
+        _expect(meta.get("format") == _FORMAT, f"format {meta.get('format')!r}, expected {_FORMAT}")
+        _expect(meta.get("language") == language, f"analysed as {meta.get('language')!r}, expected {language!r}")
+        lexical = cls(language)
+        lexical._load_vocabulary(json.loads((folder / _VOCABULARY).read_text(encoding="utf-8")))
+        lexical._load_shapes(*(_read_array(folder, name, dtype) for name, dtype in _SHAPE_ARRAYS.items()))
+        for name, dtype in _SLOT_ARRAYS.items():
+            setattr(lexical, f"_{name}", _read_array(folder, name, dtype))
+        _expect(len(lexical._owner) == len(lexical._text_lengths) == len(lexical._distinct),
+                "slot arrays differ in length")
+        _expect(bool(np.all(lexical._text_lengths >= lexical._distinct) and np.all(lexical._distinct >= 0)),
+                "text lengths out of range")
+        table = np.array(meta["segments"], dtype=np.int64).reshape(-1, 4)
+        arrays = {name: _read_array(folder, name, dtype) for name, dtype in _SEGMENT_ARRAYS.items()}
+        lexical._segments = _split(arrays, table, len(lexical._words), len(lexical._owner), len(lexical._shape_tfs))
+        lexical._next_id = int(meta["next_id"])
+        _expect(lexical._next_id > int(table[:, 0].max(initial=-1)), "segment ids run past next_id")
+        lexical._memtable = _Memtable(lexical._new_id())
+        lexical._count_live()
+        return lexical
+
+    def _load_vocabulary(self, words: object) -> None:
+        _expect(isinstance(words, list) and all(isinstance(w, str) for w in words), "vocabulary is not a list of terms")
+        self._words, self._ids = words, {w: i for i, w in enumerate(words)}
+        _expect(len(self._ids) == len(words), "vocabulary repeats a term")
+
+    def _load_shapes(self, tfs: np.ndarray, lengths: np.ndarray) -> None:
+        _expect(len(tfs) == len(lengths) and bool(np.all((tfs >= 1) & (tfs <= lengths) & (lengths < 1 << 31))),
+                "shapes out of range")
+        self._shape_tfs, self._shape_lengths = tfs.tolist(), lengths.tolist()
+        self._shapes = {length << 32 | tf: i for i, (tf, length) in enumerate(zip(self._shape_tfs, self._shape_lengths))}
+        _expect(len(self._shapes) == len(tfs), "shapes repeat")
+
+    def _count_live(self) -> None:
+        """Live texts, their total length and each segment's dead postings, from the slots' owners; checks that
+        each live text is in the segment its owner names, with its length."""
+        live = self._owner >= 0
+        ids = np.array([s.id for s in self._segments], dtype=np.int32)
+        _expect(bool(np.all(np.isin(self._owner[live], ids)) and np.all(self._owner >= -1)), "a slot's owner is unknown")
+        owned = np.concatenate([s.docs[self._owner[s.docs] == s.id] for s in self._segments] or [np.zeros(0, np.int32)])
+        _expect(len(np.unique(owned)) == len(owned) == np.count_nonzero(live), "live texts and segments disagree")
+        lengths = np.array(self._shape_lengths, dtype=np.int64)
+        for s in self._segments:
+            held = self._owner[s.slots] == s.id
+            _expect(bool(np.all(lengths[s.shapes[held]] == self._text_lengths[s.slots[held]])),
+                    f"segment {s.id}: postings disagree with their texts' lengths")
+            self._dead[s.id] = int(np.count_nonzero(~held))
+        self._live, self._total_length = int(np.count_nonzero(live)), int(self._text_lengths[live].sum())
+        self._end = int(np.flatnonzero(live).max(initial=-1)) + 1
+
+
+def _split(arrays: dict[str, np.ndarray], table: np.ndarray, terms: int, slots: int, shapes: int) -> list[_Segment]:
+    """The saved segments (table rows: id, terms, postings, texts), each checked."""
+    sizes = {"terms": table[:, 1], "starts": table[:, 1] + 1, "slots": table[:, 2], "shapes": table[:, 2],
+             "docs": table[:, 3]}
+    bounds = {}
+    for name, size in sizes.items():
+        _expect(bool(np.all(size >= 0)) and int(size.sum()) == len(arrays[name]), f"{name}.npy holds the wrong count")
+        bounds[name] = np.concatenate(([0], np.cumsum(size)))
+    _expect(len(np.unique(table[:, 0])) == len(table) and bool(np.all(table[:, 0] >= 0)), "segment ids repeat")
+    segments = []
+    for i, row in enumerate(table):
+        parts = {name: arrays[name][bounds[name][i]:bounds[name][i + 1]].copy() for name in _SEGMENT_ARRAYS}
+        s = _Segment(int(row[0]), **{**parts, "shapes": _narrow(parts["shapes"])})
+        _expect(s.starts[0] == 0 and s.starts[-1] == len(s.slots) and bool(np.all(np.diff(s.starts) > 0)),
+                f"segment {s.id}: postings offsets out of order")
+        _expect(bool(np.all(np.diff(s.terms) > 0)) and bool(np.all((s.terms >= 0) & (s.terms < terms))),
+                f"segment {s.id}: terms out of order or range")
+        _expect(bool(np.all((s.slots >= 0) & (s.slots < slots)) and np.all((s.docs >= 0) & (s.docs < slots))),
+                f"segment {s.id}: slots out of range")
+        _expect(bool(np.all(s.shapes < shapes)), f"segment {s.id}: shapes out of range")
+        segments.append(s)
+    return segments
+
+
+def _expect(condition: bool, problem: str) -> None:
+    if not condition:
+        raise ValueError(f"damaged lexical index: {problem}")
+
+
+def _write_array(path: Path, array: np.ndarray) -> None:
+    with open(path, "wb") as f:
+        np.save(f, array, allow_pickle=False)
+
+
+def _read_array(folder: Path, name: str, dtype: type) -> np.ndarray:
+    array = np.load(folder / f"{name}.npy", allow_pickle=False)
+    _expect(array.ndim == 1 and array.dtype == dtype, f"{name}.npy is {array.dtype} {array.shape}")
+    return array
+
+
+def _write_json(path: Path, value: object) -> None:
+    path.write_text(json.dumps(value, ensure_ascii=False), encoding="utf-8")
