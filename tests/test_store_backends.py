@@ -1,6 +1,6 @@
 """One behaviour suite for both storage backends (`[store] backend`: embedded, postgres), through the real
 server: MEMORY upsert, delete and search (Search and Enforce); chat bindings, their reset (the one RPC that
-clears a corpus) and close; SEQUENTIAL cursors; tenants, look-alike scopes and same-named sources apart; the
+clears a corpus) and close; writers at once each reading their own write; SEQUENTIAL cursors; tenants, look-alike scopes and same-named sources apart; the
 byte bounds refusing with their status while the server serves on; a kill -9 during writes losing no
 acknowledged write and leaving no stray file. Then, for the embedded store: a data folder 0.2.0 wrote
 (tests/data/memory-0.2.0) imported at start-up with nothing lost, and a DIRECTORY source updated file by file."""
@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,6 +179,21 @@ def test_upserts_and_deletes_report_their_counts_and_the_next_search_follows_eac
     assert found(server, at, "when does Bob want his delivery?") == []
     assert upsert(server, at, {"bob": "Bob now prefers Sunday delivery."}).document_count == 1
     assert found(server, at, "when does Bob want his delivery?") == ["bob"]
+
+
+def test_writers_at_once_each_find_their_own_write_at_once(server) -> None:
+    at = scope("acme-concurrent")
+    abstracts = ir_data.corpus("scifact")
+    ids = scifact_ids()[:24]
+
+    def write_then_find(doc_id: str) -> tuple[str, list[str]]:
+        upsert(server, at, {doc_id: abstracts[doc_id]})
+        return doc_id, found(server, at, abstracts[doc_id][:300])[:1]
+
+    with ThreadPoolExecutor(6) as pool:
+        outcomes = list(pool.map(write_then_find, ids))
+    assert [(doc_id, [doc_id]) for doc_id in ids] == outcomes
+    assert delete(server, at, ["none"]).document_count == len(ids)
 
 
 def test_tenants_look_alike_scopes_and_same_named_sources_stay_apart(server) -> None:
