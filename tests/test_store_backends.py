@@ -1,9 +1,10 @@
 """One behaviour suite for both storage backends (`[store] backend`: embedded, postgres), through the real
-server: MEMORY upsert, delete and search (Search and Enforce); chat bindings, their reset (the one RPC that
-clears a corpus) and close; writers at once each reading their own write; SEQUENTIAL cursors; tenants, look-alike scopes and same-named sources apart; the
-byte bounds refusing with their status while the server serves on; a kill -9 during writes losing no
-acknowledged write and leaving no stray file. Then, for the embedded store: a data folder 0.2.0 wrote
-(tests/data/memory-0.2.0) imported at start-up with nothing lost, and a DIRECTORY source updated file by file."""
+server: MEMORY upsert, delete and search (Search and Enforce); writers at once each reading their own write;
+chat bindings, their reset (the one RPC that clears a corpus) and close; SEQUENTIAL cursors; tenants,
+look-alike scopes and same-named sources apart; the byte bounds refusing with their status while the server
+serves on; a kill -9 during writes losing no acknowledged write and leaving no stray file. Then, for the
+embedded store: a data folder 0.2.0 wrote (tests/data/memory-0.2.0) imported at start-up with nothing lost,
+and a DIRECTORY source updated file by file."""
 
 from __future__ import annotations
 
