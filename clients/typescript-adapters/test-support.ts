@@ -8,6 +8,8 @@ import { writeKnowledge } from "../typescript/test/support/knowledge.ts";
 import { startSidecar } from "../typescript/test/support/sidecar.ts";
 
 export { FAQ } from "../typescript/test/support/knowledge.ts";
+export { lockedPackagesNeedingANewerNode } from "../typescript/test/support/engines.ts";
+export { runReadmeExamples } from "../typescript/test/support/readme.ts";
 /** The sidecar's default reranker (config/ragsidecar.toml). */
 export const CROSS_ENCODER = "ms-marco-MiniLM-L-12-v2";
 

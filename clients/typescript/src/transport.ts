@@ -1,6 +1,6 @@
 import * as net from "node:net";
 import type * as http2 from "node:http2";
-import type { Interceptor, Transport } from "@connectrpc/connect";
+import { ConnectError, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 
 /** TLS settings; `true` means TLS with the system's trusted CAs. */
@@ -33,7 +33,7 @@ export interface ConnectionOptions {
 
 export interface OpenTransport {
   readonly transport: Transport;
-  /** "host:port" (the address as given) or "unix:<socketPath>", for messages. */
+  /** "host:port" (the address as given) or "unix:<socketPath>", which every failed call's message ends with. */
   readonly target: string;
   /** Closes the HTTP/2 connection and every open stream. */
   close(): void;
@@ -65,7 +65,8 @@ export function openTransport(options: ConnectionOptions): OpenTransport {
     if (tls.serverName !== undefined) nodeOptions.servername = tls.serverName;
     if (tls.rejectUnauthorized !== undefined) nodeOptions.rejectUnauthorized = tls.rejectUnauthorized;
   }
-  const interceptors: Interceptor[] = [];
+  const target = options.socketPath !== undefined ? `unix:${options.socketPath}` : (options.address as string);
+  const interceptors: Interceptor[] = [namingTheSidecar(target)];
   const token = options.token;
   if (token !== undefined) {
     interceptors.push((next) => async (request) => {
@@ -82,8 +83,26 @@ export function openTransport(options: ConnectionOptions): OpenTransport {
     interceptors,
     ...(options.defaultTimeoutMs !== undefined ? { defaultTimeoutMs: options.defaultTimeoutMs } : {}),
   });
-  const target = options.socketPath !== undefined ? `unix:${options.socketPath}` : (options.address as string);
   return { transport, target, close: () => sessionManager.abort() };
+}
+
+/**
+ * The outermost interceptor: a failed call's message ends with the sidecar it called (`... [sidecar 127.0.0.1:50151]`),
+ * as the Java client's do, so that a host with several sidecars, or a wrong address, is told which one failed. The
+ * status, metadata and google.rpc details stay; the original error is the cause.
+ */
+function namingTheSidecar(target: string): Interceptor {
+  return (next) => async (request) => {
+    try {
+      return await next(request);
+    } catch (error) {
+      const failed = ConnectError.from(error);
+      const message = [failed.rawMessage, `[sidecar ${target}]`].filter((part) => part !== "").join(" ");
+      const named = new ConnectError(message, failed.code, failed.metadata, undefined, failed);
+      named.details = failed.details;
+      throw named;
+    }
+  };
 }
 
 function normalizeAddress(address: string, scheme: string): string {

@@ -55,6 +55,8 @@ describe("client", () => {
         assert.ok(error instanceof UnauthenticatedError);
         assert.equal(error.code, "UNAUTHENTICATED");
         assert.equal(error.reason, "UNAUTHENTICATED");
+        // Which sidecar refused the token, as the Java client says it.
+        assert.ok(error.message.endsWith(` [sidecar ${env.secured.address}]`), error.message);
         return true;
       });
       // ready() rejects instead of waiting forever; supports() stays false.
@@ -137,7 +139,11 @@ describe("client", () => {
 
   it("maps an unreachable sidecar to UnavailableError", async () => {
     const nowhere = createUnreachable(clients);
-    await assert.rejects(nowhere.reranker.rerank({ query: QUERY, documents: DOCS }), UnavailableError);
+    await assert.rejects(nowhere.reranker.rerank({ query: QUERY, documents: DOCS }), (error: unknown) => {
+      assert.ok(error instanceof UnavailableError, String(error));
+      assert.ok(error.message.endsWith(` [sidecar ${nowhere.target}]`), error.message);
+      return true;
+    });
     await assert.rejects(nowhere.health.waitForServing({ timeoutMs: 300, intervalMs: 50 }), DeadlineExceededError);
     assert.equal(nowhere.reranker.supports(CROSS_ENCODER), false);
   });

@@ -1,5 +1,6 @@
-// The sidecar's reranker as an AI SDK reranking model (RerankingModelV4), for `rerank()` from "ai".
-import type { JSONObject, RerankingModelV4, RerankingModelV4CallOptions, RerankingModelV4Result, SharedV4Warning } from "@ai-sdk/provider";
+// The sidecar's reranker as an AI SDK reranking model, for `rerank()` from "ai": specification v3, which `ai` 6 takes
+// (Node 18+) and `ai` 7 still accepts (Node 22+), so the adapter runs on the Node 20 this repository supports.
+import type { JSONObject, RerankingModelV3, RerankingModelV3CallOptions, SharedV3Warning } from "@ai-sdk/provider";
 import { ValidationError, type LongDocumentStrategyName, type RagSidecarClient, type Reranker } from "@ragsidecar/client";
 
 /** Per-call options, under `providerOptions.ragsidecar` of `rerank()`. */
@@ -23,7 +24,7 @@ export interface RagSidecarRerankOptions {
 export function ragsidecarReranking(
   source: RagSidecarClient | Reranker,
   modelId: string,
-): RerankingModelV4 {
+): RerankingModelV3 {
   if (modelId.trim() === "") {
     throw new ValidationError("modelId must name a reranker model the sidecar serves", {
       code: "INVALID_ARGUMENT",
@@ -32,17 +33,17 @@ export function ragsidecarReranking(
   }
   const reranker = "reranker" in source ? source.reranker : source;
   return {
-    specificationVersion: "v4",
+    specificationVersion: "v3",
     provider: "ragsidecar",
     modelId,
-    async doRerank(options: RerankingModelV4CallOptions): Promise<RerankingModelV4Result> {
+    async doRerank(options: RerankingModelV3CallOptions) {
       const texts = options.documents.type === "text" ? options.documents.values : options.documents.values.map(jsonText);
       const extra = rerankOptions(options.providerOptions?.["ragsidecar"]);
       const response = await reranker.rerank(
         { query: options.query, documents: texts, model: modelId, ...(options.topN !== undefined ? { topN: options.topN } : {}), ...extra },
         options.abortSignal ? { signal: options.abortSignal } : {},
       );
-      const warnings: SharedV4Warning[] = [];
+      const warnings: SharedV3Warning[] = [];
       if (response.results.length === 0 && texts.length > 0) {
         warnings.push({ type: "other", message: `no result for ${texts.length} documents (minRelevanceScore or topN 0)` });
       }

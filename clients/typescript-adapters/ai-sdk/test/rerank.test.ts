@@ -1,11 +1,14 @@
 // rerank() from "ai" with the sidecar's reranking model, against a real sidecar.
 import assert from "node:assert/strict";
+import * as path from "node:path";
 import { describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
 import { rerank } from "ai";
 import { createClient, UnknownModelError } from "@ragsidecar/client";
 import { ragsidecarReranking } from "../src/index.ts";
-import { CROSS_ENCODER, FAQ, withSidecarClient } from "../../test-support.ts";
+import { CROSS_ENCODER, FAQ, lockedPackagesNeedingANewerNode, runReadmeExamples, withSidecarClient } from "../../test-support.ts";
 
+const PACKAGE_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const documents = FAQ.map((record) => record.text);
 
 describe("ragsidecarReranking in rerank()", () => {
@@ -55,5 +58,13 @@ describe("ragsidecarReranking in rerank()", () => {
     } finally {
       globalThis.AI_SDK_LOG_WARNINGS = undefined;
     }
+  });
+
+  it("runs the README's example as written", () => {
+    runReadmeExamples(PACKAGE_ROOT, sidecar.client.target);
+  });
+
+  it("installs nothing that needs a newer Node than its engines admit (20: ai 6, not 7)", () => {
+    assert.deepEqual(lockedPackagesNeedingANewerNode(PACKAGE_ROOT), []);
   });
 });

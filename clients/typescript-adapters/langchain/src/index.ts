@@ -8,8 +8,11 @@ import { ValidationError, type RagSidecarClient, type Reranker, type RetrievedCh
 export interface RagSidecarRerankInput {
   /** The client (its reranker is used) or any Reranker, e.g. `client.reranker`. */
   readonly client: RagSidecarClient | Reranker;
-  /** A model id the sidecar serves (case-sensitive); an unknown one fails with the client's UnknownModelError. */
-  readonly model: string;
+  /**
+   * A model id the sidecar serves (case-sensitive); an unknown one fails with the client's UnknownModelError. Unset:
+   * the sidecar's default reranker.
+   */
+  readonly model?: string;
   /** Most documents kept, after scoring all of them; unset keeps every document. */
   readonly topN?: number;
   /** Drop documents whose relevance is below this threshold (0..1). */
@@ -19,8 +22,9 @@ export interface RagSidecarRerankInput {
 }
 
 /**
- * Reranks documents with the sidecar: the given documents (each at most once, never another) in descending
- * relevance, cut to topN after scoring, each with `metadata.relevanceScore` (0..1).
+ * Reranks documents with the sidecar (its default reranker unless `model` names one): the given documents (each at
+ * most once, never another) in descending relevance, cut to topN after scoring, each with `metadata.relevanceScore`
+ * (0..1).
  */
 export class RagSidecarRerank extends BaseDocumentCompressor {
   private readonly reranker: Reranker;
@@ -28,8 +32,8 @@ export class RagSidecarRerank extends BaseDocumentCompressor {
 
   constructor(input: RagSidecarRerankInput) {
     super();
-    if (input.model.trim() === "") {
-      throw new ValidationError("model must name a reranker model the sidecar serves", { code: "INVALID_ARGUMENT", reason: "INVALID_REQUEST" });
+    if (input.model?.trim() === "") {
+      throw new ValidationError("model must name a reranker model the sidecar serves (omit it for the sidecar's default)", { code: "INVALID_ARGUMENT", reason: "INVALID_REQUEST" });
     }
     this.reranker = "reranker" in input.client ? input.client.reranker : input.client;
     this.input = input;
@@ -41,12 +45,12 @@ export class RagSidecarRerank extends BaseDocumentCompressor {
     const response = await this.reranker.rerank({
       query,
       documents: documents.map((d) => d.pageContent),
-      model,
+      ...(model !== undefined ? { model } : {}),
       ...(topN !== undefined ? { topN } : {}),
       ...(minRelevanceScore !== undefined ? { minRelevanceScore } : {}),
     });
     if (response.results.length === 0) {
-      (this.input.warn ?? console.warn)(`ragsidecar reranker ${model}: no result for ${documents.length} documents (minRelevanceScore or topN 0)`);
+      (this.input.warn ?? console.warn)(`ragsidecar reranker ${model ?? "(default)"}: no result for ${documents.length} documents (minRelevanceScore or topN 0)`);
     }
     // The client checked that every result references a sent document once.
     return response.results.map((result) => {

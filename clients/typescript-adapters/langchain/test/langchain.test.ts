@@ -1,11 +1,15 @@
 // The LangChain adapters inside LangChain's own runnables, against a real sidecar.
 import assert from "node:assert/strict";
+import * as path from "node:path";
 import { describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
 import { Document } from "@langchain/core/documents";
 import { RunnableLambda } from "@langchain/core/runnables";
 import { createClient, UnknownModelError } from "@ragsidecar/client";
 import { RagSidecarRerank, RagSidecarRetriever } from "../src/index.ts";
-import { CROSS_ENCODER, FAQ, withSidecarClient } from "../../test-support.ts";
+import { CROSS_ENCODER, FAQ, lockedPackagesNeedingANewerNode, runReadmeExamples, withSidecarClient } from "../../test-support.ts";
+
+const PACKAGE_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 
 const request = {
   principal: { id: "agent-host" },
@@ -41,6 +45,13 @@ describe("RagSidecarRetriever and RagSidecarRerank", () => {
     assert.deepEqual(top.map((d) => d.id), all.slice(0, 2).map((d) => d.id));
   });
 
+  it("reranks with the sidecar's default model when none is named", async () => {
+    const byDefault = await new RagSidecarRerank({ client: sidecar.client, topN: 1 }).compressDocuments(faqDocuments, "how long does shipping take");
+    assert.equal(byDefault[0]!.id, "faq-shipping");
+    const named = await new RagSidecarRerank({ client: sidecar.client, model: CROSS_ENCODER, topN: 1 }).compressDocuments(faqDocuments, "how long does shipping take");
+    assert.equal(byDefault[0]!.metadata["relevanceScore"], named[0]!.metadata["relevanceScore"], "the default model is the configured cross-encoder");
+  });
+
   it("retrieves then reranks in one runnable chain", async () => {
     const retriever = new RagSidecarRetriever({ client: sidecar.client, request: { ...request, topK: 6 } });
     const rerank = new RagSidecarRerank({ client: sidecar.client, model: CROSS_ENCODER, topN: 1 });
@@ -62,5 +73,13 @@ describe("RagSidecarRetriever and RagSidecarRerank", () => {
     assert.deepEqual(await strict.compressDocuments(faqDocuments, "shipping"), []);
     assert.equal(warnings.length, 1);
     assert.match(warnings[0]!, /no result for 6 documents/);
+  });
+
+  it("runs the README's example as written", () => {
+    runReadmeExamples(PACKAGE_ROOT, sidecar.client.target);
+  });
+
+  it("installs nothing that needs a newer Node than its engines admit (20)", () => {
+    assert.deepEqual(lockedPackagesNeedingANewerNode(PACKAGE_ROOT), []);
   });
 });
