@@ -232,7 +232,8 @@ class HybridIndex:
                 self._hnsw.add(slots.astype(np.uint64), vectors, threads=self._settings.threads)
                 self._lexical.add(slots.tolist(), [c.text for c in chunks])
             self._record(lambda index: index.update(removed, chunks, vectors, keys))
-        if removed and self.compaction_due():
+            upkeep_due = self.compaction_due() or self._lexical.needs_merge()
+        if upkeep_due:
             compactor.request(self)
 
     def remove(self, keys: Iterable[str]) -> int:
@@ -261,6 +262,21 @@ class HybridIndex:
     def compaction_due(self) -> bool:
         dead = self._slots.used - len(self._slots.of_key)
         return dead > max(len(self._slots.of_key), _COMPACT_AFTER_DEAD) and self._changes_during_compaction is None
+
+    def maintain(self) -> None:
+        """Background upkeep (the compactor's): a compaction when due, else the BM25 side's merges too large to
+        run inside a write, each run without the lock and installed under it."""
+        if self.compact():
+            return
+        while True:
+            with self._lock:
+                lexical = self._lexical
+                merge = lexical.start_merge()
+            if merge is None:
+                return
+            merge.run()
+            with self._lock:
+                lexical.finish_merge(merge)
 
     def compact(self) -> bool:
         """Rebuilds the index from its live chunks without holding the lock while it builds; changes made
@@ -469,8 +485,8 @@ def _read_chunks(path: Path) -> tuple[list[str], list[IndexedChunk]]:
 
 
 class _Compactor:
-    """One background thread compacting the indexes that asked (each at most once in its queue), so that no
-    write and no search waits for a rebuild; an index dropped meanwhile is skipped."""
+    """One background thread keeping up the indexes that asked (each at most once in its queue): compactions
+    and large BM25 merges, so that no write and no search waits for them; an index dropped meanwhile is skipped."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[int, weakref.ref[HybridIndex]]] = queue.SimpleQueue()
@@ -498,9 +514,9 @@ class _Compactor:
             if index is None:
                 continue
             try:
-                index.compact()
-            except Exception:  # the index keeps serving uncompacted; the next removal asks again
-                log.exception("index compaction failed")
+                index.maintain()
+            except Exception:  # the index keeps serving as it is; its next change asks again
+                log.exception("index upkeep failed")
 
 
 compactor = _Compactor()
