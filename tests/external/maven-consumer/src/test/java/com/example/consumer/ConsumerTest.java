@@ -59,6 +59,11 @@ class ConsumerTest {
   }
 
   @Test
+  void springAiRunsOnOneJacksonLine() {
+    assertEquals(tools.jackson.databind.cfg.PackageVersion.VERSION, tools.jackson.core.json.PackageVersion.VERSION);
+  }
+
+  @Test
   void clientReranks() {
     assertEquals(List.of("d1", "d0"), consumer.rerank(QUERY, TEXTS));
   }

@@ -22,6 +22,7 @@ import dev.langchain4j.rag.query.Metadata;
 import dev.langchain4j.rag.query.Query;
 import io.ragsidecar.client.KnowledgeScope;
 import io.ragsidecar.client.RagSidecarClient;
+import io.ragsidecar.client.ReadmeExamples;
 import io.ragsidecar.client.Sidecar;
 import io.ragsidecar.client.SidecarExtension;
 import io.ragsidecar.client.SidecarRetrieval;
@@ -31,6 +32,7 @@ import io.ragsidecar.v1.KnowledgeUse;
 import io.ragsidecar.v1.Target;
 import java.io.IOException;
 import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -45,6 +47,7 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.api.io.TempDir;
 
 /**
  * The adapter inside LangChain4j's own RAG pipeline (a {@link DefaultRetrievalAugmentor} with the
@@ -66,8 +69,24 @@ class LangChain4jPipelineTest {
       "The Grinder G3 grinds coffee beans with steel burrs in eighteen coarseness steps.",
       "The Fridge F9 keeps groceries cold with 350 litres of space and an ice dispenser.");
 
+  /** What the README example uses, imported as a host imports it. */
+  private static final String README_IMPORTS = """
+      import dev.langchain4j.rag.DefaultRetrievalAugmentor;
+      import dev.langchain4j.rag.RetrievalAugmentor;
+      import dev.langchain4j.rag.content.aggregator.ReRankingContentAggregator;
+      import io.ragsidecar.client.KnowledgeScope;
+      import io.ragsidecar.client.RagSidecarClient;
+      import io.ragsidecar.client.RetrievalRequests;
+      import io.ragsidecar.langchain4j.SidecarContentRetriever;
+      import io.ragsidecar.langchain4j.SidecarScoringModel;
+      import io.ragsidecar.v1.KnowledgeUse;
+      import io.ragsidecar.v1.Target;
+      import java.time.Duration;
+      import java.util.List;""";
+
   private RagSidecarClient client;
   private SidecarRetrieval retrieval;
+  private int port;
 
   @BeforeAll
   void start(@SidecarExtension.Options(ownKnowledge = true) Sidecar sidecar) throws IOException {
@@ -78,6 +97,7 @@ class LangChain4jPipelineTest {
     }
     lines.add("{\"id\": \"toaster\", \"text\": \"" + TOASTER + "\"}");
     Files.write(sidecar.knowledgeRoot().resolve("products.jsonl"), lines);
+    port = sidecar.port();
     client = sidecar.clientBuilder().defaultDeadline(Duration.ofSeconds(120)).awaitReady(Duration.ofSeconds(60))
         .build();
     retrieval = client.retrieval().withScope(new KnowledgeScope("agent-host", "acme", "lc4j"));
@@ -117,6 +137,33 @@ class LangChain4jPipelineTest {
     assertTrue(augmented.startsWith("toast four slices of bread"), augmented);
     assertTrue(augmented.contains(TOASTER), augmented);
     assertTrue(OTHERS.stream().noneMatch(augmented::contains), augmented);
+  }
+
+  /**
+   * The README's example as written (on the test sidecar's port): its augmentor puts the toaster first, with the
+   * reranker's relevance under RERANKED_SCORE and no SCORE, as the README says.
+   */
+  @Test
+  void theReadmeExampleAugmentsWithTheRerankedScore(@TempDir Path out) throws ReflectiveOperationException {
+    List<ReadmeExamples.Block> blocks = ReadmeExamples.javaBlocks(ReadmeExamples.readme());
+    assertEquals(1, blocks.size(), "the README's java blocks");
+    String unit = ReadmeExamples.unit(README_IMPORTS, ReadmeExamples.onPort(blocks.get(0), port),
+        "public final class LangChain4jExample {\n  public static RetrievalAugmentor augmentor() {\n"
+            + ReadmeExamples.EXAMPLE + "\n    return augmentor;\n  }\n}");
+    RetrievalAugmentor augmentor = (RetrievalAugmentor) ReadmeExamples
+        .compile(Map.of("readme.LangChain4jExample", unit), out).loadClass("readme.LangChain4jExample")
+        .getMethod("augmentor").invoke(null);
+
+    Content top = augment(augmentor, "toast four slices of bread").contents().get(0);
+
+    assertEquals(TOASTER, top.textSegment().text());
+    assertTrue(top.metadata().get(ContentMetadata.RERANKED_SCORE) instanceof Double, top.metadata()::toString);
+    assertFalse(top.metadata().containsKey(ContentMetadata.SCORE), top.metadata()::toString);
+  }
+
+  @Test
+  void theDependencySnippetNamesThisVersion() {
+    ReadmeExamples.assertDependencyVersions(ReadmeExamples.readme(), System.getProperty("ragsidecar.version"));
   }
 
   @Test

@@ -9,6 +9,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.ragsidecar.client.KnowledgeScope;
 import io.ragsidecar.client.RagSidecarClient;
+import io.ragsidecar.client.ReadmeExamples;
 import io.ragsidecar.client.Reranker;
 import io.ragsidecar.client.Sidecar;
 import io.ragsidecar.client.SidecarExtension;
@@ -25,6 +26,7 @@ import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.logging.Logger;
 import java.util.logging.SimpleFormatter;
 import java.util.logging.StreamHandler;
@@ -34,6 +36,7 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.api.io.TempDir;
 import org.springframework.ai.chat.client.ChatClient;
 import org.springframework.ai.chat.messages.AssistantMessage;
 import org.springframework.ai.chat.model.ChatModel;
@@ -65,8 +68,24 @@ class SidecarSpringAiTest {
       "grinder", "The Grinder G3 grinds coffee beans with steel burrs in eighteen coarseness steps.",
       "fridge", "The Fridge F9 keeps groceries cold with 350 litres of space and an ice dispenser.");
 
+  /** What the README example uses, imported as a host imports it. */
+  private static final String README_IMPORTS = """
+      import io.ragsidecar.client.KnowledgeScope;
+      import io.ragsidecar.client.RagSidecarClient;
+      import io.ragsidecar.client.RetrievalRequests;
+      import io.ragsidecar.springai.SidecarDocumentPostProcessor;
+      import io.ragsidecar.springai.SidecarDocumentRetriever;
+      import io.ragsidecar.v1.KnowledgeEntry;
+      import io.ragsidecar.v1.KnowledgeUse;
+      import java.time.Duration;
+      import java.util.List;
+      import org.springframework.ai.chat.client.ChatClient;
+      import org.springframework.ai.chat.model.ChatModel;
+      import org.springframework.ai.rag.advisor.RetrievalAugmentationAdvisor;""";
+
   private RagSidecarClient client;
   private SidecarDocumentRetriever retriever;
+  private int port;
 
   @BeforeAll
   void start(@SidecarExtension.Options(ownKnowledge = true) Sidecar sidecar) throws IOException {
@@ -75,6 +94,7 @@ class SidecarSpringAiTest {
         .map(e -> "{\"id\": \"" + e.getKey() + "\", \"text\": \"" + e.getValue() + "\"}")
         .collect(Collectors.joining("\n", "", "\n")));
     write(root, "policy/returns.md", "# Returns policy\n\nItems can be returned within 30 days of delivery.\n");
+    port = sidecar.port();
     client = sidecar.clientBuilder().defaultDeadline(Duration.ofSeconds(120)).build();
     retriever = SidecarDocumentRetriever.builder(client.retrieval().withScope(SCOPE), ROLE, List.of(PRODUCTS, POLICY))
         .topK(5).build();
@@ -126,6 +146,34 @@ class SidecarSpringAiTest {
     assertTrue(prompt.indexOf(bestTwo.get(0)) < prompt.indexOf(bestTwo.get(1)), prompt);
     retrieved.stream().map(Document::getText).filter(text -> !bestTwo.contains(text))
         .forEach(dropped -> assertFalse(prompt.contains(dropped), dropped));
+  }
+
+  /**
+   * The README's example as written (on the test sidecar's port), with the echo model: it answers from the reranked
+   * products, and leaves no thread that would keep a plain {@code main} from exiting.
+   */
+  @Test
+  void theReadmeExampleAnswersAndLeavesNoThreadBehind(@TempDir Path out) throws ReflectiveOperationException {
+    List<ReadmeExamples.Block> blocks = ReadmeExamples.javaBlocks(ReadmeExamples.readme());
+    assertEquals(1, blocks.size(), "the README's java blocks");
+    String unit = ReadmeExamples.unit(README_IMPORTS, ReadmeExamples.onPort(blocks.get(0), port),
+        "public final class SpringAiExample {\n  public static String answer(ChatModel chatModel, String question) {\n"
+            + ReadmeExamples.EXAMPLE + "\n    return answer;\n  }\n}");
+    ClassLoader example = ReadmeExamples.compile(Map.of("readme.SpringAiExample", unit), out);
+    Set<Thread> before = Thread.getAllStackTraces().keySet();
+
+    String answer = (String) example.loadClass("readme.SpringAiExample").getMethod("answer", ChatModel.class,
+        String.class).invoke(null, new EchoChatModel(), "Which appliance toasts four slices of bread?");
+
+    assertTrue(answer.contains(PRODUCTS_JSONL.get("toaster")), answer);
+    List<String> left = Thread.getAllStackTraces().keySet().stream()
+        .filter(t -> !before.contains(t) && t.isAlive() && !t.isDaemon()).map(Thread::getName).toList();
+    assertEquals(List.of(), left, "threads that keep a plain main from exiting");
+  }
+
+  @Test
+  void theDependencySnippetNamesThisVersion() {
+    ReadmeExamples.assertDependencyVersions(ReadmeExamples.readme(), System.getProperty("ragsidecar.version"));
   }
 
   @Test
