@@ -152,6 +152,13 @@ class _Slots:
             self.chunks[slot] = None
         return slots
 
+    def restore(self, records: list[dict[str, Any] | None], vectors: np.ndarray) -> None:
+        """The slots as a save wrote them (records of dead slots are None)."""
+        self.vectors = vectors
+        self.chunks = [None if r is None else _chunk(r) for r in records]
+        self.of_key = {r.get("key", r["id"]): slot for slot, r in enumerate(records) if r is not None}
+        self.text_chars = sum(len(c.text) for c in self.chunks if c is not None)
+
     def live(self) -> tuple[list[str], list[IndexedChunk], np.ndarray]:
         """Keys, chunks and vectors of the live slots, in slot order."""
         order = sorted(self.of_key.items(), key=lambda item: item[1])
@@ -383,20 +390,17 @@ class HybridIndex:
     def save(self, folder: Path, source: str = "") -> None:
         """Replace `folder` atomically: readers and crashes see the old complete index or the new one.
         `source` names what the index indexes (one name per source, whatever its content): `sweep` keeps
-        only the newest index of each. Only live chunks are written (slots renumbered from 0).
+        only the newest index of each. Slots are written as they are, dead ones included (the next
+        compaction drops them), so a save costs the writing of the files, never a rebuild.
 
         Saves to the same folder must not run concurrently (callers serialise them per folder)."""
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock:
-            keys, chunks, vectors = self._slots.live()
-            compact = self if len(keys) == self._slots.used else None
-        snapshot = compact or HybridIndex.build(chunks, vectors, keys=keys, **self._build_settings())
         temp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{leftovers.owner_tag()}", dir=folder.parent))
         try:
-            snapshot._write_files(temp, keys, chunks, vectors)
+            live, slots = self._write_files(temp)
             # Last: its presence marks the folder complete.
-            _write_manifest(temp, {**self._manifest_header(len(keys)), "source": source})
+            _write_manifest(temp, {**self._manifest_header(live), "slots": slots, "source": source})
             _fsync_dir(temp)
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
@@ -404,30 +408,28 @@ class HybridIndex:
         _swap_in(temp, folder)
         _remove_strays(folder)
 
-    def _build_settings(self) -> dict[str, Any]:
-        s = self._settings
-        return {"threads": s.threads, "dtype": s.dtype, "connectivity": s.connectivity,
-                "expansion_add": s.expansion_add, "expansion_search": s.expansion_search,
-                "lexical_language": s.lexical_language}
-
-    def _write_files(self, temp: Path, keys: list[str], chunks: list[IndexedChunk], vectors: np.ndarray) -> None:
-        """Writes a compact index (slot i = row i): called on an index with no dead slot."""
-        with open(temp / _VECTORS, "wb") as f:
-            np.save(f, vectors, allow_pickle=False)
-        with open(temp / _CHUNKS, "w", encoding="utf-8") as f:
-            for key, chunk in zip(keys, chunks):
-                record = {"id": chunk.id, "text": chunk.text, "meta": chunk.meta}
-                if key != chunk.id:
-                    record["key"] = key
-                f.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
+    def _write_files(self, temp: Path) -> tuple[int, int]:
+        """Writes every slot (a dead one as a null line); returns (live chunks, slots). Changes wait for the
+        snapshot only, not for the files' fsync."""
         with self._lock:
+            slots = self._slots
+            key_at = {slot: key for key, slot in slots.of_key.items()}
+            records = [None if chunk is None else _record(key_at[slot], chunk) for slot, chunk in enumerate(slots.chunks)]
+            vectors = slots.vectors[: slots.used].copy()
             self._hnsw.save(str(temp / _DENSE))
             (temp / _BM25).mkdir()
             self._lexical.save(temp / _BM25)
+            live = len(slots.of_key)
+        with open(temp / _VECTORS, "wb") as f:
+            np.save(f, vectors, allow_pickle=False)
+        with open(temp / _CHUNKS, "w", encoding="utf-8") as f:
+            for record in records:
+                f.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
         for path in _files(temp):
             _fsync_file(path)
         for sub in (p for p in temp.rglob("*") if p.is_dir()):
             _fsync_dir(sub)
+        return live, len(records)
 
     def _manifest_header(self, count: int) -> dict[str, Any]:
         s = self._settings
@@ -450,19 +452,22 @@ class HybridIndex:
     @classmethod
     def _from_folder(cls, folder: Path, manifest: dict[str, Any], threads: int) -> HybridIndex:
         count, dimensions = int(manifest["count"]), int(manifest["dimensions"])
+        slots = int(manifest.get("slots", count))
         # An index saved before languages were configurable was analysed without stemming.
         index = cls(dimensions, threads, manifest["dtype"], int(manifest["connectivity"]),
                     int(manifest["expansion_add"]), int(manifest["expansion_search"]),
                     manifest.get("lexical_language", NO_STEMMING))
         vectors = np.load(folder / _VECTORS, allow_pickle=False)
-        keys, chunks = _read_chunks(folder / _CHUNKS)
-        if vectors.shape != (count, dimensions) or vectors.dtype != np.float32 or len(chunks) != count:
-            raise IndexCorrupt(f"{len(chunks)} chunks and vectors {vectors.dtype} {vectors.shape}, "
-                               f"expected {count} of {dimensions} dimensions")
+        records = _read_records(folder / _CHUNKS)
+        live = [(slot, r) for slot, r in enumerate(records) if r is not None]
+        if vectors.shape != (slots, dimensions) or vectors.dtype != np.float32 or len(records) != slots \
+                or len(live) != count:
+            raise IndexCorrupt(f"{len(records)} slots ({len(live)} live) and vectors {vectors.dtype} {vectors.shape}, "
+                               f"expected {slots} ({count} live) of {dimensions} dimensions")
         if manifest["format"] in _REBUILT_FORMATS:
-            index.add(chunks, vectors, keys)
+            index.add([_chunk(r) for _, r in live], vectors, [r.get("key", r["id"]) for _, r in live])
             return index
-        index._slots.append(keys, chunks, vectors)
+        index._slots.restore(records, vectors)
         index._hnsw.load(str(folder / _DENSE))
         index._lexical = Lexical.load(folder / _BM25, index.lexical_language)
         if len(index._hnsw) != count or len(index._lexical) != count:
@@ -478,10 +483,19 @@ def _dimensions_of(vectors: np.ndarray, count: int) -> int:
     return int(vectors.shape[1])
 
 
-def _read_chunks(path: Path) -> tuple[list[str], list[IndexedChunk]]:
+def _record(key: str, chunk: IndexedChunk) -> dict[str, Any]:
+    record = {"id": chunk.id, "text": chunk.text, "meta": chunk.meta}
+    return record if key == chunk.id else {**record, "key": key}
+
+
+def _chunk(record: dict[str, Any]) -> IndexedChunk:
+    return IndexedChunk(record["id"], record["text"], record["meta"])
+
+
+def _read_records(path: Path) -> list[dict[str, Any] | None]:
+    """One record per slot; None for a dead one."""
     with open(path, encoding="utf-8") as f:
-        records = [json.loads(line) for line in f]
-    return ([r.get("key", r["id"]) for r in records], [IndexedChunk(r["id"], r["text"], r["meta"]) for r in records])
+        return [json.loads(line) for line in f]
 
 
 class _Compactor:
