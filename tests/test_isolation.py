@@ -97,7 +97,7 @@ def test_look_alike_scopes_never_share_a_partition_before_or_after_a_restart(mak
             assert found_ids(server, scope, "where is the parcel?") == [doc_id], doc_id
 
     each_scope_sees_only_its_own(first)
-    assert len(list((data / "memory").glob("*.json"))) == len(scopes)  # one file per partition
+    assert first.metric("ragsidecar_cache_entries", cache="memory_partitions") == len(scopes)  # one each
     first.stop()
     each_scope_sees_only_its_own(make_sidecar(retrieval_config(root, data)).start())
 
@@ -114,4 +114,5 @@ def test_partitions_persisted_under_the_old_file_names_are_kept_on_upgrade(make_
     assert not legacy.exists()
     assert found_ids(server, SCOPE, "when does Bob want his delivery?") == ["old1"]
     assert upsert(server, SCOPE, "new1", "The Leeds warehouse closes at 6pm.").document_count == 2
-    assert len(list(memory.glob("*.json"))) == 1
+    assert list(memory.glob("*.json")) == []  # imported into data/memory.sqlite3
+    assert server.metric("ragsidecar_cache_entries", cache="memory_partitions") == 1
