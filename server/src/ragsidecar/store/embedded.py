@@ -47,8 +47,6 @@ from ragsidecar.store.resident import Resident, ResidentIndexes, chunk_keys, ind
 log = logging.getLogger(__name__)
 
 _STRIPES = 64
-# Bookkeeping per stored document beyond its UTF-8 bytes (what the binding store's bound counts).
-_DOCUMENT_OVERHEAD = 200
 _SCHEMA_VERSION = 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS partitions (
@@ -183,8 +181,8 @@ class EmbeddedDocuments:
                 (partition.id, document.id, seq, document.text, json.dumps(document.metadata, ensure_ascii=False)))
         added = _insert_chunks(connection, partition.id, prepared)
         inserted = sum(d.id not in stored for d in changed)
-        grown = sum(d.size() + _DOCUMENT_OVERHEAD for d in changed) - sum(
-            stored[d.id].size() + _DOCUMENT_OVERHEAD for d in changed if d.id in stored)
+        # The documents' UTF-8 bytes, as the postgres store counts them: one binding_store_bytes means the same.
+        grown = sum(d.size() for d in changed) - sum(stored[d.id].size() for d in changed if d.id in stored)
         connection.execute("UPDATE partitions SET documents = documents + ?, bytes = bytes + ?, next_seq = ?, "
                            "space = ? WHERE id = ?", (inserted, grown, seq, space, partition.id))
         if grown > 0:
@@ -395,7 +393,7 @@ def _delete(connection: sqlite3.Connection, key: str, ids: list[str]) -> tuple[D
     removed = _remove_chunks(connection, partition.id, list(stored))
     for document in stored.values():
         connection.execute("DELETE FROM documents WHERE partition = ? AND id = ?", (partition.id, document.id))
-    shrunk = sum(d.size() + _DOCUMENT_OVERHEAD for d in stored.values())
+    shrunk = sum(d.size() for d in stored.values())
     connection.execute("UPDATE partitions SET documents = documents - ?, bytes = bytes - ? WHERE id = ?",
                        (len(stored), shrunk, partition.id))
     outcome = DeleteOutcome(len(stored), len(ids) - len(stored), partition.documents - len(stored))
@@ -452,7 +450,7 @@ def _import(connection: sqlite3.Connection, key: str, scope: Scope, name: str, d
     connection.executemany("INSERT INTO documents (partition, id, seq, text, metadata) VALUES (?, ?, ?, ?, ?)",
                            [(partition.id, d.id, seq, d.text, json.dumps(d.metadata, ensure_ascii=False))
                             for seq, d in enumerate(documents, 1)])
-    size = sum(d.size() + _DOCUMENT_OVERHEAD for d in documents)
+    size = sum(d.size() for d in documents)
     connection.execute("UPDATE partitions SET documents = ?, bytes = ?, next_seq = ? WHERE id = ?",
                        (len(documents), size, len(documents), partition.id))
     return 1
