@@ -21,6 +21,7 @@ event loop, on one connection per store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sqlite3
@@ -439,6 +440,8 @@ def migrate_partition_files(folder: Path, store_path: Path) -> int:
             file.unlink()
     finally:
         database.close()
+    with contextlib.suppress(OSError):  # emptied: 0.2.0's folder is of no further use (kept if anything is left)
+        folder.rmdir()
     log.info("imported %d MEMORY partition files of an earlier version into %s", imported, store_path.name)
     return imported
 
