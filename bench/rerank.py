@@ -6,9 +6,13 @@ Modes (the same model files for all):
   flashrank     FlashRank 0.2.10 (its cache_dir pointed at the same model files)
   sidecar-1     the sidecar over gRPC, one client
   sidecar-8     the sidecar over gRPC, eight concurrent clients
-Raw modes get every core (intra_op_threads = cpu count); the sidecar runs its default config.
+  http-1        the same sidecar over its HTTP API (POST /v2/rerank, Cohere's shape), one client
+  http-8        the same over HTTP, eight concurrent clients (keep-alive connections)
+  *-tiny        one short document per request, one client: the per-request cost of each transport
+Raw modes get every core (intra_op_threads = cpu count); the sidecar runs its default config. gRPC and HTTP run
+interleaved, request by request, so that a machine's changing load weighs on both alike.
 
-    .venv/bin/python bench/rerank.py [--queries 40]
+    .venv/bin/python bench/rerank.py [--queries 40] [--transports]
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import bm25s
+import httpx
 import numpy as np
 import onnxruntime as ort
 import psutil
@@ -34,13 +40,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import ir_collections as ir_data  # noqa: E402
-from sidecar import Sidecar, default_config  # noqa: E402
+from sidecar import Sidecar, default_config, free_port  # noqa: E402
 
 from ragsidecar.v1 import reranker_pb2  # noqa: E402
 
 MODEL = "ms-marco-MiniLM-L-12-v2"
 MODEL_DIR = REPO / "models" / MODEL
 DOCS_PER_REQUEST = 20
+TINY_REQUESTS = 200
 
 
 def workload(count: int) -> list[tuple[str, list[str]]]:
@@ -118,18 +125,71 @@ def measure(name: str, call, requests: list, clients: int = 1) -> dict:
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         list(pool.map(timed, requests))
     wall = time.perf_counter() - started
-    pairs = sum(len(docs) for _, docs in requests)
+    return report(name, sum(len(docs) for _, docs in requests) / wall, latencies)
+
+
+def report(mode: str, pairs_per_s: float, latencies: list[float]) -> dict:
     ordered = sorted(latencies)
-    row = {"mode": name, "pairs_per_s": pairs / wall, "p50_ms": statistics.median(ordered) * 1000,
+    row = {"mode": mode, "pairs_per_s": pairs_per_s, "p50_ms": statistics.median(ordered) * 1000,
            "p95_ms": ordered[int(0.95 * (len(ordered) - 1))] * 1000}
-    print(f"  {name:<13} {row['pairs_per_s']:8.1f} pairs/s  p50 {row['p50_ms']:7.1f} ms  p95 {row['p95_ms']:7.1f} ms",
+    print(f"  {mode:<13} {row['pairs_per_s']:8.1f} pairs/s  p50 {row['p50_ms']:7.1f} ms  p95 {row['p95_ms']:7.1f} ms",
           flush=True)
     return row
+
+
+def grpc_caller(server: Sidecar):
+    stub = server.reranker()
+
+    def call(r) -> dict[int, float]:
+        documents = [reranker_pb2.RerankDocument(id=str(i), text=d) for i, d in enumerate(r[1])]
+        response = stub.Rerank(reranker_pb2.RerankRequest(query=r[0], documents=documents), timeout=300)
+        return {result.index: result.raw_score for result in response.results}
+
+    return call
+
+
+def http_caller(server: Sidecar):
+    client = httpx.Client(base_url=server.http_url, timeout=300, limits=httpx.Limits(max_connections=8))
+
+    def call(r) -> dict[int, float]:
+        response = client.post("/v2/rerank", json={"model": MODEL, "query": r[0], "documents": r[1]})
+        response.raise_for_status()
+        return {result["index"]: result["relevance_score"] for result in response.json()["results"]}
+
+    return call
+
+
+def transports(calls: dict[str, Callable[[tuple], dict[int, float]]], requests: list, clients: int,
+               label: str) -> dict[str, dict]:
+    """Each transport on the same requests under the same conditions: every request goes once over each, which
+    goes first alternating, the clients' tasks interleaved so that both share the machine moment by moment (a
+    busy machine's load drifts: separate runs would compare two loads). A transport's pairs/s is what the clients
+    would get using it alone: its pairs over its share of the clients' busy time."""
+    names = list(calls)
+    tasks = [(names[(k + j) % len(names)], request) for k, request in enumerate(requests) for j in range(len(names))]
+    for warm in requests[:2]:
+        for call in calls.values():
+            call(warm)
+    latencies: dict[str, list[float]] = {name: [] for name in names}
+
+    def timed(task) -> None:
+        name, request = task
+        started = time.perf_counter()
+        calls[name](request)
+        latencies[name].append(time.perf_counter() - started)
+
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        list(pool.map(timed, tasks))
+    pairs = sum(len(docs) for _, docs in requests)
+    return {f"{name}-{label}": report(f"{name}-{label}", pairs * clients / sum(latencies[name]), latencies[name])
+            for name in names}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queries", type=int, default=40, help="SciFact test queries to rerank (x20 documents)")
+    parser.add_argument("--transports", action="store_true",
+                        help="only the sidecar over gRPC and over HTTP (no raw onnxruntime or FlashRank modes)")
     args = parser.parse_args()
     requests = workload(args.queries)
     tokens = RawOnnx().tokenizer.encode_batch([(q, d) for q, docs in requests for d in docs])
@@ -137,41 +197,50 @@ def main() -> None:
           f"mean pair length {statistics.mean(len(e.ids) for e in tokens):.0f} tokens, {os.cpu_count()} cores")
 
     raw = RawOnnx()
-    rows = [measure("ort-batched", lambda r: raw.rerank(r[0], r[1], 16), requests),
-            measure("ort-single", lambda r: raw.rerank(r[0], r[1], 1), requests)]
+    rows: dict[str, dict] = {}
+    if not args.transports:
+        rows["ort-batched"] = measure("ort-batched", lambda r: raw.rerank(r[0], r[1], 16), requests)
+        rows["ort-single"] = measure("ort-single", lambda r: raw.rerank(r[0], r[1], 1), requests)
     with tempfile.TemporaryDirectory() as tmp:
-        from flashrank import RerankRequest
+        if not args.transports:
+            from flashrank import RerankRequest
 
-        ranker = flashrank_ranker(Path(tmp))
-        rows.append(measure("flashrank", lambda r: ranker.rerank(
-            RerankRequest(query=r[0], passages=[{"id": i, "text": d} for i, d in enumerate(r[1])])), requests))
+            ranker = flashrank_ranker(Path(tmp))
+            rows["flashrank"] = measure("flashrank", lambda r: ranker.rerank(
+                RerankRequest(query=r[0], passages=[{"id": i, "text": d} for i, d in enumerate(r[1])])), requests)
         config = default_config()
         config["inference"]["cache_bytes"] = 0
+        config["http"] = {"port": free_port()}
         server = Sidecar(Path(tmp), config).start()
         try:
-            stub = server.reranker()
-
-            def sidecar_call(r) -> reranker_pb2.RerankResponse:
-                documents = [reranker_pb2.RerankDocument(id=str(i), text=d) for i, d in enumerate(r[1])]
-                return stub.Rerank(reranker_pb2.RerankRequest(query=r[0], documents=documents), timeout=300)
-
-            rows.append(measure("sidecar-1", sidecar_call, requests))
-            rows.append(measure("sidecar-8", sidecar_call, requests, clients=8))
+            grpc_call, http_call = grpc_caller(server), http_caller(server)
+            calls = {"sidecar": grpc_call, "http": http_call}
+            tiny = [("what is a cross encoder?", ["A cross encoder scores a query and a document together."])]
+            for clients in (1, 8):
+                rows |= transports(calls, requests, clients, str(clients))
+            rows |= transports(calls, tiny * TINY_REQUESTS, 1, "tiny")
             process = psutil.Process(server.process.pid)
             rss_mb = process.memory_info().rss / 2**20
             peak_mb = int(Path(f"/proc/{process.pid}/status").read_text().split("VmHWM:")[1].split()[0]) / 1024
             query, documents = requests[0]
-            served = {r.index: r.raw_score for r in sidecar_call(requests[0]).results}
+            served = grpc_call(requests[0])
             single = raw.rerank(query, documents, 1)
             batched = raw.rerank(query, documents, 16)
         finally:
             server.stop()
-    best_raw = max(rows[0]["pairs_per_s"], rows[1]["pairs_per_s"])
     print(f"\nserver RSS with both default models loaded: {rss_mb:.0f} MB (peak {peak_mb:.0f} MB)")
-    print(f"sidecar-8 / best raw onnxruntime: {rows[4]['pairs_per_s'] / best_raw:.2f}x")
-    print(f"sidecar-8 / flashrank:            {rows[4]['pairs_per_s'] / rows[2]['pairs_per_s']:.2f}x")
+    for clients in (1, 8):
+        ratio = rows[f"http-{clients}"]["pairs_per_s"] / rows[f"sidecar-{clients}"]["pairs_per_s"]
+        print(f"http-{clients} / sidecar-{clients} (HTTP against gRPC throughput): {ratio:.2f}x")
+    print(f"per-request cost, one short document: gRPC p50 {rows['sidecar-tiny']['p50_ms']:.1f} ms, "
+          f"HTTP p50 {rows['http-tiny']['p50_ms']:.1f} ms")
+    if not args.transports:
+        best_raw = max(rows["ort-batched"]["pairs_per_s"], rows["ort-single"]["pairs_per_s"])
+        print(f"sidecar-8 / best raw onnxruntime: {rows['sidecar-8']['pairs_per_s'] / best_raw:.2f}x")
+        flashrank = rows["flashrank"]["pairs_per_s"]
+        print(f"sidecar-8 / flashrank:            {rows['sidecar-8']['pairs_per_s'] / flashrank:.2f}x")
+        print(f"max |ort-batched - ort-single| logit: {max(abs(b - s) for b, s in zip(batched, single)):.2e}")
     print(f"max |sidecar - ort-single| logit: {max(abs(served[i] - s) for i, s in enumerate(single)):.2e}")
-    print(f"max |ort-batched - ort-single| logit: {max(abs(b - s) for b, s in zip(batched, single)):.2e}")
 
 
 if __name__ == "__main__":

@@ -6,10 +6,11 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-REQUESTS = Counter("ragsidecar_requests_total", "gRPC requests by method and status code", ["method", "code"])
+# gRPC requests by method and status code name; HTTP ones by path ("unmatched" for any other) and HTTP status.
+REQUESTS = Counter("ragsidecar_requests_total", "gRPC and HTTP requests by method and status code", ["method", "code"])
 LATENCY = Histogram(
     "ragsidecar_request_seconds",
-    "gRPC request latency by method",
+    "gRPC and HTTP request latency by method",
     ["method"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )

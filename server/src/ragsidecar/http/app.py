@@ -42,6 +42,8 @@ HEALTH = "/health"
 # The metrics label of requests to no route: the path a caller sends must not become a label (unbounded).
 UNMATCHED = "unmatched"
 
+# What an endpoint answers: status, headers and the JSON body.
+Answer = tuple[int, dict[str, str], bytes]
 Query = TypeVar("Query")
 Outcome = TypeVar("Outcome")
 
@@ -101,10 +103,10 @@ def build_app(services: Services) -> Starlette:
 
 def _post(services: Services, path: str, call: JsonCall) -> Route:
     async def endpoint(request: Request) -> Response:
-        async def produce() -> tuple[int, dict[str, str], bytes]:
+        async def produce() -> Answer:
             services.authenticate(request)
-            body = await _read_body(request, services.max_body_bytes)
-            query = await asyncio.to_thread(lambda: call.read(decode_object(body)))
+            chunks = await _read_body(request, services.max_body_bytes)
+            query = await asyncio.to_thread(lambda: call.read(decode_object(b"".join(chunks))))
             outcome = await _unless_disconnected(request, call.run(services, query))
             return 200, {}, await asyncio.to_thread(lambda: json.dumps(call.write(query, outcome)).encode())
 
@@ -115,7 +117,7 @@ def _post(services: Services, path: str, call: JsonCall) -> Route:
 
 def _models_endpoint(services: Services) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        async def produce() -> tuple[int, dict[str, str], bytes]:
+        async def produce() -> Answer:
             services.authenticate(request)
             data = [{"id": s.spec.id, "object": "model", "created": 0, "owned_by": "ragsidecar", "kind": s.spec.kind,
                      "state": s.state.value, "default": s.is_default, "max_input_tokens": s.spec.max_length}
@@ -129,7 +131,7 @@ def _models_endpoint(services: Services) -> Callable[[Request], Awaitable[Respon
 
 def _health_endpoint(services: Services) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(_request: Request) -> Response:
-        async def produce() -> tuple[int, dict[str, str], bytes]:
+        async def produce() -> Answer:
             serving = services.serving()
             status = "SERVING" if serving else "NOT_SERVING"
             return (200 if serving else 503), {}, json.dumps({"status": status}).encode()
@@ -139,15 +141,15 @@ def _health_endpoint(services: Services) -> Callable[[Request], Awaitable[Respon
     return endpoint
 
 
-def _refused(fault: Fault, headers: dict[str, str]) -> Callable[[], Awaitable[tuple[int, dict[str, str], bytes]]]:
-    async def produce() -> tuple[int, dict[str, str], bytes]:
+def _refused(fault: Fault, headers: dict[str, str]) -> Callable[[], Awaitable[Answer]]:
+    async def produce() -> Answer:
         return fault.status, headers, error_content(fault, OPENAI)
 
     return produce
 
 
 async def _answered(path: str, dialect: Dialect,
-                    produce: Callable[[], Awaitable[tuple[int, dict[str, str], bytes]]]) -> Response:
+                    produce: Callable[[], Awaitable[Answer]]) -> Response:
     """The response, with every error mapped once; one log line and the request metrics, as gRPC calls get."""
     started = time.perf_counter()
     status = 499  # until answered: a request cancelled under it counts as closed by the client (nginx's 499)
@@ -173,8 +175,9 @@ async def _answered(path: str, dialect: Dialect,
         log.log(level, "method=%s code=%d duration_ms=%.1f", path, status, elapsed * 1000)
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused (413) as soon as it is known to pass the limit: declared, or counted as it arrives."""
+async def _read_body(request: Request, limit: int) -> list[bytes]:
+    """The body's chunks, refused (413) as soon as it is known to pass the limit: declared, or counted as it
+    arrives."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _too_large(int(declared), limit)
@@ -184,7 +187,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
         if size > limit:
             raise _too_large(size, limit)
         chunks.append(chunk)
-    return b"".join(chunks)
+    return chunks
 
 
 def _too_large(size: int, limit: int) -> SidecarError:

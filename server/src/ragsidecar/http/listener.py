@@ -34,8 +34,8 @@ class HttpListener:
         self._config = config
         tls = config.tls
         self._server = _EmbeddedServer(uvicorn.Config(
-            build_app(services), lifespan="off", log_config=None, access_log=False, server_header=False,
-            http="h11", timeout_graceful_shutdown=math.ceil(config.server.shutdown_grace_s),
+            build_app(services), http="h11", lifespan="off", log_config=None, access_log=False, server_header=False,
+            proxy_headers=False, timeout_graceful_shutdown=math.ceil(config.server.shutdown_grace_s),
             ssl_certfile=str(config.resolve(tls.cert_file)) if tls.cert_file else None,
             ssl_keyfile=str(config.resolve(tls.key_file)) if tls.key_file else None))
         self._task: asyncio.Task | None = None
