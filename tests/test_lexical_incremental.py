@@ -117,7 +117,7 @@ def test_add_replaces_a_slot_and_remove_ignores_absent_slots() -> None:
     index.add([5, 9], ["night shifts disturb sleep", "bread needs flour"])
     index.add([5], ["ovens bake bread"])  # replaced: the sleep text is gone
     assert index.top("sleep", 5) == []
-    assert [slot for slot, _ in index.top("bread", 5)] == [5, 9] or [slot for slot, _ in index.top("bread", 5)] == [9, 5]
+    assert {slot for slot, _ in index.top("bread", 5)} == {5, 9}
     index.remove([5, 5, 1000, 3])
     assert [slot for slot, _ in index.top("bread", 5)] == [9] and len(index) == 1
     with pytest.raises(ValueError):

@@ -10,11 +10,12 @@ weighs down anyway.
 The index (Lexical) is incremental, for memories that change a text at a time: every score equals bm25s's
 ("lucene" BM25, k1 1.5, b 0.75) built afresh on the live texts, whatever adds and removes led there. A text goes
 to an in-memory table (memtable) of recent texts; a full memtable becomes an immutable segment (numpy postings:
-per term, the slots holding it, each with the term's count and the text's length as one "shape" number). Segments of a similar size are merged a few at a time (tiered),
-dropping the postings of removed and replaced texts, so scoring visits a few segments and memory follows the live
-texts. Until a merge drops them, such postings stay in their segment and are skipped: a slot's postings count
-only in the segment holding its current text. The collection statistics (texts, average length, the query
-terms' document frequencies) are taken from the live texts at query time, so scores never drift.
+per term, the slots holding it, each with one "shape" number for the term's count and the text's length).
+Segments of a similar size are merged (tiered), dropping the postings of removed and replaced texts, so scoring
+visits a few segments and memory follows the live texts. Until a merge drops them, such postings stay in their
+segment and are skipped: a slot's postings count only in the segment holding its current text. The collection
+statistics (texts, average length, the query terms' document frequencies) are taken from the live texts at query
+time, so scores never drift.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ _SLOT_ARRAYS = {"owner": np.int32, "text_lengths": np.int32, "distinct": np.int3
 _SHAPE_ARRAYS = {"shape_tfs": np.int64, "shape_lengths": np.int64}
 
 Postings = tuple[np.ndarray, np.ndarray]  # slots, shapes
+_NO_POSTINGS: Postings = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.uint16))
 
 
 def _narrow(shapes: np.ndarray) -> np.ndarray:
@@ -449,21 +451,20 @@ class Lexical:
         the query. Query terms that repeat count each time, as in bm25s."""
         if count <= 0 or not self._live:
             return []
-        ids = [self._ids[word] for word in terms([query], self.language)[0] if word in self._ids]
-        if not ids:
+        repeats = Counter(self._ids[word] for word in terms([query], self.language)[0] if word in self._ids)
+        if not repeats:
             return []  # blank, stopword-only or out-of-vocabulary query: no lexical evidence
-        query_terms, repeats = np.unique(np.array(ids, dtype=np.int32), return_counts=True)
-        pieces = self._postings(query_terms)
-        df = np.array([sum(len(slots) for slots, _ in p) for p in pieces])
+        postings = self._postings(np.fromiter(repeats, np.int32, len(repeats)))
+        df = np.array([len(slots) for slots, _ in postings])
         if not df.any():
             return []
         idf = np.log1p((self._live - df + 0.5) / (df + 0.5))
-        # As bm25s: float32 weights summed term by term into float32 scores; a term's weight per shape first.
+        factors = np.fromiter(repeats.values(), np.float64, len(repeats)) * idf
+        # As bm25s: float32 weights summed term by term into float32 scores.
+        weights = self._shape_weights()
         scores = np.zeros(self._end, dtype=np.float32)
-        for factor, term_pieces in zip((repeats * idf).tolist(), pieces):
-            if term_pieces:
-                slots, shapes = (np.concatenate(a) for a in zip(*term_pieces))
-                np.add.at(scores, slots, (self._shape_weights() * np.float32(factor)).take(shapes))
+        for factor, (slots, shapes) in zip(factors.tolist(), postings):
+            np.add.at(scores, slots, weights.take(shapes) * np.float32(factor))
         # Negated: numpy's introselect finds the smallest faster than the largest.
         negated = np.negative(scores, out=scores)
         if np.count_nonzero(negated) <= count:
@@ -473,8 +474,8 @@ class Lexical:
         best = best[np.lexsort((best, negated[best]))]
         return list(zip(best.tolist(), (-negated[best]).tolist()))
 
-    def _postings(self, query_terms: np.ndarray) -> list[list[Postings]]:
-        """Per query term, its live postings in pieces, one per segment holding it."""
+    def _postings(self, query_terms: np.ndarray) -> list[Postings]:
+        """Each query term's live postings, from every segment and the memtable."""
         pieces: list[list[Postings]] = [[] for _ in range(len(query_terms))]
         for segment in self._segments:
             dead = self._dead[segment.id] > 0
@@ -485,7 +486,8 @@ class Lexical:
                 pieces[i].append((slots, shapes))
         for i, postings in self._memtable.postings_of(query_terms):
             pieces[i].append(postings)
-        return pieces
+        return [p[0] if len(p) == 1 else _NO_POSTINGS if not p else tuple(np.concatenate(a) for a in zip(*p))
+                for p in pieces]
 
     def _shape_weights(self) -> np.ndarray:
         """Each shape's tf / (tf + k1 (1 - b + b length / average length)), for the live texts' average."""
@@ -548,7 +550,8 @@ class Lexical:
         _expect(len(tfs) == len(lengths) and bool(np.all((tfs >= 1) & (tfs <= lengths) & (lengths < 1 << 31))),
                 "shapes out of range")
         self._shape_tfs, self._shape_lengths = tfs.tolist(), lengths.tolist()
-        self._shapes = {length << 32 | tf: i for i, (tf, length) in enumerate(zip(self._shape_tfs, self._shape_lengths))}
+        pairs = zip(self._shape_tfs, self._shape_lengths)
+        self._shapes = {length << 32 | tf: i for i, (tf, length) in enumerate(pairs)}
         _expect(len(self._shapes) == len(tfs), "shapes repeat")
 
     def _count_live(self) -> None:
@@ -556,7 +559,8 @@ class Lexical:
         each live text is in the segment its owner names, with its length."""
         live = self._owner >= 0
         ids = np.array([s.id for s in self._segments], dtype=np.int32)
-        _expect(bool(np.all(np.isin(self._owner[live], ids)) and np.all(self._owner >= -1)), "a slot's owner is unknown")
+        _expect(bool(np.all(np.isin(self._owner[live], ids)) and np.all(self._owner >= -1)),
+                "a slot's owner is unknown")
         owned = np.concatenate([s.docs[self._owner[s.docs] == s.id] for s in self._segments] or [np.zeros(0, np.int32)])
         _expect(len(np.unique(owned)) == len(owned) == np.count_nonzero(live), "live texts and segments disagree")
         lengths = np.array(self._shape_lengths, dtype=np.int64)
