@@ -234,6 +234,8 @@ def _configured_address(config: Config) -> str:
 def _doctor(args: argparse.Namespace) -> int:
     import onnxruntime
 
+    from ragsidecar.store.factory import describe_backend
+
     config = load_config(args.config)
     versions = {name: metadata.version(name) for name in
                 ("grpcio", "protobuf", "onnxruntime", "tokenizers", "usearch", "numpy")}
@@ -248,7 +250,7 @@ def _doctor(args: argparse.Namespace) -> int:
                     "workers_per_model": config.inference.workers},
         "models": [{"id": m.id, "kind": m.kind, "folder": str(config.model_dir(m)),
                     "found": (config.model_dir(m) / "model.onnx").is_file()} for m in config.models],
-        "store": _store_report(config),
+        "store": describe_backend(config),
         "config": str(args.config.resolve()),
         "resolved": _public_view(config),
     }
@@ -276,24 +278,6 @@ def _migrate(args: argparse.Namespace) -> int:
     print(f"applied {', '.join(m.label for m in applied)}" if applied else "nothing to apply", end="; ")
     print(f"the store's schema is at version {migrate.latest()}")
     return 0
-
-
-def _store_report(config: Config) -> dict:
-    """The store's backend and, for postgres, whether its database answers and its schema's version."""
-    store = config.store
-    if store.backend != "postgres":
-        return {"backend": store.backend}
-    from ragsidecar.store import migrate
-    from ragsidecar.store.database import connect_once, redactor
-
-    dsn = store.dsn()
-    report: dict = {"backend": store.backend, "dsn_env": store.dsn_env, "schema_latest": migrate.latest()}
-    try:
-        with connect_once(dsn, store.connect_timeout_s) as connection:
-            report |= {"reachable": True, "schema_version": migrate.version(connection)}
-    except Exception as err:  # noqa: BLE001 - psycopg's errors, imported lazily; the message is redacted
-        report |= {"reachable": False, "error": redactor(dsn)(str(err).strip())}
-    return report
 
 
 def _public_view(config) -> dict:
