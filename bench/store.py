@@ -29,11 +29,13 @@ stores, not the LRU: a 100k-chunk partition alone exceeds the default memory_cac
   postgres B        a second PostgresMemoryStore (another pool, other resident indexes) on the same database: a
                     second replica. After each write through A, B searches (its `index` catches up from the
                     database) and must find the document.
-  0.2.0 rebuild     the reference: HybridIndex.build over the same chunks from scratch, as 0.2.0 rebuilt a
-                    MEMORY partition's immutable index after every change; searched without a store. Its
-                    "upsert" is that rebuild after a one-document change (timed up to REBUILT_UP_TO chunks; the
-                    partition file's rewrite is not counted, so it is a lower bound); at larger sizes "load s"
-                    is the one rebuild.
+  0.2.0 rebuild     the reference, run by the code of REFERENCE_COMMIT (the last commit before the incremental
+                    indexes) in a process of its own (bench/store_reference.py; needs the repository's history):
+                    the immutable HybridIndex (usearch HNSW + bm25s) 0.2.0 rebuilt over a MEMORY partition after
+                    every change, built over the same chunks and searched without a store. Its "upsert" is that
+                    rebuild after a one-document change (timed up to REBUILT_UP_TO chunks; the partition file's
+                    rewrite is not counted, so it is a lower bound); "load s" is the build of the whole partition;
+                    RSS is that process's.
 Write: `upsert` of one document, timed until it returns (committed). "after write": right after each write,
 `index` (the version check or catch-up) and a hybrid search, timed; the visibility check (a dense search for
 the written document's own vector) is not timed. Steady search, per query with no write before it: `index`,
@@ -53,8 +55,12 @@ import argparse
 import asyncio
 import gc
 import hashlib
+import io
+import json
 import os
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -79,7 +85,7 @@ from ragsidecar.config import load_config  # noqa: E402
 from ragsidecar.knowledge.chunking import Chunk  # noqa: E402
 from ragsidecar.knowledge.declarations import Scope  # noqa: E402
 from ragsidecar.knowledge.fusion import FusionSettings  # noqa: E402
-from ragsidecar.knowledge.index import Hit, HybridIndex, IndexedChunk  # noqa: E402
+from ragsidecar.knowledge.index import Hit  # noqa: E402
 from ragsidecar.knowledge.sources import Unit  # noqa: E402
 from ragsidecar.store.embedded import EmbeddedDocuments  # noqa: E402
 from ragsidecar.store.interface import DocumentStore, MemoryDocument, Prepared  # noqa: E402
@@ -94,6 +100,8 @@ MODEL = "bench:bge-small-en-v1.5"  # the embedder fingerprint the chunks are sto
 LOAD_BATCH = 2000  # documents per bulk-load upsert (postgres)
 REBUILT_UP_TO = 10_000  # the 0.2.0 per-write rebuild is timed up to this many chunks (at 100k: 100 s each)
 REBUILDS = 3
+# The last commit before the incremental indexes: its MEMORY index is the "0.2.0 rebuild" reference.
+REFERENCE_COMMIT = "a143abdad37dab963c9125b15d2cf303d92512db"
 RESIDENT_BYTES = 1 << 40  # every partition stays resident
 REQUEST_BYTES = 1 << 40  # the bulk load is one call (embedded)
 STORES = ("embedded", "postgres")
@@ -115,9 +123,6 @@ class Corpus:
 
     def documents(self) -> list[MemoryDocument]:
         return [MemoryDocument(i, t, {}) for i, t in zip(self.ids, self.texts)]
-
-    def chunks(self) -> list[IndexedChunk]:
-        return [IndexedChunk(i, t, {"document_id": i}) for i, t in zip(self.ids, self.texts)]
 
 
 @dataclass
@@ -210,15 +215,7 @@ class Searching:
     async def search(self, store: DocumentStore, vector: np.ndarray, text: str, use_lexical: bool = True) -> list[Hit]:
         """What the catalog does for a MEMORY source: the partition's index (caught up), then its search."""
         partition = await store.index(SCOPE, SOURCE, MODEL, self.analysis)
-        return self.search_index(partition.index, vector, text, use_lexical)
-
-    def search_index(self, index: HybridIndex, vector: np.ndarray, text: str, use_lexical: bool = True) -> list[Hit]:
-        return index.search(vector, text, K, self.candidates, use_lexical=use_lexical, fusion=self.fusion)
-
-    def build(self, corpus: Corpus) -> HybridIndex:
-        """0.2.0's immutable index: built from scratch over every chunk."""
-        return HybridIndex.build(corpus.chunks(), corpus.vectors, threads=self.threads, dtype=self.dtype,
-                                 lexical_language=self.analysis)
+        return partition.index.search(vector, text, K, self.candidates, use_lexical=use_lexical, fusion=self.fusion)
 
 
 # ---- measurement ---------------------------------------------------------------------------------------------
@@ -290,14 +287,20 @@ async def searches(figures: Figures, search, everything: Corpus, queries: Querie
         hits = await search(vector, text, True)
         figures.search_ms.append((time.perf_counter() - started) * 1000)
         figures.hybrid.append(documents_of(hits))
-    position = {chunk_id: n for n, chunk_id in enumerate(everything.ids)}
     dense = []
     for vector in queries.vectors:
         started = time.perf_counter()
         hits = await search(vector, "", False)
         figures.dense_ms.append((time.perf_counter() - started) * 1000)
-        dense.append([position[d] for d in documents_of(hits)])
-    figures.recall = recall(np.array(dense), exact_top(everything.vectors, queries.vectors, K))
+        dense.append(documents_of(hits))
+    figures.recall = dense_recall(dense, everything, queries)
+
+
+def dense_recall(dense: list[list[str]], everything: Corpus, queries: Queries) -> float:
+    """recall@10 of each query's dense top-10 document ids against brute-force cosine over the partition."""
+    position = {chunk_id: n for n, chunk_id in enumerate(everything.ids)}
+    found = np.array([[position[d] for d in ids] for ids in dense])
+    return recall(found, exact_top(everything.vectors, queries.vectors, K))
 
 
 async def resident_mib(store: DocumentStore, searching: Searching) -> float:
@@ -349,28 +352,48 @@ async def embedded(run: Run) -> list[Figures]:
     return [figures]
 
 
-async def rebuilt(run: Run) -> list[Figures]:
-    """The 0.2.0 reference: an immutable HybridIndex rebuilt from scratch after every change."""
-    everything = run.everything
+def reference_tree(folder: Path) -> Path | None:
+    """REFERENCE_COMMIT's server/src extracted under `folder`; None without the repository's history."""
+    try:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", REFERENCE_COMMIT, "server/src/ragsidecar"],
+                                 capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as err:
+        print(f"no 0.2.0 reference: git archive {REFERENCE_COMMIT[:12]} failed ({err})", flush=True)
+        return None
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    return folder / "server" / "src"
+
+
+async def reference(run: Run, tree: Path) -> list[Figures]:
+    """0.2.0's MEMORY index, by 0.2.0's code (bench/store_reference.py in a process of its own): built from
+    scratch over the partition, and rebuilt after a one-document change up to REBUILT_UP_TO chunks."""
+    everything, searching = run.everything, run.searching
     figures = Figures("0.2.0 rebuild", len(everything.ids))
-    holder: list[HybridIndex] = []
-
-    async def load() -> None:
-        holder.append(await asyncio.to_thread(run.searching.build, everything))
-
-    await loaded(figures, load)
-    if len(run.corpus.ids) <= REBUILT_UP_TO:
-        for n in range(min(REBUILDS, len(run.written))):
-            changed = Corpus.joined([run.corpus, *run.written[:n + 1]])
-            started = time.perf_counter()
-            await asyncio.to_thread(run.searching.build, changed)
-            figures.upsert_ms.append((time.perf_counter() - started) * 1000)
-    index = holder[0]
-
-    async def search(vector: np.ndarray, text: str, use_lexical: bool) -> list[Hit]:
-        return run.searching.search_index(index, vector, text, use_lexical)
-
-    await searches(figures, search, everything, run.queries)
+    loaded = len(run.corpus.ids)
+    rebuilds = [loaded + n + 1 for n in range(min(REBUILDS, len(run.written)))] if loaded <= REBUILT_UP_TO else []
+    with tempfile.TemporaryDirectory(prefix="bench-store-") as folder:
+        job = Path(folder)
+        np.save(job / "vectors.npy", everything.vectors)
+        np.save(job / "queries.npy", run.queries.vectors)
+        (job / "job.json").write_text(json.dumps({
+            "ids": everything.ids, "texts": everything.texts, "queries": run.queries.texts, "rebuilds": rebuilds,
+            "k": K, "candidates": searching.candidates, "fusion": searching.fusion.method,
+            "dense_weight": searching.fusion.dense_weight, "threads": searching.threads, "dtype": searching.dtype,
+            "analysis": searching.analysis}))
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, str(REPO / "bench" / "store_reference.py"), folder,
+            env={**os.environ, "PYTHONPATH": str(tree)})
+        if await worker.wait() != 0:
+            raise SystemExit("bench/store_reference.py failed")
+        result = json.loads((job / "result.json").read_text())
+    if not result["package"].startswith(str(tree)):
+        raise SystemExit(f"the reference ran {result['package']}, not {REFERENCE_COMMIT[:12]}'s code")
+    figures.load_s, figures.rss = result["build_s"], (result["rss_mib"], result["rss_growth_mib"])
+    figures.upsert_ms, figures.search_ms, figures.dense_ms = result["rebuild_ms"], *(result[n]["ms"] for n in ("hybrid", "dense"))
+    figures.hybrid, figures.recall = result["hybrid"]["ids"], dense_recall(result["dense"]["ids"], everything, run.queries)
+    print(f"  {figures.store}: built {figures.chunks:,} chunks in {figures.load_s:.1f} s, RSS {figures.rss[0]:.0f} "
+          f"MiB (+{figures.rss[1]:.0f}; a process of its own)", flush=True)
     return [figures]
 
 
@@ -423,7 +446,7 @@ def agreement(a: Figures, b: Figures) -> float:
 
 
 async def one_size(size: int, base: Corpus, queries: Queries, upserts: int, stores: list[str], server,
-                   searching: Searching) -> tuple[list[Figures], list[str]]:
+                   tree: Path | None, searching: Searching) -> tuple[list[Figures], list[str]]:
     rng = np.random.default_rng(SEED)
     run = Run(derive(base, size, rng), new_documents(base, upserts, rng), queries, searching)
     print(f"{size:,} chunks:", flush=True)
@@ -431,8 +454,8 @@ async def one_size(size: int, base: Corpus, queries: Queries, upserts: int, stor
     if "embedded" in stores:
         figures += await embedded(run)
         gc.collect()
-        figures += await rebuilt(run)
-        gc.collect()
+        if tree is not None:
+            figures += await reference(run, tree)
     if "postgres" in stores:
         replicas, database = await postgres(run, server, size)
         figures += replicas
@@ -506,8 +529,10 @@ async def measure_all(args, base: Corpus, queries: Queries, searching: Searching
 
         server = Postgres()
     try:
-        return [await one_size(int(s), base, queries, args.upserts, stores, server, searching)
-                for s in args.sizes.split(",")]
+        with tempfile.TemporaryDirectory(prefix="bench-store-0.2.0-") as folder:
+            tree = reference_tree(Path(folder)) if "embedded" in stores else None
+            return [await one_size(int(s), base, queries, args.upserts, stores, server, tree, searching)
+                    for s in args.sizes.split(",")]
     finally:
         if server is not None:
             server.close()
