@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 test -d ../../../dist/maven/io/ragsidecar || { echo "dist/maven is missing: run make dist-java first" >&2; exit 1; }
-mvn -q -B dependency:purge-local-repository -DreResolve=false \
+mvn -q -B org.apache.maven.plugins:maven-dependency-plugin:3.8.1:purge-local-repository -DreResolve=false \
   -DmanualInclude=io.ragsidecar:ragsidecar-client,io.ragsidecar:ragsidecar-langchain4j,io.ragsidecar:ragsidecar-spring-ai
 for version in "$@"; do
   echo "maven-consumer on protobuf-java $version"
