@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -403,38 +404,25 @@ def test_direct_budgets_are_shared_across_owners_and_surface(retrieval_sidecar: 
 
 def test_owners_are_searched_in_order_under_one_deadline(retrieval_sidecar: Sidecar) -> None:
     at = scope("acme-deadline")
-    search = [entry("log", "MEMORY", "SEARCH")]
-    fast = open_binding(retrieval_sidecar, at, "fast", "log", ORDERS)
-    corpus = list(ir_data.corpus("scifact").values())
+    owners = ("first", "second")
+    bindings = {o: open_binding(retrieval_sidecar, at, o, "log", ORDERS) for o in owners}
 
-    def slow_binding(name: str) -> str:
-        # Texts never embedded before: the first search has to index them all, which takes seconds.
-        return open_binding(retrieval_sidecar, at, name, "log", [(f"{name}{i}", f"{name} {i}: {text}")
-                                                                 for i, text in enumerate(corpus[:60])])
-
-    slow_a, slow_b = slow_binding("slowa"), slow_binding("slowb")
-
-    def turn(owner_ids: list[str], bindings: dict[str, str], deadline_s: float | None) -> pb.GroundTurnResponse:
+    def turn(deadline_s: float | None) -> pb.GroundTurnResponse:
         return ground(retrieval_sidecar, conversation("Where is my blender order?"),
-                      owners=[owner(o, search + [PERSONA]) for o in owner_ids],
-                      bindings=[bound(bindings[o], o) for o in owner_ids], context=context(at, deadline_s), llm=llm())
+                      owners=[owner(o, [entry("log", "MEMORY", "SEARCH"), PERSONA]) for o in owners],
+                      bindings=[bound(bindings[o], o) for o in owners], context=context(at, deadline_s), llm=llm())
 
-    ids = {"fast": fast, "slowa": slow_a, "slowb": slow_b}
-    assert turn(["fast"], ids, None).owners[0].search == pb.OWNER_SEARCH_GROUNDED  # its index is built
-    # The first owner is done in time; the second runs out of time while it searches.
-    response = turn(["fast", "slowa"], ids, 1.0)
-    assert [(o.search, o.fail_open_reason) for o in response.owners] == [
-        (pb.OWNER_SEARCH_GROUNDED, pb.FAIL_OPEN_REASON_UNSPECIFIED),
-        (pb.OWNER_SEARCH_FAILED_OPEN, pb.FAIL_OPEN_REASON_DEADLINE_EXCEEDED)]
-    assert response.grounding == pb.TURN_GROUNDING_GROUNDED and "Order 1001" in fenced(response)
-    # The first owner spends the deadline; the later one finds it spent before it starts. DIRECT stays.
-    response = turn(["slowb", "fast"], ids, 1.0)
-    assert [o.fail_open_reason for o in response.owners] == [pb.FAIL_OPEN_REASON_DEADLINE_EXCEEDED] * 2
-    assert "during" in response.owners[0].detail and "before" in response.owners[1].detail
+    # In time: every owner grounded, in the order given. (A search slow enough to run out of time part-way is
+    # no longer something a test can make: an append indexes what it adds, so no search has to build an index.)
+    response = turn(30.0)
+    assert [(o.owner_id, o.search) for o in response.owners] == [(o, pb.OWNER_SEARCH_GROUNDED) for o in owners]
+    assert fenced(response).count("Order 1001") == 2
+    # A deadline already spent: each owner fails open before its searches, and its DIRECT knowledge stays.
+    response = turn(-1.0)
+    assert [(o.fail_open_reason, "before" in o.detail) for o in response.owners] == \
+        [(pb.FAIL_OPEN_REASON_DEADLINE_EXCEEDED, True)] * 2
     assert fenced(response).count("greet the customer") == 2
-    # An index build a turn gave up on went on, so a turn with time to wait grounds every owner.
-    response = turn(["slowa", "slowb", "fast"], ids, None)
-    assert {o.search for o in response.owners} == {pb.OWNER_SEARCH_GROUNDED}
+    assert turn(None).grounding == pb.TURN_GROUNDING_GROUNDED
 
 
 def test_activity_is_rendered_capped_and_redacted(retrieval_sidecar: Sidecar, tmp_path) -> None:
