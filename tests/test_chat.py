@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 
 import grpc
 import pytest
 
-import ir_data
 from ragsidecar.v1 import chat_knowledge_pb2 as pb, chat_knowledge_pb2_grpc, common_pb2, retrieval_pb2 as rpb
 from retrieval_helpers import PRINCIPAL, entry, llm
 from sidecar import Sidecar, error_details
