@@ -150,11 +150,10 @@ class EmbeddedDocuments:
     # -- writes -----------------------------------------------------------------------------------------
 
     async def upsert(self, scope: Scope, name: str, documents: list[MemoryDocument]) -> UpsertOutcome:
-        check_request_size(documents, self._max_request_bytes)
+        await asyncio.to_thread(check_request_size, documents, self._max_request_bytes)
         key = _key(scope, name)
         async with self._lock(key):
-            stored = await asyncio.to_thread(self._db.read, lambda c: _stored(c, key, [d.id for d in documents]))
-            changed = list({d.id: d for d in documents if stored.get(d.id) != d}.values())
+            stored, changed = await asyncio.to_thread(self._changed, key, documents)
             if not changed:
                 count = await self.count(scope, name)
                 return UpsertOutcome(0, 0, len(documents), count)
@@ -163,6 +162,12 @@ class EmbeddedDocuments:
                 c, key, scope, name, changed, stored, prepared))
             await asyncio.to_thread(self._apply, key, applied, outcome.count)
         return UpsertOutcome(outcome.inserted, outcome.replaced, len(documents) - len(changed), outcome.count)
+
+    def _changed(self, key: str, documents: list[MemoryDocument]) -> tuple[dict[str, MemoryDocument],
+                                                                             list[MemoryDocument]]:
+        """The stored documents of those ids, and the documents that differ from them (the last of a repeated id)."""
+        stored = self._db.read(lambda c: _stored(c, key, [d.id for d in documents]))
+        return stored, list({d.id: d for d in documents if stored.get(d.id) != d}.values())
 
     def _write(self, connection: sqlite3.Connection, key: str, scope: Scope, name: str,
                changed: list[MemoryDocument], stored: dict[str, MemoryDocument],
