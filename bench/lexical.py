@@ -22,9 +22,10 @@ Latency: documents are SciFact's abstracts ("title text"), repeated past its 518
 copies (copy c >= 1: "<text> (variant c)"). Per size every engine is loaded, then --queries SciFact claims are
 searched for their top 100, twice, and --adds new documents added one at a time (p50, p95), engine after engine
 in turn so that the shared machine's load falls on each alike; "search / bm25s" is the median over searches of
-the ratio to bm25s's search of the same query in the same round. bm25s's add, a rebuild, is timed --rebuilds times
-up to 10k documents, and above that is its bulk load (the same rebuild, one text short). "bytes": the index's
-resident estimate (tantivy's own memory is not measured).
+the ratio to bm25s's search of the same query in the same round. bm25s's add, a rebuild, is timed --rebuilds
+times up to 10k documents, and above that is its bulk load (the same rebuild, one text short). A last row times
+knowledge/lexical.py's analysis of each added text alone, which bm25s and the incremental index run on every text
+they index. "bytes": the index's resident estimate (tantivy's own memory is not measured).
 
     .venv/bin/python bench/lexical.py [--sets scifact,cranfield,med,npl,lisa] [--sizes 1000,10000,100000]
                                       [--queries 100] [--adds 100] [--rebuilds 3]
@@ -216,6 +217,7 @@ def latency(sizes: list[int], query_count: int, adds: int, rebuilds: int, out) -
         for slot in range(size, size + adds):
             for engine in incremental:
                 added[engine.name].append(timed(engine.add, slot, texts[slot]))
+        analysis = [timed(terms, [texts[slot]], LANGUAGE) for slot in range(size, size + adds)]
         for engine in everyone:
             if isinstance(engine, Rebuilt):
                 added[engine.name] = ([loaded[engine.name]] if size > REBUILT_UP_TO else
@@ -226,6 +228,7 @@ def latency(sizes: list[int], query_count: int, adds: int, rebuilds: int, out) -
             out(f"| {size:,} | {engine.name} | {percentiles(added[engine.name])} | {len(added[engine.name])} | "
                 f"{percentiles(searches[engine.name])} | {ratio:.2f} | {loaded[engine.name]:.1f} | "
                 f"{'-' if nbytes is None else f'{nbytes / 1e6:.0f} MB'} |")
+        out(f"| {size:,} | (the analysis of an added text alone) | {percentiles(analysis)} | {adds} | | | | | |")
 
 
 def main() -> None:

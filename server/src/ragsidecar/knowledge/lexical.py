@@ -332,10 +332,10 @@ class Lexical:
 
     def _reserve(self, slots: int) -> None:
         if slots > len(self._owner):
-            grown = max(slots, 2 * len(self._owner))
-            self._owner = np.concatenate((self._owner, np.full(grown - len(self._owner), -1, dtype=np.int32)))
-            self._text_lengths = np.resize(self._text_lengths, grown)
-            self._distinct = np.resize(self._distinct, grown)
+            more = max(slots, 2 * len(self._owner)) - len(self._owner)
+            self._owner = np.concatenate((self._owner, np.full(more, -1, dtype=np.int32)))
+            self._text_lengths = np.concatenate((self._text_lengths, np.zeros(more, dtype=np.int32)))
+            self._distinct = np.concatenate((self._distinct, np.zeros(more, dtype=np.int32)))
 
     def _drop(self, slot: int) -> None:
         holder = int(self._owner[slot]) if 0 <= slot < len(self._owner) else -1
