@@ -8,7 +8,9 @@ Modes (the same model files for all):
   sidecar-8     the sidecar over gRPC, eight concurrent clients
   http-1        the same sidecar over its HTTP API (POST /v2/rerank, Cohere's shape), one client
   http-8        the same over HTTP, eight concurrent clients (keep-alive connections)
-  *-tiny        one short document per request, one client: the per-request cost of each transport
+  *-tiny        one short document per request, one client: the per-request cost of each transport (latency,
+                and the server's CPU time, which bounds HTTP's throughput at saturation whatever else loads the
+                machine)
 Raw modes get every core (intra_op_threads = cpu count); the sidecar runs its default config. gRPC and HTTP run
 interleaved, request by request, so that a machine's changing load weighs on both alike.
 
@@ -48,6 +50,7 @@ MODEL = "ms-marco-MiniLM-L-12-v2"
 MODEL_DIR = REPO / "models" / MODEL
 DOCS_PER_REQUEST = 20
 TINY_REQUESTS = 200
+FIRST_REQUEST_GAP_S = 0.25
 
 
 def workload(count: int) -> list[tuple[str, list[str]]]:
@@ -160,29 +163,56 @@ def http_caller(server: Sidecar):
 
 
 def transports(calls: dict[str, Callable[[tuple], dict[int, float]]], requests: list, clients: int,
-               label: str) -> dict[str, dict]:
+               server_cpu: Callable[[], float]) -> dict[str, dict]:
     """Each transport on the same requests under the same conditions: every request goes once over each, which
     goes first alternating, the clients' tasks interleaved so that both share the machine moment by moment (a
     busy machine's load drifts: separate runs would compare two loads). A transport's pairs/s is what the clients
     would get using it alone: its pairs over its share of the clients' busy time."""
     names = list(calls)
     tasks = [(names[(k + j) % len(names)], request) for k, request in enumerate(requests) for j in range(len(names))]
+    # The clients' first requests leave one by one: sent at once, the faster-to-send transport would take the
+    # front of the queue every time (and the other wait longer) in a race neither would run alone.
+    starts = [i * FIRST_REQUEST_GAP_S if i < clients else 0.0 for i in range(len(tasks))]
     for warm in requests[:2]:
         for call in calls.values():
             call(warm)
     latencies: dict[str, list[float]] = {name: [] for name in names}
 
-    def timed(task) -> None:
+    def timed(task, delay: float) -> None:
+        time.sleep(delay)
         name, request = task
         started = time.perf_counter()
         calls[name](request)
         latencies[name].append(time.perf_counter() - started)
 
+    before = server_cpu()
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
-        list(pool.map(timed, tasks))
+        list(pool.map(timed, tasks, starts))
+    cpu_ms = (server_cpu() - before) / len(tasks) * 1000
     pairs = sum(len(docs) for _, docs in requests)
-    return {f"{name}-{label}": report(f"{name}-{label}", pairs * clients / sum(latencies[name]), latencies[name])
+    rows = {f"{name}-{clients}": report(f"{name}-{clients}", pairs * clients / sum(latencies[name]), latencies[name])
             for name in names}
+    for row in rows.values():
+        row["server_cpu_ms"] = cpu_ms  # per request, both transports together: the transport is a sliver of it
+    return rows
+
+
+def per_request_cost(calls: dict[str, Callable[[tuple], dict[int, float]]],
+                     server_cpu: Callable[[], float]) -> dict[str, dict]:
+    """One short request, TINY_REQUESTS times over each transport in turn, one client: its latency, and the
+    server's CPU time per request, which other loads on the machine do not change."""
+    request = ("what is a cross encoder?", ["A cross encoder scores a query and a document together."])
+    rows = {}
+    for name, call in calls.items():
+        call(request)
+        before, latencies = server_cpu(), []
+        for _ in range(TINY_REQUESTS):
+            started = time.perf_counter()
+            call(request)
+            latencies.append(time.perf_counter() - started)
+        rows[f"{name}-tiny"] = report(f"{name}-tiny", TINY_REQUESTS / sum(latencies), latencies)
+        rows[f"{name}-tiny"]["server_cpu_ms"] = (server_cpu() - before) / TINY_REQUESTS * 1000
+    return rows
 
 
 def main() -> None:
@@ -215,11 +245,15 @@ def main() -> None:
         try:
             grpc_call, http_call = grpc_caller(server), http_caller(server)
             calls = {"sidecar": grpc_call, "http": http_call}
-            tiny = [("what is a cross encoder?", ["A cross encoder scores a query and a document together."])]
-            for clients in (1, 8):
-                rows |= transports(calls, requests, clients, str(clients))
-            rows |= transports(calls, tiny * TINY_REQUESTS, 1, "tiny")
             process = psutil.Process(server.process.pid)
+
+            def server_cpu() -> float:
+                times = process.cpu_times()
+                return times.user + times.system
+
+            for clients in (1, 8):
+                rows |= transports(calls, requests, clients, server_cpu)
+            rows |= per_request_cost(calls, server_cpu)
             rss_mb = process.memory_info().rss / 2**20
             peak_mb = int(Path(f"/proc/{process.pid}/status").read_text().split("VmHWM:")[1].split()[0]) / 1024
             query, documents = requests[0]
@@ -232,8 +266,13 @@ def main() -> None:
     for clients in (1, 8):
         ratio = rows[f"http-{clients}"]["pairs_per_s"] / rows[f"sidecar-{clients}"]["pairs_per_s"]
         print(f"http-{clients} / sidecar-{clients} (HTTP against gRPC throughput): {ratio:.2f}x")
-    print(f"per-request cost, one short document: gRPC p50 {rows['sidecar-tiny']['p50_ms']:.1f} ms, "
-          f"HTTP p50 {rows['http-tiny']['p50_ms']:.1f} ms")
+    grpc_tiny, http_tiny = rows["sidecar-tiny"], rows["http-tiny"]
+    print(f"per request, one short document: gRPC p50 {grpc_tiny['p50_ms']:.1f} ms, server CPU "
+          f"{grpc_tiny['server_cpu_ms']:.2f} ms; HTTP p50 {http_tiny['p50_ms']:.1f} ms, server CPU "
+          f"{http_tiny['server_cpu_ms']:.2f} ms")
+    extra, full = http_tiny["server_cpu_ms"] - grpc_tiny["server_cpu_ms"], rows["sidecar-8"]["server_cpu_ms"]
+    print(f"server CPU per {DOCS_PER_REQUEST}-document request: {full:.0f} ms; HTTP's extra {extra:.2f} ms bounds its "
+          f"throughput at saturation to {1 - max(extra, 0) / full:.4f}x gRPC's")
     if not args.transports:
         best_raw = max(rows["ort-batched"]["pairs_per_s"], rows["ort-single"]["pairs_per_s"])
         print(f"sidecar-8 / best raw onnxruntime: {rows['sidecar-8']['pairs_per_s'] / best_raw:.2f}x")
