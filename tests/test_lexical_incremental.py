@@ -170,6 +170,17 @@ def test_a_merge_run_outside_the_lock_keeps_the_changes_made_meanwhile(small_tie
         assert_same_ranking(index, live, query)
 
 
+def test_a_cancelled_merge_gives_its_segments_back(small_tiers: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lexical, "INLINE_MERGE_POSTINGS", 0)
+    index = Lexical("english")
+    index.add(range(100), ABSTRACTS[:100])
+    merge = index.start_merge()
+    assert merge is not None
+    index.cancel_merge(merge)  # as after a failed run
+    again = index.start_merge()
+    assert again is not None and {s.id for s in again.segments} == {s.id for s in merge.segments}
+
+
 def test_save_and_load_keep_every_score_and_the_index_keeps_changing(tmp_path: Path, small_tiers: None) -> None:
     index, live = Lexical("english"), dict(enumerate(ABSTRACTS[:150]))
     index.add(list(live), list(live.values()))

@@ -200,7 +200,8 @@ class _Memtable:
 class Merge:
     """One merge of segments into one, dropping the postings of removed and replaced texts. `Lexical.start_merge`
     picks it (under the caller's lock); `run` computes it without the lock (it reads only immutable segments and
-    which texts they still hold, which for these segments only ever goes away); `Lexical.finish_merge` installs it."""
+    which texts they still hold, which for these segments only ever goes away); `Lexical.finish_merge` installs it,
+    or `Lexical.cancel_merge` gives its segments back when the run failed."""
 
     def __init__(self, lexical: Lexical, segments: list[_Segment], id: int) -> None:
         self._lexical = lexical
@@ -368,12 +369,12 @@ class Lexical:
 
     def merge(self) -> bool:
         """One merge step, whatever its size (up to seconds at millions of postings); returns whether anything was
-        merged. To hold the caller's lock only briefly: start_merge, then Merge.run unlocked, then finish_merge."""
+        merged. To hold the caller's lock only briefly: start_merge, then Merge.run unlocked, then finish_merge (or
+        cancel_merge if the run failed)."""
         merge = self.start_merge()
         if merge is None:
             return False
-        merge.run()
-        self.finish_merge(merge)
+        self._run(merge)
         return True
 
     def start_merge(self, max_postings: int | None = None) -> Merge | None:
@@ -422,10 +423,21 @@ class Lexical:
         self._words = [self._words[i] for i in used.tolist()]
         self._ids = {word: i for i, word in enumerate(self._words)}
 
+    def cancel_merge(self, merge: Merge) -> None:
+        """Releases the segments of a started merge that will not be finished (its run failed)."""
+        self._merging -= {s.id for s in merge.segments}
+
+    def _run(self, merge: Merge) -> None:
+        try:
+            merge.run()
+        except BaseException:
+            self.cancel_merge(merge)
+            raise
+        self.finish_merge(merge)
+
     def _merge_inline(self) -> None:
         while (merge := self.start_merge(INLINE_MERGE_POSTINGS)) is not None:
-            merge.run()
-            self.finish_merge(merge)
+            self._run(merge)
 
     def _due(self) -> list[list[_Segment]]:
         """Due merges, cheapest kind first: each mostly dead segment alone, then the TIER_FANOUT smallest
