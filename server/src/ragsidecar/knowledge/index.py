@@ -281,7 +281,12 @@ class HybridIndex:
                 merge = lexical.start_merge()
             if merge is None:
                 return
-            merge.run()
+            try:
+                merge.run()
+            except BaseException:
+                with self._lock:
+                    lexical.cancel_merge(merge)  # its segments may be merged again later
+                raise
             with self._lock:
                 lexical.finish_merge(merge)
 
