@@ -45,7 +45,7 @@ dense top 10 against brute-force float32 cosine over every chunk vector of the p
 process's resident memory after the store's bulk load (its growth over the load in brackets; the stores run
 one after another in one process, so a growth can reuse memory an earlier store freed).
 
-    .venv/bin/python bench/store.py [--sizes 1000,10000,100000] [--queries 100] [--upserts 20]
+    .venv/bin/python bench/store.py [--sizes 1000,10000,100000] [--queries 100] [--upserts 100]
                                     [--stores embedded,postgres]
 """
 
@@ -544,7 +544,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="bulk-loaded chunks per partition")
     parser.add_argument("--queries", type=int, default=100)
-    parser.add_argument("--upserts", type=int, default=20, help="timed one-document writes per size and store")
+    parser.add_argument("--upserts", type=int, default=100, help="timed one-document writes per size and store")
     parser.add_argument("--stores", default=",".join(STORES))
     args = parser.parse_args()
     stores = args.stores.split(",")
