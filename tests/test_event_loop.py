@@ -43,9 +43,9 @@ RERANK_DOCUMENTS = 1000
 # stays short: a long one is refused once it leaves no room in the model's window, and is tokenized only once.
 RERANK_DOCUMENT_WORDS, RERANK_SCORED_TOKENS = 4000, 16
 UPSERT_DOCUMENTS = 1000
-# About 3 KB each (a couple of chunks): a write chunks and embeds what it adds, so the largest call's cost is its
-# embedding, some 2,000 chunks here; the 16 MiB of [retrieval] max_memory_bytes_per_request would be minutes of it.
-UPSERT_DOCUMENT_WORDS = 400
+# One short chunk each: a write chunks and embeds what it adds, so the largest call's cost is its embedding (the
+# 16 MiB of [retrieval] max_memory_bytes_per_request would be many minutes of it on two cores).
+UPSERT_DOCUMENT_WORDS = 50
 # Big enough that indexing is real work, small enough for a test: "a few hundred documents".
 INDEXED_DOCUMENTS = 300
 # The largest input window a host model has (2M tokens); a quarter of it is the shared DIRECT budget.
