@@ -207,6 +207,7 @@ class HybridIndex:
         index = cls(_dimensions_of(vectors, len(chunks)), threads, dtype, connectivity, expansion_add,
                     expansion_search, lexical_language)
         index.add(chunks, vectors, keys)
+        index.maintain()  # a new index starts with its BM25 segments merged, not merging while it serves
         return index
 
     @classmethod
@@ -301,6 +302,7 @@ class HybridIndex:
         try:
             fresh = HybridIndex.empty_like(self)
             fresh.add(chunks, vectors, keys)
+            fresh.maintain()
         except BaseException:
             with self._lock:
                 self._changes_during_compaction = None

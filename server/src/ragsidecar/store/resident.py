@@ -68,6 +68,5 @@ class ResidentIndexes:
 
     def build(self, keys: list[str], chunks: list[IndexedChunk], vectors: np.ndarray, analysis: str,
               dimensions: int) -> HybridIndex:
-        index = HybridIndex(dimensions, self._threads, self._dtype, lexical_language=analysis)
-        index.add(chunks, vectors.reshape(len(chunks), dimensions), keys)
-        return index
+        return HybridIndex.build(chunks, vectors.reshape(len(chunks), dimensions), self._threads, self._dtype,
+                                 lexical_language=analysis, keys=keys)
