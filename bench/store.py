@@ -19,7 +19,7 @@ per document.
 
 Stores, each holding one MEMORY partition, with the [retrieval] settings of config/ragsidecar.toml, except
 that the resident indexes' bound is raised so that every partition stays resident (the bench measures the
-stores, not the LRU: a 100k-chunk partition alone exceeds the default memory_cache_bytes):
+stores, not the LRU; the notes print each index's estimated bytes beside retrieval.memory_cache_bytes):
   embedded          store/embedded.py's EmbeddedDocuments on a SQLite file in a temp folder (WAL, commits with
                     synchronous = FULL), its resident incremental index updated by each write before the write
                     is acknowledged. Bulk load: one upsert of every document, then the first `index` (the build).
@@ -43,7 +43,8 @@ then hybrid search, k=10 with retrieval.fusion_candidates candidates and the con
 with the dense side alone (use_lexical=False), whose p50 shows what the lexical side costs. recall@10: that
 dense top 10 against brute-force float32 cosine over every chunk vector of the partition. RSS: the bench
 process's resident memory after the store's bulk load (its growth over the load in brackets; the stores run
-one after another in one process, so a growth can reuse memory an earlier store freed).
+one after another in one process, so a growth includes the load's garbage and can reuse memory an earlier
+store freed). "chunks": what the partition holds at the end, the bulk load and the timed writes.
 
     .venv/bin/python bench/store.py [--sizes 1000,10000,100000] [--queries 100] [--upserts 100]
                                     [--stores embedded,postgres]
