@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -158,9 +159,8 @@ class EmbeddedDocuments:
                 count = await self.count(scope, name)
                 return UpsertOutcome(0, 0, len(documents), count)
             prepared = await self._prepare(scope, name, [d.unit() for d in changed])
-            outcome, applied = await asyncio.to_thread(self._db.write, lambda c: self._write(
+            outcome = await asyncio.to_thread(self._committed, key, lambda c: self._write(
                 c, key, scope, name, changed, stored, prepared))
-            await asyncio.to_thread(self._apply, key, applied, outcome.count)
         return UpsertOutcome(outcome.inserted, outcome.replaced, len(documents) - len(changed), outcome.count)
 
     def _changed(self, key: str, documents: list[MemoryDocument]) -> tuple[dict[str, MemoryDocument],
@@ -200,8 +200,7 @@ class EmbeddedDocuments:
         key = _key(scope, name)
         wanted = list(dict.fromkeys(ids))
         async with self._lock(key):
-            outcome, applied = await asyncio.to_thread(self._db.write, lambda c: _delete(c, key, wanted))
-            await asyncio.to_thread(self._apply, key, applied, outcome.count)
+            outcome = await asyncio.to_thread(self._committed, key, lambda c: _delete(c, key, wanted))
         return outcome
 
     async def clear(self, scope: Scope, name: str) -> None:
@@ -218,6 +217,12 @@ class EmbeddedDocuments:
 
     def close(self) -> None:
         self._db.close()
+
+    def _committed(self, key: str, write: Callable[[sqlite3.Connection], tuple[_Outcome, _Change | None]]) -> _Outcome:
+        """Commits the write, then applies it to the partition's resident index (one trip off the event loop)."""
+        outcome, change = self._db.write(write)
+        self._apply(key, change, outcome.count)
+        return outcome
 
     def _apply(self, key: str, change: _Change | None, documents: int) -> None:
         """Applies a committed write to the partition's resident index, if one is held (else the next search
@@ -244,6 +249,9 @@ class EmbeddedDocuments:
 
     def _lock(self, key: str) -> asyncio.Lock:
         return self._locks[hash(key) % _STRIPES]
+
+
+_Outcome = TypeVar("_Outcome", UpsertOutcome, DeleteOutcome)
 
 
 @dataclass(frozen=True)
