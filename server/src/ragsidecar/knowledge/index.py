@@ -136,7 +136,7 @@ class _Slots:
         first = self.used
         needed = first + len(chunks)
         if needed > self.vectors.shape[0]:
-            grown = np.zeros((max(needed, 2 * self.vectors.shape[0], 8), self.vectors.shape[1]), dtype=np.float32)
+            grown = np.zeros((max(needed, 2 * self.vectors.shape[0]), self.vectors.shape[1]), dtype=np.float32)
             grown[:first] = self.vectors[:first]
             self.vectors = grown
         self.vectors[first:needed] = vectors
