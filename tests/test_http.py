@@ -360,7 +360,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sidecar, l
 
 def test_warming_up_is_503_with_retry_after(small: tuple[Sidecar, list[httpx.Response]]) -> None:
     _, (embeddings, health) = small
-    assert_refused(embeddings, 503, "MODEL_NOT_READY", "is not ready")
+    assert_refused(embeddings, 503, "WARMING_UP", "is warming up")
     assert embeddings.headers["retry-after"] == "1"
     assert embeddings.json()["error"]["type"] == "server_error"
     assert health.status_code == 503 and health.json() == {"status": "NOT_SERVING"}

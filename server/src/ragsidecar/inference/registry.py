@@ -90,13 +90,20 @@ class ModelRegistry:
 
     def get(self, model_id: str) -> LoadedModel:
         """The serving model of that id ('' for the default), or a NOT_FOUND / UNAVAILABLE error."""
-        model_id = model_id or self._serving.default_id or ""
+        model_id = model_id or self._serving.default_id or self._pending_default()
         if model_id in self._serving.models:
             return self._serving.models[model_id]
         if model_id in self._pending:
             status = self._pending[model_id]
+            # Models are LOADING only while the sidecar starts (a reload swaps a built set in, or keeps the old).
+            if status.state is ModelState.LOADING:
+                raise errors.warming_up(model_id)
             raise errors.model_not_ready(model_id, status.error or status.state.value)
         raise errors.unknown_model(model_id, [s.spec.id for s in self.statuses()])
+
+    def _pending_default(self) -> str:
+        """The configured default model while it is not serving yet (start-up), so that '' names it."""
+        return next((s.spec.id for s in self._pending.values() if s.is_default), "")
 
     def embedder(self, model_id: str) -> BiEncoder:
         model = self.get(model_id)
