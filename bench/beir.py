@@ -79,6 +79,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
@@ -181,7 +182,7 @@ class Embedder:
         self.config = config
         self.spec = next(m for m in config.models if m.id == config.retrieval.embedder)
         self.folder = config.model_dir(self.spec)
-        inference = dataclasses.replace(config.inference, workers=2, intra_op_threads=1, inter_op_threads=1)
+        inference = msgspec.structs.replace(config.inference, workers=2, intra_op_threads=1, inter_op_threads=1)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -865,7 +866,7 @@ def main() -> None:
     overrides = parse_overrides(args.set)
     RESULTS.mkdir(parents=True, exist_ok=True)
     config = load_config(REPO / "config" / "ragsidecar.toml", environ={})
-    config = dataclasses.replace(config, retrieval=dataclasses.replace(config.retrieval, **overrides))
+    config = msgspec.structs.replace(config, retrieval=msgspec.structs.replace(config.retrieval, **overrides))
     overall, load_start = time.perf_counter(), os.getloadavg()[0]
     default = configured(config)
     print(f"default pipeline (config/ragsidecar.toml{' + --set' if overrides else ''}): {default.label()}", flush=True)

@@ -14,7 +14,8 @@ from importlib import metadata
 from pathlib import Path
 
 from ragsidecar import __version__
-from ragsidecar.config import BUILT_IN_CONFIG, Config, ConfigError, load_config, ragsidecar_home, to_toml
+from ragsidecar.config import BUILT_IN_CONFIG, Config, ConfigError, load_config, ragsidecar_home
+from ragsidecar.config_writer import to_toml
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -146,7 +147,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 async def _index(args: argparse.Namespace) -> int:
-    import dataclasses
+    import msgspec
 
     from ragsidecar.errors import SidecarError
     from ragsidecar.inference.registry import ModelRegistry
@@ -158,7 +159,7 @@ async def _index(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     # Only the embedder is needed: skip loading the rerankers.
-    config = dataclasses.replace(config, models=tuple(m for m in config.models if m.id == config.retrieval.embedder))
+    config = msgspec.structs.replace(config, models=tuple(m for m in config.models if m.id == config.retrieval.embedder))
     # With the PostgreSQL store the vectors also go to the embedding cache every replica shares.
     backend = open_backend(config)
     registry = ModelRegistry(config)
@@ -306,8 +307,8 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _public_view(config) -> dict:
     """The resolved configuration; secrets are never printed, only whether auth is on."""
-    import dataclasses
+    import msgspec
 
-    view = dataclasses.asdict(config)
+    view = msgspec.to_builtins(config, enc_hook=str)
     view["auth"] = {"enabled": config.bearer_token() is not None}
     return view

@@ -33,9 +33,7 @@ import bm25s
 import numpy as np
 import Stemmer
 
-NO_STEMMING = "none"
-# Every Snowball algorithm PyStemmer holds ("porter" and "dutch_porter" are older variants of two of them).
-LANGUAGES: tuple[str, ...] = (NO_STEMMING, *sorted(Stemmer.algorithms()))
+from ragsidecar.knowledge.languages import LANGUAGES, NO_STEMMING
 
 # Languages bm25s ships stopwords for, under the name its tokenizer takes.
 _STOPWORDS = {"english": "en", "porter": "en", "german": "de", "dutch": "nl", "dutch_porter": "nl",

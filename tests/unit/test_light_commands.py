@@ -1,0 +1,32 @@
+"""`ragsidecar health`, the container's health check, stays light: it reads the config to find the address, but
+loads none of the inference and search stack (onnxruntime, bm25s, numpy, usearch, tokenizers)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+HEAVY = {"onnxruntime", "bm25s", "numpy", "usearch", "tokenizers", "Stemmer.Stemmer", "pypdf", "psycopg"}
+EMBEDDER = '[[models]]\nid = "bge-small-en-v1.5"\nkind = "bi-encoder"\n'
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once the socket closes
+
+
+def test_health_imports_neither_onnxruntime_nor_bm25s_nor_numpy(tmp_path: Path) -> None:
+    config = tmp_path / "ragsidecar.toml"
+    config.write_text(f"[server]\nport = {closed_port()}\n{EMBEDDER}", encoding="utf-8")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RAGSIDECAR_")}
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "ragsidecar", "health", "--config", str(config),
+                           "--timeout", "5"], capture_output=True, text=True, timeout=60, env=environ)
+    assert done.returncode == 1 and "health check of 127.0.0.1:" in done.stderr  # it ran: nothing listens there
+    imported = {m.strip() for m in re.findall(r"^import time:.*\|(.*)$", done.stderr, re.MULTILINE)}
+    assert "ragsidecar.config" in imported and "grpc" in imported
+    assert sorted(imported & HEAVY) == []
