@@ -16,6 +16,7 @@ from pathlib import Path
 from ragsidecar import __version__
 from ragsidecar.config import BUILT_IN_CONFIG, Config, ConfigError, load_config, ragsidecar_home
 from ragsidecar.config_writer import to_toml
+from ragsidecar.logs import FORMATS, configure as configure_logging
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,6 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ragsidecar {__version__}")
     parser.add_argument("--log-level", default=os.environ.get("RAGSIDECAR_LOG_LEVEL", "INFO"),
                         help="DEBUG, INFO (default), WARNING or ERROR")
+    parser.add_argument("--log-format", default=os.environ.get("RAGSIDECAR_LOG_FORMAT", "text"), choices=FORMATS,
+                        help="text (default), or json: one object per line, with trace_id and span_id while tracing")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the sidecar in the foreground until SIGTERM/SIGINT",
@@ -111,8 +114,7 @@ def _config_option(command: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(args.log_level, args.log_format)
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG otherwise
     commands = {"serve": _serve, "models": _install_models, "index": lambda a: asyncio.run(_index(a)),
                 "config": _show_config, "health": _health, "doctor": _doctor, "db": _migrate}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ragsidecar import errors, metrics
+from ragsidecar import errors, metrics, tracing
 from ragsidecar.cache import ByteLRU
 from ragsidecar.errors import Violation
 from ragsidecar.inference.models import BiEncoder, LoadedModel, PairScore, QueryTooLong
@@ -85,8 +85,12 @@ class Reranker:
     async def rerank(self, request: RerankQuery, deadline: float | None) -> RerankOutcome:
         started = time.perf_counter()
         self._validate(request)
-        with self._registry.get(request.model).in_use() as model:
-            return await self._rerank(model, request, deadline, started)
+        with self._registry.get(request.model).in_use() as model, \
+                tracing.span("rerank", model=model.id, documents=len(request.documents)) as span:
+            outcome = await self._rerank(model, request, deadline, started)
+            span.set(pairs=outcome.pairs, cached_pairs=outcome.cached_pairs, tokens=outcome.tokens,
+                     results=len(outcome.results))
+            return outcome
 
     async def _rerank(self, model: LoadedModel, request: RerankQuery, deadline: float | None,
                       started: float) -> RerankOutcome:

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from ragsidecar import metrics
+from ragsidecar import metrics, tracing
 from ragsidecar.api.status import abort
 from ragsidecar.auth import BearerToken
 from ragsidecar.errors import ErrorKind, SidecarError
@@ -195,3 +195,39 @@ class AccessLogInterceptor(grpc.aio.ServerInterceptor):
             return logged
 
         return _replace_behaviour(handler, wrap)
+
+
+class TracingInterceptor(grpc.aio.ServerInterceptor):
+    """One OpenTelemetry server span per call to the sidecar's services, continuing the caller's traceparent.
+
+    Installed outermost, and only while tracing is on: the access log line and every stage span fall inside it.
+    Health probes and reflection are not traced."""
+
+    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:
+        handler = await continuation(details)
+        if handler is None or handler.unary_unary is None or not details.method.startswith("/ragsidecar."):
+            return handler
+        method, metadata = details.method, details.invocation_metadata
+
+        def wrap(behaviour: Any) -> Any:
+            async def traced(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                with tracing.rpc_span(method, metadata) as finished:
+                    cancelled = False
+                    try:
+                        return await behaviour(request, context)
+                    except asyncio.CancelledError:
+                        cancelled = True
+                        raise
+                    finally:
+                        code = "CANCELLED" if cancelled else _code_name(context.code())
+                        finished(code)
+
+            return traced
+
+        return _replace_behaviour(handler, wrap)
+
+
+def _code_name(code: Any) -> str:
+    if code is None:
+        return "OK"
+    return code.name if isinstance(code, grpc.StatusCode) else str(code)

@@ -13,9 +13,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ragsidecar import metrics
+from ragsidecar import metrics, tracing
 from ragsidecar.api.chat_service import ChatKnowledgeService
-from ragsidecar.api.interceptors import AccessLogInterceptor, AuthInterceptor, DecodeGuardInterceptor
+from ragsidecar.api.interceptors import (AccessLogInterceptor, AuthInterceptor, DecodeGuardInterceptor,
+                                         TracingInterceptor)
 from ragsidecar.api.reranker_service import RerankerService
 from ragsidecar.api.retrieval_service import RetrievalService
 from ragsidecar.auth import BearerToken
@@ -69,6 +70,8 @@ class Sidecar:
     def _build_server(self) -> grpc.aio.Server:
         config = self._config
         interceptors: list[grpc.aio.ServerInterceptor] = [AccessLogInterceptor()]
+        if tracing.enabled():  # outermost, so that the access log line falls inside the call's span
+            interceptors.insert(0, TracingInterceptor())
         token = config.bearer_token()
         if token:
             interceptors.append(AuthInterceptor(token))
@@ -227,6 +230,7 @@ def _mtime(path: Path) -> int:
 
 async def serve(config_path: Path, config: Config, environ: dict[str, str]) -> None:
     """Runs the sidecar until SIGTERM or SIGINT; SIGHUP reloads the configuration."""
+    tracing.configure(environ)
     sidecar = Sidecar(config_path, config, environ)
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task] = set()
@@ -250,3 +254,4 @@ async def serve(config_path: Path, config: Config, environ: dict[str, str]) -> N
     print("ragsidecar ready: models: " + ", ".join(s.spec.id for s in sidecar.registry.statuses()), flush=True)
     spawn(sidecar.watch_config())
     await sidecar.wait_stopped()
+    await asyncio.to_thread(tracing.shutdown)  # the last calls' spans go out before the process ends

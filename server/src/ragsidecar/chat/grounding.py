@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ragsidecar import tracing
 from ragsidecar.chat.activity import Activity
 from ragsidecar.chat.bindings import Binding, Bindings
 from ragsidecar.chat.markup import (REQUEST, STATE, fence, marker_count, neutralise_fenced, neutralise_host_text,
@@ -184,7 +185,10 @@ class Grounder:
         owned = await self._resolve(turn)
         conversation, host_text = await asyncio.to_thread(_prepared, turn)
         result = TurnResult(conversation, Grounding.GROUNDED, [OwnerOutcome(o.owner_id) for o in turn.owners])
-        knowledge = await self._knowledge(turn, owned, host_text, result)
+        with tracing.span("grounding", owners=len(turn.owners), bindings=len(turn.bindings)) as span:
+            knowledge = await self._knowledge(turn, owned, host_text, result)
+            span.set(grounding=result.grounding.value, pairs=result.work.pairs, cached_pairs=result.work.cached_pairs,
+                     tokens=result.work.tokens)
         result.conversation = await asyncio.to_thread(_appended, conversation, host_text + knowledge)
         result.work.total_s = time.perf_counter() - started
         return result

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ragsidecar import errors
+from ragsidecar import errors, tracing
 from ragsidecar.inference.backend import OnnxBackend
 from ragsidecar.inference.tokenization import ModelInput
 from ragsidecar import metrics
@@ -50,6 +50,8 @@ class _Job:
     # Wall-clock span of the job's runs (perf_counter): its batches may run on several workers at once.
     first_run: float | None = None
     last_run: float = 0.0
+    # The submitting request's trace context (tracing.current()), None while tracing is off.
+    trace: object | None = None
 
     def abandoned(self, now: float) -> str | None:
         """Why the job's inputs need not run any more ("deadline", "cancelled"), or None."""
@@ -95,7 +97,7 @@ class BatchQueue:
             raise errors.queue_full(self.model_id, self._max_queued)
         loop = asyncio.get_running_loop()
         job = _Job(inputs, loop.create_future(), deadline, loop.time(),
-                   outputs=[None] * len(inputs), remaining=len(inputs))
+                   outputs=[None] * len(inputs), remaining=len(inputs), trace=tracing.current())
         self._jobs.append(job)
         self._set_depth(self._queued_inputs + len(inputs))
         self._wakeup.set()
@@ -158,12 +160,32 @@ class BatchQueue:
                 self._fail([job for job, _ in batch] if batch else self._take_all(), err)
 
     async def _run(self, loop: asyncio.AbstractEventLoop, batch: Batch) -> None:
-        started = time.perf_counter()
+        started, started_ns = time.perf_counter(), time.time_ns()
+        if tracing.enabled():
+            self._trace_queue_waits(batch, loop.time(), started_ns)
         for job, _ in batch:
             job.started_at = job.started_at or loop.time()
             job.first_run = job.first_run or started
         outputs = await loop.run_in_executor(self._executor, self._run_batch, batch)
+        if tracing.enabled():
+            self._trace_batch(batch, started_ns, time.time_ns())
         self._deliver(batch, outputs, time.perf_counter())
+
+    def _trace_queue_waits(self, batch: Batch, now: float, now_ns: int) -> None:
+        """A "queue wait" span for each request whose first input runs in this batch."""
+        for job in {id(job): job for job, _ in batch if job.started_at is None}.values():
+            waited_ns = int((now - job.enqueued_at) * 1e9)
+            tracing.record(job.trace, "queue wait", now_ns - waited_ns, now_ns, model=self.model_id,
+                           inputs=len(job.inputs))
+
+    def _trace_batch(self, batch: Batch, start_ns: int, end_ns: int) -> None:
+        """An "inference batch" span under each request that has inputs in the batch (batches mix requests)."""
+        tokens = sum(len(job.inputs[index]) for job, index in batch)
+        for trace in tracing.distinct(job.trace for job, _ in batch):
+            mine = [job.inputs[index] for job, index in batch if job.trace is trace]
+            tracing.record(trace, "inference batch", start_ns, end_ns, model=self.model_id, batch_inputs=len(batch),
+                           batch_tokens=tokens, inputs=len(mine), tokens=sum(map(len, mine)),
+                           padded=self._backend.batch_invariant_padding)
 
     def _run_batch(self, batch: Batch) -> list[np.ndarray | None]:
         """Runs a batch on a worker thread, skipping inputs whose request has gone (reading a future's

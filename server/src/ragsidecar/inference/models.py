@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ragsidecar import metrics
+from ragsidecar import metrics, tracing
 from ragsidecar.config import InferenceConfig, ModelConfig
 from ragsidecar.inference.backend import OnnxBackend
 from ragsidecar.inference.batching import BatchQueue
@@ -152,11 +152,13 @@ class CrossEncoder(LoadedModel):
     async def score(self, query: str, documents: list[str], max_document_tokens: int | None, window: bool,
                     deadline: float | None) -> ScoredBatch:
         started = time.perf_counter()
-        per_document = await run_stoppable(
-            lambda stop: self._tokenize(query, documents, max_document_tokens, window, stop), deadline, self.id,
-            f"model {self.id!r} tokenized the request")
+        with tracing.span("tokenize", model=self.id, documents=len(documents)) as span:
+            per_document = await run_stoppable(
+                lambda stop: self._tokenize(query, documents, max_document_tokens, window, stop), deadline, self.id,
+                f"model {self.id!r} tokenized the request")
+            flat = [one for doc in per_document for one in doc.inputs]
+            span.set(pairs=len(flat), tokens=sum(map(len, flat)))
         tokenization_s = time.perf_counter() - started
-        flat = [one for doc in per_document for one in doc.inputs]
         result = await self.queue.submit(flat, deadline)
         logits = iter(relevance_logit(out) for out in result.outputs)
         scores = []
@@ -195,9 +197,11 @@ class BiEncoder(LoadedModel):
     async def embed(self, texts: list[str], deadline: float | None = None) -> Embedded:
         """Unit vectors for the texts, whether each was cut, the queue and inference seconds, and token counts."""
         keep = self.encoder.single_budget
-        encodings = await run_stoppable(lambda stop: self.encoder.encode(texts, keep_tokens=keep, stop=stop), deadline,
-                                        self.id, f"model {self.id!r} tokenized the texts")
-        inputs, truncated = zip(*[self.encoder.single(e) for e in encodings])
+        with tracing.span("tokenize", model=self.id, texts=len(texts)) as span:
+            encodings = await run_stoppable(lambda stop: self.encoder.encode(texts, keep_tokens=keep, stop=stop),
+                                            deadline, self.id, f"model {self.id!r} tokenized the texts")
+            inputs, truncated = zip(*[self.encoder.single(e) for e in encodings])
+            span.set(tokens=sum(map(len, inputs)))
         result = await self.queue.submit(list(inputs), deadline)
         vectors = np.stack([self._pool(out, one) for out, one in zip(result.outputs, inputs)])
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)

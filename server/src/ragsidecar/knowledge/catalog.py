@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 import numpy as np
 
-from ragsidecar import metrics
+from ragsidecar import metrics, tracing
 from ragsidecar.cache import ByteLRU
 from ragsidecar.config import Config
 from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
@@ -273,19 +273,23 @@ class Catalog:
 
     async def _read_back(self, folder: Path, entry: Entry, scope: Scope, model: str) -> LoadedSource:
         files, units = await self._units_by_file(entry, scope)
-        index = await asyncio.to_thread(HybridIndex.load, folder, self._config.retrieval.index_threads)
+        with tracing.span("index load", source=entry.name) as span:
+            index = await asyncio.to_thread(HybridIndex.load, folder, self._config.retrieval.index_threads)
+            span.set(chunks=len(index))
         built = dt.datetime.fromtimestamp(folder.stat().st_mtime, dt.timezone.utc)
         metrics.INDEX_LOADS.labels("disk").inc()
         self._remember_vectors(index, model)
         return LoadedSource(entry.name, len(units), index, built, model, files)
 
     async def _build_whole(self, entry: Entry, scope: Scope, embedder: BiEncoder, model: str) -> LoadedSource:
-        files, units = await self._units_by_file(entry, scope)
-        with embedder.in_use():
-            chunks = await asyncio.to_thread(self._chunk, entry.name, units, embedder)
-            vectors = await self._embed_chunks(entry.name, chunks, embedder, model,
-                                               self._embedding_partition(entry, scope))
-        index = await asyncio.to_thread(self._index, chunks, vectors)
+        with tracing.span("index build", source=entry.name, model=embedder.id) as span:
+            files, units = await self._units_by_file(entry, scope)
+            with embedder.in_use():
+                chunks = await asyncio.to_thread(self._chunk, entry.name, units, embedder)
+                vectors = await self._embed_chunks(entry.name, chunks, embedder, model,
+                                                   self._embedding_partition(entry, scope))
+            index = await asyncio.to_thread(self._index, chunks, vectors)
+            span.set(units=len(units), chunks=len(chunks))
         metrics.INDEX_LOADS.labels("built").inc()
         return LoadedSource(entry.name, len(units), index, dt.datetime.now(dt.timezone.utc), model, files)
 
@@ -311,6 +315,11 @@ class Catalog:
         positions after every chunk the index holds, so chunk ids stay unique."""
         index = last.index
         assert index is not None
+        with tracing.span("index update", source=entry.name, model=embedder.id):
+            return await self._updated(entry, scope, embedder, model, index, last)
+
+    async def _updated(self, entry: Entry, scope: Scope, embedder: BiEncoder, model: str, index: HybridIndex,
+                       last: LoadedSource) -> LoadedSource:
         files, units, outdated = await asyncio.to_thread(self._read_changed, entry, last)
         held = await asyncio.to_thread(index.chunks)
         removed = [c.id for c in held if c.meta.get("file") in outdated]

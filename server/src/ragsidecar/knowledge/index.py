@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from usearch.index import Index
 
-from ragsidecar import metrics
+from ragsidecar import metrics, tracing
 from ragsidecar.knowledge import leftovers
 from ragsidecar.knowledge.fusion import FusionSettings, fuse
 from ragsidecar.knowledge.lexical import NO_STEMMING, Lexical
@@ -364,9 +364,19 @@ class HybridIndex:
             query = self._unit_query(query_vector)
             # A list shorter than k could not fill k results, so each side fetches at least k.
             depth = min(max(candidates, k), live)
-            dense = self._dense_top(query, depth) if use_dense else []
-            lexical = self._lexical.top(query_text or "", depth) if use_lexical else []
-            fused = fuse(dense, lexical, fusion if use_dense and use_lexical else FusionSettings())
+            dense: list[tuple[int, float]] = []
+            lexical: list[tuple[int, float]] = []
+            if use_dense:
+                with tracing.span("dense search", chunks=live, candidates=depth) as span:
+                    dense = self._dense_top(query, depth)
+                    span.set(hits=len(dense))
+            if use_lexical:
+                with tracing.span("lexical search", chunks=live, candidates=depth) as span:
+                    lexical = self._lexical.top(query_text or "", depth)
+                    span.set(hits=len(lexical))
+            with tracing.span("fusion", dense_hits=len(dense), lexical_hits=len(lexical)) as span:
+                fused = fuse(dense, lexical, fusion if use_dense and use_lexical else FusionSettings())
+                span.set(hits=min(k, len(fused)))
             cosines = dict(dense)
             missing = [p for p in fused if p not in cosines]
             if missing:  # BM25-only candidates still get an exact cosine

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ragsidecar import tracing
 from ragsidecar.config import Config
 from ragsidecar.knowledge.catalog import LoadedSource
 from ragsidecar.knowledge.declarations import Entry, RerankOrder, RetrievalMode
@@ -62,7 +63,11 @@ class Ranker:
         if source.index is None or len(source.index) == 0:
             return []
         depth = self._rerank_depth(entry)
-        hits = await asyncio.to_thread(self._retrieved, entry, source.index, query_vector, query, max(entry.k, depth))
+        with tracing.span("retrieve", source=entry.name, mode=entry.retrieval_mode.name,
+                          candidates=max(entry.k, depth)) as span:
+            hits = await asyncio.to_thread(self._retrieved, entry, source.index, query_vector, query,
+                                           max(entry.k, depth))
+            span.set(hits=len(hits))
         if entry.rerank:
             outcome = await self._reranker.rerank(
                 RerankQuery(entry.reranker_model, query, [Candidate(h.chunk_id, h.text) for h in hits[:depth]]),

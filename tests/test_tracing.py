@@ -1,0 +1,188 @@
+"""OpenTelemetry tracing through the real server, exported to a real OTLP/gRPC receiver on loopback."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from conftest import retrieval_config
+from ragsidecar.v1 import reranker_pb2
+from ragsidecar.v1 import retrieval_pb2 as pb, retrieval_pb2_grpc
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
+from sidecar import Sidecar
+
+# The host's span: what a traced host sends in its W3C traceparent.
+HOST_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+HOST_SPAN = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{HOST_TRACE}-{HOST_SPAN}-01"
+RPC_SPAN_WAIT_S = 60.0
+
+
+class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
+    """An OTLP/gRPC trace receiver: keeps every span exported to it."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, trace_pb2.Span]] = []  # (service.name, span)
+        self._arrived = threading.Condition()
+
+    def Export(self, request: trace_service_pb2.ExportTraceServiceRequest, context: grpc.ServicerContext):
+        with self._arrived:
+            for resource_spans in request.resource_spans:
+                service = next((a.value.string_value for a in resource_spans.resource.attributes
+                                if a.key == "service.name"), "")
+                self.spans += [(service, s) for scope in resource_spans.scope_spans for s in scope.spans]
+            self._arrived.notify_all()
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+    def trace(self, trace_id: str, until: Callable[[list[trace_pb2.Span]], bool]) -> list[trace_pb2.Span]:
+        """The spans of one trace, once `until` holds for them (waits for the exporter's batches)."""
+        deadline = time.monotonic() + RPC_SPAN_WAIT_S
+        with self._arrived:
+            while True:
+                spans = [s for _, s in self.spans if s.trace_id.hex() == trace_id]
+                if until(spans) or time.monotonic() > deadline:
+                    return spans
+                self._arrived.wait(0.2)
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[tuple[Receiver, int]]:
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(4))
+    servicer = Receiver()
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield servicer, port
+    finally:
+        server.stop(None)
+
+
+def tracing_env(port: int) -> dict[str, str]:
+    """The standard variables alone turn tracing on; short batch delays make the spans arrive quickly."""
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_SERVICE_NAME": "sidecar-under-test",
+            "OTEL_BSP_SCHEDULE_DELAY": "100", "RAGSIDECAR_LOG_FORMAT": "json"}
+
+
+@pytest.fixture(scope="module")
+def traced_sidecar(tmp_path_factory: pytest.TempPathFactory, knowledge_root: Path,
+                   receiver: tuple[Receiver, int]) -> Iterator[Sidecar]:
+    config = retrieval_config(knowledge_root, tmp_path_factory.mktemp("traced-data"))
+    config["inference"]["cache_bytes"] = 0
+    server = Sidecar(tmp_path_factory.mktemp("traced"), config, env=tracing_env(receiver[1]))
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+def named(spans: list[trace_pb2.Span], name: str) -> list[trace_pb2.Span]:
+    return [s for s in spans if s.name == name]
+
+
+def attributes(span: trace_pb2.Span) -> dict[str, object]:
+    values = {}
+    for attribute in span.attributes:
+        kind = attribute.value.WhichOneof("value")
+        values[attribute.key] = getattr(attribute.value, kind) if kind else None
+    return values
+
+
+def beneath(spans: list[trace_pb2.Span], top: trace_pb2.Span, span: trace_pb2.Span) -> bool:
+    """Whether `span` descends from `top` within the trace."""
+    by_id = {s.span_id: s for s in spans}
+    parent = span.parent_span_id
+    while parent and parent in by_id:
+        if parent == top.span_id:
+            return True
+        parent = by_id[parent].parent_span_id
+    return False
+
+
+def rpc_span_of(spans: list[trace_pb2.Span], method: str) -> trace_pb2.Span:
+    (rpc,) = named(spans, method)
+    assert rpc.kind == trace_pb2.Span.SPAN_KIND_SERVER
+    return rpc
+
+
+def has_all(*names: str) -> Callable[[list[trace_pb2.Span]], bool]:
+    return lambda spans: all(named(spans, n) for n in names)
+
+
+def rerank_stages_under_rpc(spans: list[trace_pb2.Span], method: str, parent_span: str) -> trace_pb2.Span:
+    """Asserts the RPC span continues the caller's span and the rerank stages lie beneath it; returns it."""
+    rpc = rpc_span_of(spans, method)
+    assert rpc.parent_span_id.hex() == parent_span
+    for stage in ("rerank", "tokenize", "queue wait", "inference batch"):
+        assert named(spans, stage), f"no {stage!r} span in {[s.name for s in spans]}"
+        assert all(beneath(spans, rpc, s) for s in named(spans, stage)), stage
+    return rpc
+
+
+def test_a_call_continues_the_callers_trace_with_its_stage_spans(traced_sidecar: Sidecar, receiver) -> None:
+    request = reranker_pb2.RerankRequest(query="how do cells divide", documents=[
+        reranker_pb2.RerankDocument(id="a", text="Mitosis is how a cell divides into two identical cells."),
+        reranker_pb2.RerankDocument(id="b", text="The stock market closed higher today.")])
+    traced_sidecar.reranker().Rerank(request, timeout=30, metadata=[("traceparent", TRACEPARENT)])
+    method = "ragsidecar.v1.RerankerService/Rerank"
+    spans = receiver[0].trace(HOST_TRACE, has_all(method, "rerank", "tokenize", "queue wait", "inference batch"))
+    rpc = rerank_stages_under_rpc(spans, method, HOST_SPAN)
+    assert attributes(rpc)["rpc.grpc.status_code"] == "OK"
+    (rerank,) = named(spans, "rerank")
+    assert {"ragsidecar.model": "ms-marco-MiniLM-L-12-v2", "ragsidecar.pairs": 2,
+            "ragsidecar.cached_pairs": 0}.items() <= attributes(rerank).items()
+    (tokenize,) = named(spans, "tokenize")
+    assert attributes(tokenize)["ragsidecar.tokens"] > 10
+    batch = named(spans, "inference batch")[0]
+    assert attributes(batch)["ragsidecar.inputs"] >= 1 and attributes(batch)["ragsidecar.tokens"] > 0
+    services = {service for service, s in receiver[0].spans if s.trace_id.hex() == HOST_TRACE}
+    assert services == {"sidecar-under-test"}
+
+
+def test_search_spans_index_build_retrieval_stages_and_reranking(traced_sidecar: Sidecar, receiver) -> None:
+    trace_id, parent = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    science = entry("science", "FILE", "SEARCH", "science/abstracts.jsonl", top_k=3,
+                    search=pb.SearchOptions(rerank=True, candidates=5))
+    search = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([science]),
+                              query="vitamin D and bone density")
+    retrieval = retrieval_pb2_grpc.RetrievalServiceStub(traced_sidecar.channel())
+    assert retrieval.Search(search, timeout=120, metadata=[("traceparent", f"00-{trace_id}-{parent}-01")]).hits
+    method = "ragsidecar.v1.RetrievalService/Search"
+    stages = ("index build", "retrieve", "dense search", "lexical search", "fusion", "rerank", "inference batch")
+    spans = receiver[0].trace(trace_id, has_all(method, *stages))
+    rpc = rpc_span_of(spans, method)
+    assert rpc.parent_span_id.hex() == parent
+    for stage in stages:
+        assert named(spans, stage) and all(beneath(spans, rpc, s) for s in named(spans, stage)), stage
+    assert attributes(named(spans, "index build")[0])["ragsidecar.chunks"] > 0
+    assert attributes(named(spans, "retrieve")[0])["ragsidecar.hits"] > 0
+
+
+def logged_with(server: Sidecar, trace_id: str) -> list[dict]:
+    """The JSON log lines of a trace (the output is read on a thread: waits for them to be read)."""
+    deadline = time.monotonic() + RPC_SPAN_WAIT_S
+    while True:
+        lines = [json.loads(line) for line in list(server.output) if line.startswith("{")]
+        found = [line for line in lines if line.get("trace_id") == trace_id]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+def test_json_log_lines_carry_the_calls_trace_and_span_ids(traced_sidecar: Sidecar) -> None:
+    trace_id = "5b8efff798038103d269b633813fc60c"
+    request = reranker_pb2.RerankRequest(query="q", documents=[reranker_pb2.RerankDocument(text="a document")])
+    traced_sidecar.reranker().Rerank(request, timeout=30, metadata=[("traceparent", f"00-{trace_id}-{HOST_SPAN}-01")])
+    access = logged_with(traced_sidecar, trace_id)
+    assert access and access[-1]["logger"] == "ragsidecar.requests"
+    assert "method=/ragsidecar.v1.RerankerService/Rerank code=OK" in access[-1]["message"]
+    assert len(access[-1]["span_id"]) == 16 and access[-1]["span_id"] != HOST_SPAN
