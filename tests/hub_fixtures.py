@@ -100,11 +100,14 @@ def cat_graph(tokenizer: Tokenizer, layout: Layout) -> onnx.ModelProto:
                   helper.make_node("Mul", ["masked", "segment"], ["in_document"])]
         counted = "in_document"
     nodes.append(helper.make_node("ReduceSum", [counted, "axis1"], ["count"], keepdims=0))
-    shape = {"[B]": ["batch"], "[B,1]": ["batch", 1], "[B,2]": ["batch", 2]}[layout.logits]
+    shape = {"[B]": ["batch"], "[B,1]": ["batch", 1], "[B,2]": ["batch", 2], "[B,3]": ["batch", 3]}[layout.logits]
     if layout.logits == "[B]":
         nodes.append(helper.make_node("Identity", ["count"], ["logits"]))
     elif layout.logits == "[B,1]":
         nodes.append(helper.make_node("Unsqueeze", ["count", "axis1"], ["logits"]))
+    elif layout.logits == "[B,3]":  # three classes (e.g. an NLI head): not a relevance score
+        nodes += [helper.make_node("Unsqueeze", ["count", "axis1"], ["column"]),
+                  helper.make_node("Concat", ["column", "column", "column"], ["logits"], axis=1)]
     else:
         nodes += [helper.make_node("Mul", ["count", "half"], ["positive"]),
                   helper.make_node("Neg", ["positive"], ["negative"]),
@@ -122,10 +125,13 @@ def cat_graph(tokenizer: Tokenizer, layout: Layout) -> onnx.ModelProto:
     return model
 
 
-def write_export(folder: Path, layout: Layout) -> Path:
-    """A tiny export of the layout: model.onnx and tokenizer.json in `folder`."""
+def write_export(folder: Path, layout: Layout, pair_template: bool = True) -> Path:
+    """A tiny export of the layout: model.onnx and tokenizer.json in `folder` (without the tokenizer's
+    post-processor when not `pair_template`)."""
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = TOKENIZERS[layout.tokenizer]()
+    if not pair_template:
+        tokenizer.post_processor = None
     tokenizer.save(str(folder / "tokenizer.json"))
     onnx.save(cat_graph(tokenizer, layout), str(folder / "model.onnx"))
     return folder

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hub_fixtures import LAYOUTS, commit_sha, lay_out_repo, sha256, write_export
+from hub_fixtures import LAYOUTS, Layout, commit_sha, lay_out_repo, sha256, write_export
 from ragsidecar.v1 import reranker_pb2
 from sidecar import MODELS, REPO, Sidecar, default_config
 
@@ -121,6 +121,7 @@ def test_a_file_whose_bytes_differ_from_the_lock_is_refused(hub: Path, tmp_path:
     ([f"{REPO_ID}@v1", "--quantized"],
      f"{REPO_ID}@{OLD} has no quantized graph; it has onnx/model.onnx: name one with --onnx-file"),
     ([REPO_ID, "--onnx-file", "onnx/model_O4.onnx"], f"{REPO_ID}@{NEW} has no file onnx/model_O4.onnx"),
+    ([REPO_ID, "--id", "../elsewhere"], "model id '../elsewhere': it names a folder inside the models folder"),
 ])
 def test_install_errors_say_what_is_missing(hub: Path, tmp_path: Path, args: list[str], message: str) -> None:
     done = cli("models", "install", "--models-dir", str(tmp_path / "models"), *args, tmp_path=tmp_path)
@@ -213,3 +214,19 @@ def test_hub_entries_of_each_export_layout_rerank_in_order_through_the_server(ma
     locked = lock_of(tmp_path / "models")["models"]
     assert locked["bert-b1"]["revision"] == commit_sha("bert-b1") and locked["xlmr-b2"]["ref"] == "main"
     assert locked[docs_entry["id"]]["files"]["model.onnx"]["sha256"] == sha256(PACKAGED / "model.onnx")
+
+
+@pytest.mark.parametrize(("layout", "pair_template", "message"), [
+    (Layout("nli", "bert", type_ids=True, logits="[B,3]"), True,
+     "a cross-encoder's first output must be logits shaped [B], [B,1] or [B,2]; this one has rank 2, last axis 3"),
+    (LAYOUTS[1], False, "tokenizer.json has no post-processor: a query and a document would be joined without"),
+])
+def test_an_export_the_loader_cannot_score_with_is_refused_at_start(make_sidecar, tmp_path: Path, layout: Layout,
+                                                                     pair_template: bool, message: str) -> None:
+    export = write_export(tmp_path / "export", layout, pair_template)
+    config = default_config()
+    config["retrieval"]["embedder"] = ""
+    config["models"] = [{"id": "odd", "kind": "cross-encoder", "path": str(export)}]
+    server = make_sidecar(config).start(wait_serving=False)
+    assert server.process.wait(60) == 1
+    assert message in server.log()

@@ -80,6 +80,9 @@ def is_hub_id(text: str) -> bool:
 def install_from_hub(ref: HubRef, models_dir: Path, model_id: str | None = None, quantized: bool = False,
                      onnx_file: str | None = None) -> Path:
     """Fetches the export at `ref`, installs it as `<models_dir>/<model id>` and records it in the lock."""
+    model_id = model_id or ref.repo.split("/")[1]
+    if Path(model_id).name != model_id or model_id in (".", ".."):
+        raise InstallError(f"model id {model_id!r}: it names a folder inside the models folder, so it holds no '/'")
     commit, files = _resolve(ref)
     graph = onnx_file or pick_onnx_file(files, quantized, f"{ref.repo}@{commit}")
     if graph not in files:
@@ -87,7 +90,6 @@ def install_from_hub(ref: HubRef, models_dir: Path, model_id: str | None = None,
     sources = {"model.onnx": graph, "tokenizer.json": _pick_tokenizer(files, graph, f"{ref.repo}@{commit}")}
     sources.update({Path(data).name: data for data in _external_data(files, graph)})
     locked = LockedModel(ref.repo, ref.revision or "main", commit, {})
-    model_id = model_id or ref.repo.split("/")[1]
     for name, source in sources.items():
         fetched = _fetch(ref.repo, source, commit)
         locked.files[name] = LockedFile(source, sha256_of(fetched))
