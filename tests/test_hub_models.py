@@ -215,6 +215,15 @@ def test_hub_entries_of_each_export_layout_rerank_in_order_through_the_server(ma
     assert locked["bert-b1"]["revision"] == commit_sha("bert-b1") and locked["xlmr-b2"]["ref"] == "main"
     assert locked[docs_entry["id"]]["files"]["model.onnx"]["sha256"] == sha256(PACKAGED / "model.onnx")
 
+    # Later starts find the models through the lock: the hub (here its cache) is not needed any more.
+    server.stop()
+    shutil.rmtree(cache)
+    restarted = make_sidecar(config, env=hub_env(tmp_path)).start()
+    answer = restarted.reranker().Rerank(reranker_pb2.RerankRequest(
+        query="Which pet purrs?", model="xlmr-b2", documents=[reranker_pb2.RerankDocument(text=t) for t in documents]),
+        timeout=60)
+    assert [r.index for r in answer.results] == [1, 2, 0]
+
 
 @pytest.mark.parametrize(("layout", "pair_template", "message"), [
     (Layout("nli", "bert", type_ids=True, logits="[B,3]"), True,
