@@ -87,8 +87,8 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
     async def PrepareChatKnowledge(self, request: pb.PrepareChatKnowledgeRequest,
                                    context: grpc.aio.ServicerContext) -> pb.PrepareChatKnowledgeResponse:
         scope = caller(request)
-        if not request.agent_id.strip():
-            raise invalid([Violation("agent_id", "required")])
+        if problems := id_problems(request.agent_id, "agent_id"):
+            raise invalid(problems)
         plan = await self._runtime.prepare_chat(knowledge_entries(request.entries, "entries"), llm_of(request), scope)
         return pb.PrepareChatKnowledgeResponse(
             blocks=[pb.DirectKnowledgeBlock(source=m.entry.name, position=m.position, text=m.text, tokens=m.tokens,

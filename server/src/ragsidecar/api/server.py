@@ -56,6 +56,9 @@ class Sidecar:
         self._stopped = asyncio.Event()
         self._model_health_names: set[str] = set()
         self._background: set[asyncio.Task] = set()
+        # The start-up load of the models, which a stop cancels: a load finishing after the stop would leave
+        # inference workers running into the event loop's teardown, which cancels them as if they had failed.
+        self._loading: asyncio.Task | None = None
         inference = config.inference
         self.reranker = Reranker(self.registry, inference.max_documents_per_request, inference.cache_bytes)
         self._server = self._build_server()
@@ -131,10 +134,18 @@ class Sidecar:
                             self._config.server.max_message_bytes, lambda: self.serving)
         return HttpListener(self._config, services)
 
-    async def load_models(self) -> None:
+    async def load_models(self) -> bool:
+        """Loads the configured models; False when the sidecar was stopped first (what had loaded is closed)."""
         self.registry.on_change(self._schedule_health_refresh)
-        await self.registry.start()
+        self._loading = asyncio.get_running_loop().create_task(self.registry.start())
+        try:
+            await self._loading
+        except asyncio.CancelledError:
+            if not self._stopping.is_set():
+                raise
+            return False
         await self._refresh_health()
+        return True
 
     def _schedule_health_refresh(self) -> None:
         task = asyncio.get_running_loop().create_task(self._refresh_health())
@@ -207,6 +218,8 @@ class Sidecar:
         if self._stopping.is_set():
             return
         self._stopping.set()
+        if self._loading is not None:
+            self._loading.cancel()
         self.serving = False
         await self._set_health(NOT_SERVING)
         for name in self._model_health_names:
@@ -250,8 +263,8 @@ async def serve(config_path: Path, config: Config, environ: dict[str, str]) -> N
         print(f"ragsidecar http on {sidecar.http_url}", flush=True)
     if sidecar.metrics_port:
         print(f"ragsidecar metrics on http://{config.metrics.host}:{sidecar.metrics_port}/metrics", flush=True)
-    await sidecar.load_models()
-    print("ragsidecar ready: models: " + ", ".join(s.spec.id for s in sidecar.registry.statuses()), flush=True)
-    spawn(sidecar.watch_config())
+    if await sidecar.load_models():
+        print("ragsidecar ready: models: " + ", ".join(s.spec.id for s in sidecar.registry.statuses()), flush=True)
+        spawn(sidecar.watch_config())
     await sidecar.wait_stopped()
     await asyncio.to_thread(tracing.shutdown)  # the last calls' spans go out before the process ends

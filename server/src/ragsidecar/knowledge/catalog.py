@@ -26,6 +26,7 @@ import errno
 import functools
 import glob
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -44,7 +45,8 @@ from ragsidecar.knowledge import index as index_files
 from ragsidecar.knowledge.chunking import Chunk, chunk_meta, chunk_units
 from ragsidecar.knowledge.declarations import Entry, Scope, SourceType, Use
 from ragsidecar.knowledge.index import HybridIndex, IndexCorrupt, IndexedChunk
-from ragsidecar.knowledge.sources import SourceError, Unit, inline_units, list_files, provenance_path, read_units
+from ragsidecar.knowledge.sources import (SOURCE_UNREADABLE, SourceError, Unit, inline_units, list_files,
+                                          provenance_path, read_units)
 from ragsidecar.store.interface import Backend, DocumentStore, Prepared
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,9 @@ _EMBED_BATCH = 128
 _PROGRESS_EVERY_S = 5.0
 # Estimated bytes of a loaded index per byte of its float32 vectors: the vectors, the HNSW graph and copy.
 _INDEX_BYTES_PER_VECTOR_BYTE = 2
+# Longest knowledge path, and longest folder or file name in one, in UTF-8 bytes (Linux's PATH_MAX - 1, NAME_MAX).
+MAX_PATH_BYTES = 4095
+MAX_NAME_BYTES = 255
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,8 @@ class Catalog:
         """The path, made absolute against the first root, that must resolve inside a root."""
         if "\x00" in path:
             raise invalid([Violation("path", f"knowledge path {path[:200]!r} contains a NUL character")])
+        if too_long := _length_problem(path):
+            raise invalid([Violation("path", f"knowledge path {path[:200]!r} is too long: {too_long}")])
         if not self._roots:
             raise _outside(path, "no knowledge roots are configured")
         try:
@@ -144,12 +151,28 @@ class Catalog:
     def files_of(self, entry: Entry) -> list[Path]:
         """The files a FILE or DIRECTORY entry reads; every one checked inside the roots after symlinks."""
         location = self.resolve_path(entry.path)
-        if entry.type is SourceType.FILE and not location.is_file():
-            raise FileNotFoundError(entry.path)
-        files = [location] if entry.type is SourceType.FILE else list_files(location)
+        try:
+            if entry.type is SourceType.FILE and not location.is_file():
+                raise FileNotFoundError(entry.path)
+            files = [location] if entry.type is SourceType.FILE else list_files(location)
+        except OSError as err:
+            raise _unreadable(entry.path, err) from None
         for file in files:
-            self._check_inside(_resolved(file, str(file)), str(file))
+            shown = self._shown(file)
+            self._check_inside(_resolved(file, shown), shown)
         return files
+
+    def _shown(self, file: Path) -> str:
+        """How errors name a file: relative to the knowledge root holding it (never the server's own folders), else
+        as the caller sent it (an absolute path of theirs)."""
+        return next((file.relative_to(root).as_posix() for root in self._roots if file.is_relative_to(root)),
+                    file.as_posix())
+
+    def _stat(self, file: Path) -> os.stat_result:
+        try:
+            return file.stat()
+        except OSError as err:  # a file listed a moment ago, removed or made unreadable since
+            raise _unreadable(self._shown(file), err) from None
 
     # -- units (DIRECT, SEQUENTIAL, counts) ---------------------------------------------------------
 
@@ -171,9 +194,9 @@ class Catalog:
     def _read_file(self, file: Path) -> tuple[FileState, list[Unit]]:
         """One file's units, and its state as read; an unchanged file (same size and modification time) is not
         parsed again, since DIRECT and SEQUENTIAL sources are read on every dispatch."""
-        stat = file.stat()
+        stat = self._stat(file)
         key = (str(file), stat.st_size, stat.st_mtime_ns)
-        root = next(r for r in self._roots if _resolved(file, str(file)).is_relative_to(r.resolve())).resolve()
+        root = next(r for r in self._roots if _resolved(file, self._shown(file)).is_relative_to(r.resolve())).resolve()
         parsed = self._parsed.get(key)
         if parsed is None:
             parsed = read_units(file, root, self._config.retrieval.max_file_bytes)
@@ -186,7 +209,7 @@ class Catalog:
         files, units, outdated = {}, [], set()
         for file in self.files_of(entry):
             held = last.files.get(str(file))
-            stat = file.stat()
+            stat = self._stat(file)
             if held is not None and (held.size, held.mtime_ns) == (stat.st_size, stat.st_mtime_ns):
                 files[str(file)] = held
                 continue
@@ -448,7 +471,7 @@ class Catalog:
         parts = [self._identity(entry, scope), model, retrieval.index_dtype, retrieval.lexical_language]
         if entry.type in (SourceType.FILE, SourceType.DIRECTORY):
             for file in self.files_of(entry):
-                stat = file.stat()
+                stat = self._stat(file)
                 parts += [str(file), str(stat.st_size), str(stat.st_mtime_ns)]
         return key_of(*parts)[:32]
 
@@ -459,9 +482,28 @@ def _resolved(path: Path, shown: str) -> Path:
         return path.resolve()
     except (RuntimeError, OSError) as err:  # Python 3.11 raises RuntimeError on a loop, later ones OSError
         why = "a symlink loop" if isinstance(err, RuntimeError) or getattr(err, "errno", None) == errno.ELOOP \
-            else f"it cannot be resolved ({err})"
+            else f"it cannot be resolved ({err.strerror})"
         raise SidecarError(ErrorKind.FAILED_PRECONDITION, "SOURCE_UNREADABLE",
                            f"knowledge path {shown[:200]!r} is unreadable: {why}", metadata={"path": shown[:200]})
+
+
+def _length_problem(path: str) -> str:
+    """Why a path is longer than file systems take (PATH_MAX, NAME_MAX: Linux's, the widest in use), or "".
+    Checked before any use, so the system's own error, naming the absolute path tried, never arises."""
+    if len(encoded := path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        return f"{len(encoded)} bytes, over the limit of {MAX_PATH_BYTES}"
+    longest = max((len(part.encode("utf-8", "surrogatepass")) for part in path.split("/") if not glob.has_magic(part)),
+                  default=0)
+    return f"a name of {longest} bytes, over the limit of {MAX_NAME_BYTES}" if longest > MAX_NAME_BYTES else ""
+
+
+def _unreadable(shown: str, err: OSError) -> OSError | SourceError:
+    """An OSError as sources report it, naming the path as shown: the system's own message names the absolute
+    path it tried, which would reveal the server's folders. A missing file stays a FileNotFoundError."""
+    if isinstance(err, FileNotFoundError):
+        return FileNotFoundError(shown)
+    why = "a symlink loop" if err.errno == errno.ELOOP else (err.strerror or type(err).__name__)
+    return SourceError(SOURCE_UNREADABLE, f"{shown}: cannot read: {why}")
 
 
 def _glob_prefix(path: Path) -> Path:

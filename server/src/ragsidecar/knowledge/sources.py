@@ -135,21 +135,22 @@ def read_units(file: Path, root: Path, max_bytes: int) -> list[Unit]:
     of an unsupported suffix.
     """
     suffix = file.suffix.lower()
-    if suffix not in SUPPORTED_SUFFIXES:
-        raise SourceError(SOURCE_UNREADABLE, f"{file}: unsupported file type {suffix or '(none)'!r}")
-    data = _read_bytes(file, max_bytes)
+    # Errors name the file as its provenance does: relative to the root, never by the server's own folders.
     rel = provenance_path(file, root)
+    if suffix not in SUPPORTED_SUFFIXES:
+        raise SourceError(SOURCE_UNREADABLE, f"{rel}: unsupported file type {suffix or '(none)'!r}")
+    data = _read_bytes(file, max_bytes, rel)
     if suffix == ".pdf":
-        return _pdf_units(data, rel, file)
-    text = _decode(data, file)
+        return _pdf_units(data, rel)
+    text = _decode(data, rel)
     if suffix in (".txt", ".md"):
         return _whole_text_units(text, rel)
     if suffix == ".json":
-        return _json_units(text, rel, file)
+        return _json_units(text, rel)
     if suffix == ".jsonl":
-        return _jsonl_units(text, rel, file)
+        return _jsonl_units(text, rel)
     if suffix == ".csv":
-        return _csv_units(text, rel, file)
+        return _csv_units(text, rel)
     return _html_units(text, rel)
 
 
@@ -158,18 +159,18 @@ def inline_units(text: str) -> list[Unit]:
     return _whole_text_units(_normalise_newlines(text), "")
 
 
-def _read_bytes(file: Path, max_bytes: int) -> bytes:
+def _read_bytes(file: Path, max_bytes: int, rel: str) -> bytes:
     try:
         size = file.stat().st_size
         if size > max_bytes:
-            raise SourceError(LIMIT_EXCEEDED, f"{file}: {size} bytes exceeds the limit of {max_bytes}")
+            raise SourceError(LIMIT_EXCEEDED, f"{rel}: {size} bytes exceeds the limit of {max_bytes}")
         with file.open("rb") as handle:
             # Read one byte past the limit: the file may have grown since stat().
             data = handle.read(max_bytes + 1)
     except OSError as e:
-        raise SourceError(SOURCE_UNREADABLE, f"{file}: cannot read: {e.strerror or e}") from e
+        raise SourceError(SOURCE_UNREADABLE, f"{rel}: cannot read: {e.strerror or type(e).__name__}") from e
     if len(data) > max_bytes:
-        raise SourceError(LIMIT_EXCEEDED, f"{file}: more than {max_bytes} bytes")
+        raise SourceError(LIMIT_EXCEEDED, f"{rel}: more than {max_bytes} bytes")
     return data
 
 
@@ -185,15 +186,15 @@ def provenance_path(file: Path, root: Path) -> str:
     return file.as_posix()
 
 
-def _decode(data: bytes, file: Path) -> str:
+def _decode(data: bytes, rel: str) -> str:
     if b"\x00" in data:
-        raise SourceError(SOURCE_UNREADABLE, f"{file}: binary content (NUL bytes) in a text file")
+        raise SourceError(SOURCE_UNREADABLE, f"{rel}: binary content (NUL bytes) in a text file")
     try:
         # utf-8-sig drops a leading byte-order mark, which editors on Windows like to write.
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise SourceError(
-            SOURCE_UNREADABLE, f"{file}: not valid UTF-8 (byte {e.start}): binary or another encoding"
+            SOURCE_UNREADABLE, f"{rel}: not valid UTF-8 (byte {e.start}): binary or another encoding"
         ) from e
     return _normalise_newlines(text)
 
@@ -274,7 +275,7 @@ class _LineIndex:
         return bisect_left(self._newlines, offset) + 1
 
 
-def _json_units(text: str, rel: str, file: Path) -> list[Unit]:
+def _json_units(text: str, rel: str) -> list[Unit]:
     decoder = json.JSONDecoder()
     try:
         start = _skip_ws(text, 0)
@@ -286,7 +287,7 @@ def _json_units(text: str, rel: str, file: Path) -> list[Unit]:
             if _skip_ws(text, end) != len(text):
                 raise json.JSONDecodeError("extra data after the document", text, end)
     except json.JSONDecodeError as e:
-        raise SourceError(SOURCE_UNREADABLE, f"{file}: malformed JSON at line {e.lineno}: {e.msg}") from e
+        raise SourceError(SOURCE_UNREADABLE, f"{rel}: malformed JSON at line {e.lineno}: {e.msg}") from e
     lines = _LineIndex(text)
     units = []
     for value, begin, end in spans:
@@ -326,7 +327,7 @@ def _array_elements(decoder: json.JSONDecoder, text: str, pos: int) -> list[tupl
     return elements
 
 
-def _jsonl_units(text: str, rel: str, file: Path) -> list[Unit]:
+def _jsonl_units(text: str, rel: str) -> list[Unit]:
     units = []
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
@@ -334,7 +335,7 @@ def _jsonl_units(text: str, rel: str, file: Path) -> list[Unit]:
         try:
             value = json.loads(line)
         except json.JSONDecodeError as e:
-            raise SourceError(SOURCE_UNREADABLE, f"{file}: malformed JSON on line {number}: {e.msg}") from e
+            raise SourceError(SOURCE_UNREADABLE, f"{rel}: malformed JSON on line {number}: {e.msg}") from e
         unit = _record_unit(value, rel, number, number)
         if unit is not None:
             units.append(unit)
@@ -344,7 +345,7 @@ def _jsonl_units(text: str, rel: str, file: Path) -> list[Unit]:
 # --- CSV -------------------------------------------------------------------------------------
 
 
-def _csv_units(text: str, rel: str, file: Path) -> list[Unit]:
+def _csv_units(text: str, rel: str) -> list[Unit]:
     # The default field limit (128 KiB) would reject long text cells; the file size is already
     # bounded by max_bytes, so let a field be as long as the file. Only ever raised, never lowered.
     if csv.field_size_limit() < len(text) + 1:
@@ -364,7 +365,7 @@ def _csv_units(text: str, rel: str, file: Path) -> list[Unit]:
             if unit is not None:
                 units.append(unit)
     except csv.Error as e:
-        raise SourceError(SOURCE_UNREADABLE, f"{file}: malformed CSV near line {reader.line_num}: {e}") from e
+        raise SourceError(SOURCE_UNREADABLE, f"{rel}: malformed CSV near line {reader.line_num}: {e}") from e
     return units
 
 
@@ -464,13 +465,13 @@ def _html_units(text: str, rel: str) -> list[Unit]:
 # --- PDF -------------------------------------------------------------------------------------
 
 
-def _pdf_units(data: bytes, rel: str, file: Path) -> list[Unit]:
+def _pdf_units(data: bytes, rel: str) -> list[Unit]:
     try:
         pages = _pdf_page_texts(data)
     except SourceError as e:
-        raise SourceError(e.reason, f"{file}: {e.message}") from e
+        raise SourceError(e.reason, f"{rel}: {e.message}") from e
     except Exception as e:  # noqa: BLE001 - pypdf raises many types on bad input (PdfReadError, ValueError, KeyError, ...)
-        raise SourceError(SOURCE_UNREADABLE, f"{file}: malformed PDF: {type(e).__name__}: {e}") from e
+        raise SourceError(SOURCE_UNREADABLE, f"{rel}: malformed PDF: {type(e).__name__}: {e}") from e
     units = []
     for number, page_text in enumerate(pages, start=1):
         if page_text.strip():
