@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import grpc
 import pytest
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from conftest import retrieval_config
+from otlp_receiver import WAIT_S, Receiver, start
 from ragsidecar.v1 import reranker_pb2
 from ragsidecar.v1 import retrieval_pb2 as pb, retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
@@ -24,45 +21,14 @@ from sidecar import Sidecar
 HOST_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 HOST_SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{HOST_TRACE}-{HOST_SPAN}-01"
-RPC_SPAN_WAIT_S = 60.0
-
-
-class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
-    """An OTLP/gRPC trace receiver: keeps every span exported to it."""
-
-    def __init__(self) -> None:
-        self.spans: list[tuple[str, trace_pb2.Span]] = []  # (service.name, span)
-        self._arrived = threading.Condition()
-
-    def Export(self, request: trace_service_pb2.ExportTraceServiceRequest, context: grpc.ServicerContext):
-        with self._arrived:
-            for resource_spans in request.resource_spans:
-                service = next((a.value.string_value for a in resource_spans.resource.attributes
-                                if a.key == "service.name"), "")
-                self.spans += [(service, s) for scope in resource_spans.scope_spans for s in scope.spans]
-            self._arrived.notify_all()
-        return trace_service_pb2.ExportTraceServiceResponse()
-
-    def trace(self, trace_id: str, until: Callable[[list[trace_pb2.Span]], bool]) -> list[trace_pb2.Span]:
-        """The spans of one trace, once `until` holds for them (waits for the exporter's batches)."""
-        deadline = time.monotonic() + RPC_SPAN_WAIT_S
-        with self._arrived:
-            while True:
-                spans = [s for _, s in self.spans if s.trace_id.hex() == trace_id]
-                if until(spans) or time.monotonic() > deadline:
-                    return spans
-                self._arrived.wait(0.2)
 
 
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[tuple[Receiver, int]]:
-    server = grpc.server(concurrent.futures.ThreadPoolExecutor(4))
+def receiver() -> Iterator[Receiver]:
     servicer = Receiver()
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    server = start(servicer)
     try:
-        yield servicer, port
+        yield servicer
     finally:
         server.stop(None)
 
@@ -75,10 +41,10 @@ def tracing_env(port: int) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def traced_sidecar(tmp_path_factory: pytest.TempPathFactory, knowledge_root: Path,
-                   receiver: tuple[Receiver, int]) -> Iterator[Sidecar]:
+                   receiver: Receiver) -> Iterator[Sidecar]:
     config = retrieval_config(knowledge_root, tmp_path_factory.mktemp("traced-data"))
     config["inference"]["cache_bytes"] = 0
-    server = Sidecar(tmp_path_factory.mktemp("traced"), config, env=tracing_env(receiver[1]))
+    server = Sidecar(tmp_path_factory.mktemp("traced"), config, env=tracing_env(receiver.port))
     try:
         yield server.start()
     finally:
@@ -128,13 +94,13 @@ def rerank_stages_under_rpc(spans: list[trace_pb2.Span], method: str, parent_spa
     return rpc
 
 
-def test_a_call_continues_the_callers_trace_with_its_stage_spans(traced_sidecar: Sidecar, receiver) -> None:
+def test_a_call_continues_the_callers_trace_with_its_stage_spans(traced_sidecar: Sidecar, receiver: Receiver) -> None:
     request = reranker_pb2.RerankRequest(query="how do cells divide", documents=[
         reranker_pb2.RerankDocument(id="a", text="Mitosis is how a cell divides into two identical cells."),
         reranker_pb2.RerankDocument(id="b", text="The stock market closed higher today.")])
     traced_sidecar.reranker().Rerank(request, timeout=30, metadata=[("traceparent", TRACEPARENT)])
     method = "ragsidecar.v1.RerankerService/Rerank"
-    spans = receiver[0].trace(HOST_TRACE, has_all(method, "rerank", "tokenize", "queue wait", "inference batch"))
+    spans = receiver.trace(HOST_TRACE, has_all(method, "rerank", "tokenize", "queue wait", "inference batch"))
     rpc = rerank_stages_under_rpc(spans, method, HOST_SPAN)
     assert attributes(rpc)["rpc.grpc.status_code"] == "OK"
     (rerank,) = named(spans, "rerank")
@@ -144,21 +110,20 @@ def test_a_call_continues_the_callers_trace_with_its_stage_spans(traced_sidecar:
     assert attributes(tokenize)["ragsidecar.tokens"] > 10
     batch = named(spans, "inference batch")[0]
     assert attributes(batch)["ragsidecar.inputs"] >= 1 and attributes(batch)["ragsidecar.tokens"] > 0
-    services = {service for service, s in receiver[0].spans if s.trace_id.hex() == HOST_TRACE}
+    services = {service for service, s in receiver.spans if s.trace_id.hex() == HOST_TRACE}
     assert services == {"sidecar-under-test"}
 
 
-def test_search_spans_index_build_retrieval_stages_and_reranking(traced_sidecar: Sidecar, receiver) -> None:
+def test_search_spans_index_build_retrieval_stages_and_reranking(traced_sidecar: Sidecar, receiver: Receiver) -> None:
     trace_id, parent = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
-    science = entry("science", "FILE", "SEARCH", "science/abstracts.jsonl", top_k=3,
-                    search=pb.SearchOptions(rerank=True, candidates=5))
-    search = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([science]),
-                              query="vitamin D and bone density")
+    guide = entry("guide", "DIRECTORY", "SEARCH", "guide", top_k=3, search=pb.SearchOptions(rerank=True, candidates=5))
+    search = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([guide]),
+                              query="how long does express shipping take")
     retrieval = retrieval_pb2_grpc.RetrievalServiceStub(traced_sidecar.channel())
     assert retrieval.Search(search, timeout=120, metadata=[("traceparent", f"00-{trace_id}-{parent}-01")]).hits
     method = "ragsidecar.v1.RetrievalService/Search"
     stages = ("index build", "retrieve", "dense search", "lexical search", "fusion", "rerank", "inference batch")
-    spans = receiver[0].trace(trace_id, has_all(method, *stages))
+    spans = receiver.trace(trace_id, has_all(method, *stages))
     rpc = rpc_span_of(spans, method)
     assert rpc.parent_span_id.hex() == parent
     for stage in stages:
@@ -169,7 +134,7 @@ def test_search_spans_index_build_retrieval_stages_and_reranking(traced_sidecar:
 
 def logged_with(server: Sidecar, trace_id: str) -> list[dict]:
     """The JSON log lines of a trace (the output is read on a thread: waits for them to be read)."""
-    deadline = time.monotonic() + RPC_SPAN_WAIT_S
+    deadline = time.monotonic() + WAIT_S
     while True:
         lines = [json.loads(line) for line in list(server.output) if line.startswith("{")]
         found = [line for line in lines if line.get("trace_id") == trace_id]
