@@ -18,7 +18,7 @@ JAVA_MODULES := clients/java clients/java/adapters/langchain4j clients/java/adap
 NPM_ADAPTERS := clients/typescript-adapters/ai-sdk clients/typescript-adapters/langchain
 NPM_CI := npm ci --no-audit --no-fund --silent
 
-.PHONY: setup run test test-python test-java test-typescript lint models bench soak doctor dist dist-python dist-java dist-npm clean
+.PHONY: setup run test test-fast test-python test-java test-typescript lint models bench soak doctor dist dist-python dist-java dist-npm clean
 
 setup: $(VENV)/.installed $(GEN_STAMP) models
 
@@ -57,6 +57,11 @@ lint: clients/typescript/node_modules/.installed
 
 test-python: setup
 	$(PY) -m pytest -q
+
+# The unit layer (tests/unit: pure functions, no server, no models) and the quickest server tests, in under a
+# minute; `make test` still runs everything (the slow, postgres and install markers included).
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow and not postgres and not install" tests/unit tests/test_cli.py
 
 # The client's suite on the protobuf-java it is compiled against and, with the same classes, on the newest 4.x; the
 # adapters' suites; then the external consumer on each protobuf line, with the artifacts taken from dist/maven.

@@ -8,6 +8,15 @@ import pytest
 from sidecar import Sidecar, default_config
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that needs the session's PostgreSQL, through its fixture or a postgres backend parameter, is marked
+    postgres, so `-m "not postgres"` selects without knowing each file."""
+    for item in items:
+        params = getattr(item, "callspec", None)
+        if "postgres" in getattr(item, "fixturenames", ()) or params and "postgres" in params.params.values():
+            item.add_marker(pytest.mark.postgres)
+
+
 @pytest.fixture(scope="session")
 def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
     """One shared sidecar with the default config (result cache off, so every call really scores)."""

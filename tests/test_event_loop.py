@@ -30,6 +30,8 @@ from ragsidecar.v1 import retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, params, target
 from sidecar import Sidecar, default_config
 
+pytestmark = pytest.mark.slow  # each test sends calls sized to keep the server busy for seconds
+
 # A stretch of server work without any health answer may cover at most this share of the heavy call's work.
 MOST_WORK_WITHOUT_HEALTH = 0.25
 # Stretches this short are gRPC's own work on the loop (it decodes a 64 MiB request in a few hundredths of a

@@ -32,6 +32,7 @@ from sidecar import Sidecar, error_details, status_wire_bytes
 SEED = int(os.environ.get("RAGSIDECAR_FUZZ_SEED", "20261201"))
 CASES = int(os.environ.get("RAGSIDECAR_FUZZ_CASES", "2000"))
 PARALLEL_CALLS = 4
+pytestmark = pytest.mark.slow  # thousands of generated calls
 CALL_TIMEOUT_S = 60
 CLIENT_METADATA_LIMIT = 8 * 1024
 # Bounds what one case costs to send and decode: many copies of an item, but not many copies of a big one.

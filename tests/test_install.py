@@ -24,6 +24,10 @@ import pytest
 import ir_data
 from sidecar import REPO, free_port
 
+# Builds the sdist and wheel and installs them into fresh virtual environments: minutes, and `-m "not install"`
+# leaves it out.
+pytestmark = [pytest.mark.install, pytest.mark.slow]
+
 INSTALL_SCRIPT = REPO / "deploy" / "container" / "install.sh"
 STUBS = {f"ragsidecar/v1/{name}_pb2{kind}" for name in ("common", "reranker", "retrieval", "chat_knowledge")
          for kind in (".py", "_grpc.py", ".pyi")}

@@ -223,7 +223,10 @@ def test_deadlines_and_cancellation_drop_queued_work(make_sidecar) -> None:
     assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     cancelled = stub.Rerank.future(reranker_pb2.RerankRequest(
         query="gone", documents=docs(*[f"gone {i} {long_text}" for i in range(15)])), timeout=120)
-    time.sleep(0.3)
+    # Cancel once its 15 pairs wait in the queue: every pair that entered the queue is waiting, inferred,
+    # skipped, or in the one batch running (two long pairs at most), so past the 30 + 20 before it, it has arrived.
+    while entered_pairs(server) - before <= 50:
+        time.sleep(0.01)
     assert cancelled.cancel()
     assert len(blocker.result().results) == 30
     deadline = time.monotonic() + 20
@@ -234,9 +237,27 @@ def test_deadlines_and_cancellation_drop_queued_work(make_sidecar) -> None:
     assert server.metric("ragsidecar_inferred_inputs_total", model=CROSS) - before == 30
 
 
-def swap_models(server: Sidecar) -> None:
-    """Changes one model, removes one and adds one, then reloads with SIGHUP and waits for the new set."""
-    time.sleep(1)
+def entered_pairs(server: Sidecar) -> float:
+    """The cross-encoder's pairs that entered its queue and are not in the batch running now, from one scrape (a
+    pair inferred between two scrapes could count twice)."""
+    names = tuple(f"{name}{{" for name in (
+        "ragsidecar_queue_depth", "ragsidecar_inferred_inputs_total", "ragsidecar_skipped_inputs_total"))
+    return sum(float(line.rsplit(" ", 1)[1]) for line in server.metrics().splitlines()
+               if line.startswith(names) and f'model="{CROSS}"' in line)
+
+
+def calls_completed(outcomes: list[str], count: int) -> None:
+    """Waits until the load has completed `count` more calls: on a busy machine that takes longer."""
+    target, deadline = len(outcomes) + count, time.monotonic() + 60
+    while len(outcomes) < target:
+        assert time.monotonic() < deadline, f"the load completed {len(outcomes)} calls of {target}"
+        time.sleep(0.01)
+
+
+def swap_models(server: Sidecar, outcomes: list[str]) -> None:
+    """Changes one model, removes one and adds one, then reloads with SIGHUP and waits for the new set, with calls
+    completed on the old set before and on the new set after."""
+    calls_completed(outcomes, 8)
     config = server.config
     config["models"][0]["max_length"] = 256  # changed: reloaded
     config["models"][2] = {"id": "ms-marco-short", "kind": "cross-encoder", "path": CROSS,
@@ -247,7 +268,7 @@ def swap_models(server: Sidecar) -> None:
     while server.reranker().ListModels(reranker_pb2.ListModelsRequest(), timeout=10).generation < 1:
         assert time.monotonic() < deadline, server.log()
         time.sleep(0.1)
-    time.sleep(1)
+    calls_completed(outcomes, 8)
 
 
 @contextlib.contextmanager
@@ -286,7 +307,7 @@ def test_config_swap_under_load_fails_no_call(make_sidecar) -> None:
                              "pooling": "mean", "max_length": 256})
     server = make_sidecar(config).start()
     with rerank_load(server, clients=4, documents=3) as outcomes:
-        swap_models(server)
+        swap_models(server, outcomes)
     assert outcomes and set(outcomes) == {"ok"}, {o: outcomes.count(o) for o in set(outcomes)}
     listed = server.reranker().ListModels(reranker_pb2.ListModelsRequest(), timeout=10)
     assert [(m.id, m.max_input_tokens) for m in listed.models] == [(CROSS, 256), (BI, 512), ("ms-marco-short", 160)]

@@ -1,0 +1,102 @@
+"""Retrieval quality's pure functions: the lexical analysis (terms, languages, BM25 over stemmed words), the fusion
+of the dense and BM25 lists, and the combination of reranker and retrieval. No server, no models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ragsidecar.knowledge.fusion import FusionSettings, combine_reranked, fuse, interpolate, theoretical_min_max
+from ragsidecar.knowledge.lexical import LANGUAGES, Lexical, terms
+
+# ---- the analysis ---------------------------------------------------------------------------------------
+
+
+def test_terms_stem_and_drop_stopwords_and_none_keeps_the_words() -> None:
+    assert terms(["The lab RUNS a study", "running studies"], "english") == [["lab", "run", "studi"],
+                                                                            ["run", "studi"]]
+    assert terms(["The lab RUNS a study", "running studies"], "none") == [["lab", "runs", "study"],
+                                                                         ["running", "studies"]]
+    assert terms(["Die Kinder spielten im Garten"], "german") == [["kind", "spielt", "gart"]]
+    assert "english" in LANGUAGES and "none" in LANGUAGES
+
+
+def test_terms_refuse_an_unknown_language() -> None:
+    with pytest.raises(ValueError, match="klingon.*english"):
+        terms(["text"], "klingon")
+
+
+def test_lexical_matches_inflections_only_when_stemmed(tmp_path: Path) -> None:
+    texts = ["The sleep lab runs a study of night shifts.", "Bread needs flour, water and an oven."]
+    assert Lexical.build(texts, "english").top("running studies", 5)[0][0] == 0
+    assert Lexical.build(texts, "none").top("running studies", 5) == []
+    Lexical.build(texts, "english").save(tmp_path / "bm25")
+    assert Lexical.load(tmp_path / "bm25", "english").top("studies", 5)[0][0] == 0
+
+
+# ---- fusion ---------------------------------------------------------------------------------------------
+
+DENSE = [("a", 0.9), ("b", 0.5), ("c", 0.1)]
+LEXICAL = [("c", 12.0), ("d", 6.0)]
+
+
+def test_rrf_sums_reciprocal_ranks_with_equal_weights() -> None:
+    fused = fuse(DENSE, LEXICAL, FusionSettings())
+    assert fused == pytest.approx({"a": 1 / 61, "b": 1 / 62, "c": 1 / 63 + 1 / 61, "d": 1 / 62})
+
+
+def test_weighted_rrf_at_the_extremes_is_one_list_and_at_a_half_orders_as_rrf() -> None:
+    def order(fused: dict[str, float]) -> list[str]:
+        return sorted(fused, key=lambda k: -fused[k])
+
+    assert order(fuse(DENSE, LEXICAL, FusionSettings("weighted_rrf", 1.0)))[:3] == ["a", "b", "c"]
+    assert order(fuse(DENSE, LEXICAL, FusionSettings("weighted_rrf", 0.0)))[:2] == ["c", "d"]
+    assert order(fuse(DENSE, LEXICAL, FusionSettings("weighted_rrf", 0.5))) == order(fuse(DENSE, LEXICAL,
+                                                                                          FusionSettings()))
+
+
+def test_convex_scales_cosine_from_minus_one_and_bm25_from_zero_missing_counts_as_the_minimum() -> None:
+    fused = fuse(DENSE, LEXICAL, FusionSettings("convex", 0.25))
+    cosine = {k: (s + 1) / (0.9 + 1) for k, s in DENSE}
+    bm25 = {"c": 1.0, "d": 0.5}
+    assert fused == pytest.approx({k: 0.25 * cosine.get(k, 0) + 0.75 * bm25.get(k, 0) for k in "abcd"})
+    assert theoretical_min_max([("x", 3.0)], 0.0) == {"x": 1.0}
+    assert theoretical_min_max([("x", -1.0)], -1.0) == {"x": 0.0}  # nothing above the minimum: no evidence
+
+
+def test_fusion_of_one_empty_list_follows_the_other() -> None:
+    for settings in (FusionSettings(), FusionSettings("weighted_rrf", 0.7), FusionSettings("convex", 0.7)):
+        fused = fuse(DENSE, [], settings)
+        assert sorted(fused, key=lambda k: -fused[k]) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("settings", [dict(method="max"), dict(dense_weight=1.5), dict(dense_weight=-0.1),
+                                      dict(rrf_k=0)])
+def test_fusion_settings_refuse_what_they_cannot_mean(settings: dict) -> None:
+    with pytest.raises(ValueError):
+        FusionSettings(**settings)
+
+
+def test_interpolation_scales_both_sides_over_the_head_and_keeps_the_tail_below() -> None:
+    relevance, retrieval = [0.2, 0.9, 0.5, None, None], [0.05, 0.04, 0.03, 0.02, 0.01]
+    assert interpolate(relevance, retrieval, 1.0)[:3] == pytest.approx([0.0, 1.0, 3 / 7])
+    assert interpolate(relevance, retrieval, 0.0)[:3] == pytest.approx([1.0, 0.5, 0.0])
+    half = interpolate(relevance, retrieval, 0.5)
+    assert half == pytest.approx([0.5, 0.75, 3 / 14, -0.25, -0.5])
+    assert max(half[3:]) <= min(half[:3])
+    assert interpolate([None, None], [0.3, 0.2], 0.5) == [0.0, 0.0]
+    with pytest.raises(ValueError):
+        interpolate([0.1], [0.1, 0.2], 0.5)
+
+
+def test_combining_the_reranked_head_with_retrieval_keeps_the_tail_in_retrieval_order() -> None:
+    retrieval, relevance = [0.05, 0.04, 0.03, 0.02, 0.01], {0: 0.2, 1: 0.9, 2: 0.5}
+    rrf = combine_reranked(retrieval, relevance, "rrf", 0.5)
+    assert [i for i, _ in rrf] == [1, 0, 2, 3, 4]  # 1: ranks 1 and 2; 0: ranks 3 and 1; 2: ranks 2 and 3
+    assert rrf[0][1] == pytest.approx(1 / 61 + 1 / 62)
+    assert [i for i, _ in combine_reranked(retrieval, relevance, "interpolate", 1.0)] == [1, 2, 0, 3, 4]
+    assert [i for i, _ in combine_reranked(retrieval, relevance, "interpolate", 0.0)] == [0, 1, 2, 3, 4]
+    for method in ("rrf", "interpolate"):
+        scores = [score for _, score in combine_reranked(retrieval, relevance, method, 0.5)]
+        assert scores == sorted(scores, reverse=True)
