@@ -30,7 +30,9 @@ import java.io.UncheckedIOException;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.EnumMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
@@ -123,8 +125,7 @@ public final class RagSidecarClient implements AutoCloseable {
     interceptors.addAll(b.interceptors);
     // Forward order: the token is attached first, so the host's interceptors see (and may log) complete headers.
     Channel channel = ClientInterceptors.interceptForward(managedChannel, interceptors);
-    context = new ClientContext(channel, b.defaultDeadline, target);
-
+    // Runs the model refresh and the retries of asynchronous calls (their waits, never their work).
     scheduler = new ScheduledThreadPoolExecutor(1, runnable -> {
       Thread t = new Thread(runnable, "ragsidecar-models-" + id);
       t.setDaemon(true);
@@ -132,6 +133,7 @@ public final class RagSidecarClient implements AutoCloseable {
     });
     scheduler.setRemoveOnCancelPolicy(true);
     scheduler.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
+    context = new ClientContext(channel, b.deadlines, b.retryPolicy, scheduler, target);
     reranker = new SidecarReranker(context, scheduler, b.modelRefreshInterval, managedChannel::resetConnectBackoff);
     retrieval = new SidecarRetrieval(context);
     chat = new SidecarChat(context);
@@ -309,12 +311,17 @@ public final class RagSidecarClient implements AutoCloseable {
     }
   }
 
-  /** Configures a {@link RagSidecarClient}. Defaults: {@code 127.0.0.1:50151}, plaintext, 30 s deadline. */
+  /**
+   * Configures a {@link RagSidecarClient}. Defaults: {@code 127.0.0.1:50151}, plaintext, deadlines of 5 s for probes,
+   * 30 s for reads and 60 s for writes ({@link CallKind}), and {@link RetryPolicy#defaults()} for the calls that are
+   * safe to repeat (docs/clients.md).
+   */
   public static final class Builder {
     private String host = "127.0.0.1";
     private int port = DEFAULT_PORT;
     private Path unixSocket;
-    private Duration defaultDeadline = Duration.ofSeconds(30);
+    private final Map<CallKind, Duration> deadlines = new EnumMap<>(CallKind.class);
+    private RetryPolicy retryPolicy = RetryPolicy.defaults();
     private String bearerToken;
     private boolean tls;
     private Path trustCertificate;
@@ -326,7 +333,11 @@ public final class RagSidecarClient implements AutoCloseable {
     private final List<ClientInterceptor> interceptors = new ArrayList<>();
     private Consumer<ManagedChannelBuilder<?>> channelCustomizer;
 
-    private Builder() {}
+    private Builder() {
+      for (CallKind kind : CallKind.values()) {
+        deadlines.put(kind, kind.defaultDeadline());
+      }
+    }
 
     /** Host name or address of the sidecar (default {@code 127.0.0.1}). */
     public Builder host(String host) {
@@ -351,12 +362,29 @@ public final class RagSidecarClient implements AutoCloseable {
       return this;
     }
 
-    /** Deadline of each call that sets none itself (default 30 s). */
+    /** Deadline of each call that sets none itself, whatever its kind (default: per kind, {@link CallKind}). */
     public Builder defaultDeadline(Duration deadline) {
+      for (CallKind kind : CallKind.values()) {
+        deadline(kind, deadline);
+      }
+      return this;
+    }
+
+    /** Deadline of each call of this kind that sets none itself (default {@link CallKind#defaultDeadline()}). */
+    public Builder deadline(CallKind kind, Duration deadline) {
       if (deadline.isNegative() || deadline.isZero()) {
         throw new IllegalArgumentException("deadline must be positive: " + deadline);
       }
-      this.defaultDeadline = deadline;
+      deadlines.put(Objects.requireNonNull(kind, "kind"), deadline);
+      return this;
+    }
+
+    /**
+     * How calls that are safe to repeat are retried after a transient failure (default {@link RetryPolicy#defaults()};
+     * {@link RetryPolicy#none()} turns retries off). Writes are never retried.
+     */
+    public Builder retryPolicy(RetryPolicy policy) {
+      this.retryPolicy = Objects.requireNonNull(policy, "policy");
       return this;
     }
 

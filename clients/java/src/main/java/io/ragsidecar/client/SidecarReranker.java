@@ -133,7 +133,8 @@ public final class SidecarReranker implements Reranker {
 
   /** {@link #refreshModels()} with at most this timeout (and at most the client's default deadline). */
   ModelSnapshot refreshModels(Duration atMost) {
-    Duration timeout = context.defaultDeadline().compareTo(atMost) < 0 ? context.defaultDeadline() : atMost;
+    Duration probe = context.deadline(CallKind.PROBE);
+    Duration timeout = probe.compareTo(atMost) < 0 ? probe : atMost;
     ListModelsResponse response =
         context.call(RerankerServiceGrpc.getListModelsMethod(), ListModelsRequest.getDefaultInstance(), timeout);
     List<ModelInfo> models = new ArrayList<>(response.getModelsCount());

@@ -80,21 +80,36 @@ public final class Sidecar implements AutoCloseable {
     return start(null, false, false, port);
   }
 
+  /** Starts a sidecar on this TCP port, with its own knowledge as {@link #start(String, boolean, boolean)} has it. */
+  static Sidecar startOnPort(int port, boolean ownKnowledge) {
+    return start(null, false, ownKnowledge, port);
+  }
+
+  /** Starts a plain sidecar with these environment variables added (the OTEL_* ones, say). */
+  static Sidecar startWithEnvironment(Map<String, String> environment) {
+    return start(null, false, false, 0, environment);
+  }
+
   private static Sidecar start(String token, boolean unixSocket, boolean ownKnowledge, int port) {
+    return start(token, unixSocket, ownKnowledge, port, Map.of());
+  }
+
+  private static Sidecar start(String token, boolean unixSocket, boolean ownKnowledge, int port,
+      Map<String, String> environment) {
     Path bin = executable();
     if (!Files.isExecutable(bin)) {
       throw new IllegalStateException("no ragsidecar executable at " + bin
           + ": run `make setup` in the repository root, or set RAGSIDECAR_BIN");
     }
     try {
-      return new Sidecar(bin, token, unixSocket, ownKnowledge, port);
+      return new Sidecar(bin, token, unixSocket, ownKnowledge, port, environment);
     } catch (IOException e) {
       throw new IllegalStateException("cannot start " + bin, e);
     }
   }
 
-  private Sidecar(Path bin, String token, boolean withUnixSocket, boolean ownKnowledge, int tcpPort)
-      throws IOException {
+  private Sidecar(Path bin, String token, boolean withUnixSocket, boolean ownKnowledge, int tcpPort,
+      Map<String, String> environment) throws IOException {
     int n = COUNT.incrementAndGet();
     name = "sidecar-" + n + (token != null ? "-auth" : "") + (withUnixSocket ? "-unix" : "")
         + (ownKnowledge ? "-knowledge" : "");
@@ -131,6 +146,7 @@ public final class Sidecar implements AutoCloseable {
     env.remove("RAGSIDECAR_TOKEN");
     env.remove("RAGSIDECAR_CONFIG");
     env.put("PYTHONUNBUFFERED", "1");
+    env.putAll(environment);
     if (token != null) {
       env.put("RAGSIDECAR_TOKEN", token);
     }
