@@ -88,7 +88,7 @@ sys.path.insert(0, str(REPO / "tests"))
 import ir_collections  # noqa: E402
 from sidecar import Sidecar, default_config  # noqa: E402
 
-from ragsidecar.config import load_config  # noqa: E402
+from ragsidecar.config_loading import load_config  # noqa: E402
 from ragsidecar.inference.models import load_model  # noqa: E402
 from ragsidecar.knowledge.chunking import chunk_units  # noqa: E402
 from ragsidecar.knowledge.fusion import FusionSettings, combine_reranked, fuse  # noqa: E402

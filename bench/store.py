@@ -82,7 +82,7 @@ if not (ir_collections.IR_ROOT / "scifact" / "corpus.jsonl.gz").is_file():
 from beir import Embedder, read_collection  # noqa: E402
 from index import exact_top, recall  # noqa: E402
 
-from ragsidecar.config import load_config  # noqa: E402
+from ragsidecar.config_loading import load_config  # noqa: E402
 from ragsidecar.knowledge.chunking import Chunk  # noqa: E402
 from ragsidecar.knowledge.declarations import Scope  # noqa: E402
 from ragsidecar.knowledge.fusion import FusionSettings  # noqa: E402

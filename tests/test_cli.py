@@ -13,7 +13,8 @@ import pytest
 
 from sidecar import DEFAULT_CONFIG, REPO, Sidecar, default_config, free_port, to_toml
 
-from ragsidecar.config import BUILT_IN_CONFIG, ConfigError, load_config
+from ragsidecar.config import ConfigError
+from ragsidecar.config_loading import BUILT_IN_CONFIG, load_config
 
 
 def cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:

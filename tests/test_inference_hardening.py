@@ -210,7 +210,7 @@ def test_a_finished_job_is_not_kept_alive_by_its_deadline_timer(bi_encoder) -> N
 
 def test_an_unloaded_model_releases_its_session(tmp_path: Path) -> None:
     """A reload retires the replaced model; once closed, nothing holds its onnxruntime session."""
-    from ragsidecar.config import load_config
+    from ragsidecar.config_loading import load_config
     from ragsidecar.inference.registry import ModelRegistry
     from sidecar import to_toml
 

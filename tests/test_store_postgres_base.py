@@ -14,7 +14,8 @@ import psycopg
 import pytest
 from grpc_health.v1 import health_pb2
 
-from ragsidecar.config import ConfigError, StoreConfig, load_config
+from ragsidecar.config import ConfigError, StoreConfig
+from ragsidecar.config_loading import load_config
 from ragsidecar.store import migrate
 from ragsidecar.v1 import common_pb2, reranker_pb2, retrieval_pb2, retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, entry, target

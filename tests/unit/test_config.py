@@ -1,5 +1,6 @@
-"""The config schema: every key typed and bounded on its field, errors that name the key and the range, the
-documented table in step with the schema, the environment overrides and the TOML writer. No server, no models."""
+"""The config schema (config.py) and its loader (config_loading.py): every key typed and bounded on its field,
+errors that name the key and the range, the documented table in step with the schema, the environment overrides
+and the TOML writer. No server, no models."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from ragsidecar.config import ConfigError, bounds, load_config, schema_keys
+from ragsidecar.config import ConfigError, bounds, schema_keys
+from ragsidecar.config_loading import load_config
 from ragsidecar.config_writer import to_toml
 
 REPO = Path(__file__).resolve().parents[2]

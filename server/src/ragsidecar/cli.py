@@ -14,7 +14,8 @@ from importlib import metadata
 from pathlib import Path
 
 from ragsidecar import __version__
-from ragsidecar.config import BUILT_IN_CONFIG, Config, ConfigError, load_config, ragsidecar_home
+from ragsidecar.config import Config, ConfigError
+from ragsidecar.config_loading import BUILT_IN_CONFIG, load_config, ragsidecar_home
 from ragsidecar.config_writer import to_toml
 from ragsidecar.logs import FORMATS, configure as configure_logging
 

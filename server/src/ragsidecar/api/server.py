@@ -20,7 +20,8 @@ from ragsidecar.api.interceptors import (AccessLogInterceptor, AuthInterceptor, 
 from ragsidecar.api.reranker_service import RerankerService
 from ragsidecar.api.retrieval_service import RetrievalService
 from ragsidecar.auth import BearerToken
-from ragsidecar.config import Config, ConfigError, load_config
+from ragsidecar.config import Config, ConfigError
+from ragsidecar.config_loading import load_config
 from ragsidecar.embedding import Embedder
 from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge.runtime import RetrievalRuntime
