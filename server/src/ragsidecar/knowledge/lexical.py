@@ -23,22 +23,30 @@ from __future__ import annotations
 import json
 import math
 import operator
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
 
-import bm25s
 import numpy as np
 import Stemmer
+from bm25s import stopwords as bm25s_stopwords
 
 from ragsidecar.knowledge.languages import LANGUAGES, NO_STEMMING
 
-# Languages bm25s ships stopwords for, under the name its tokenizer takes.
-_STOPWORDS = {"english": "en", "porter": "en", "german": "de", "dutch": "nl", "dutch_porter": "nl",
-              "french": "fr", "spanish": "es", "portuguese": "pt", "italian": "it", "russian": "ru",
-              "swedish": "sv", "norwegian": "no", "turkish": "tr", "danish": "da", NO_STEMMING: "en"}
+
+# The languages bm25s ships stopwords for, with its lists.
+_STOPWORDS: dict[str, frozenset[str]] = {
+    language: frozenset(getattr(bm25s_stopwords, f"STOPWORDS_{name}"))
+    for language, name in {"english": "EN", "porter": "EN", "german": "GERMAN", "dutch": "DUTCH",
+                           "dutch_porter": "DUTCH", "french": "FRENCH", "spanish": "SPANISH",
+                           "portuguese": "PORTUGUESE", "italian": "ITALIAN", "russian": "RUSSIAN",
+                           "swedish": "SWEDISH", "norwegian": "NORWEGIAN", "turkish": "TURKISH", "danish": "DANISH",
+                           NO_STEMMING: "EN"}.items()}
+# bm25s's (and scikit-learn's) token pattern.
+_WORD = re.compile(r"(?u)\b\w\w+\b")
 
 
 def check_language(language: str) -> None:
@@ -47,13 +55,18 @@ def check_language(language: str) -> None:
 
 
 def terms(texts: list[str], language: str) -> list[list[str]]:
-    """Each text's terms under the language's analysis, in order (repeats kept: BM25 counts them)."""
+    """Each text's terms under the language's analysis, in order (repeats kept: BM25 counts them). The same terms
+    as bm25s.tokenize(lower=True, the language's stopwords, its stemmer), without its per-call overhead (a
+    progress bar set up and the stopword set rebuilt for every text: a third of a query's BM25 time)."""
     check_language(language)
+    stopwords = _STOPWORDS.get(language, frozenset())
+    words = [[w for w in _WORD.findall(text.lower()) if w not in stopwords] for text in texts]
+    if language == NO_STEMMING:
+        return words
     # A stemmer per call: PyStemmer's objects are not safe to share between threads, and cost microseconds.
-    stemmer = None if language == NO_STEMMING else Stemmer.Stemmer(language)
-    stopwords = _STOPWORDS.get(language, [])
-    return bm25s.tokenize(texts, lower=True, stopwords=stopwords, stemmer=stemmer, return_ids=False,
-                          show_progress=False)
+    distinct = list(dict.fromkeys(chain.from_iterable(words)))
+    stems = dict(zip(distinct, Stemmer.Stemmer(language).stemWords(distinct)))
+    return [[stems[w] for w in text] for text in words]
 
 
 # BM25 as bm25s computes it (method "lucene", its defaults), which the PostgreSQL store's SQL repeats.
@@ -94,7 +107,6 @@ _SLOT_ARRAYS = {"owner": np.int32, "text_lengths": np.int32, "distinct": np.int3
 _SHAPE_ARRAYS = {"shape_tfs": np.int64, "shape_lengths": np.int64}
 
 Postings = tuple[np.ndarray, np.ndarray]  # slots, shapes
-_NO_POSTINGS: Postings = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.uint16))
 
 
 def _narrow(shapes: np.ndarray) -> np.ndarray:
@@ -238,6 +250,7 @@ class Lexical:
         self._ids: dict[str, int] = {}
         self._shape_tfs: list[int] = []  # shape number -> term count
         self._shape_lengths: list[int] = []  # shape number -> text length
+        self._shape_columns = np.zeros((2, 0))  # the two lists above as float64 rows, extended as shapes are added
         self._shapes: dict[int, int] = {}  # length << 32 | tf -> shape number
         self._weights = np.zeros(0, dtype=np.float32)  # shape number -> its BM25 weight, idf aside
         self._weighed: tuple[int, int, int] = (0, 0, 0)  # (texts, total length, shapes) `_weights` is for
@@ -465,16 +478,18 @@ class Lexical:
         if not repeats:
             return []  # blank, stopword-only or out-of-vocabulary query: no lexical evidence
         postings = self._postings(np.fromiter(repeats, np.int32, len(repeats)))
-        df = np.array([len(slots) for slots, _ in postings])
+        df = np.array([sum(len(slots) for slots, _ in pieces) for pieces in postings])
         if not df.any():
             return []
         idf = np.log1p((self._live - df + 0.5) / (df + 0.5))
         factors = np.fromiter(repeats.values(), np.float64, len(repeats)) * idf
-        # As bm25s: float32 weights summed term by term into float32 scores.
-        weights = self._shape_weights()
-        scores = np.zeros(self._end, dtype=np.float32)
-        for factor, (slots, shapes) in zip(factors.tolist(), postings):
-            np.add.at(scores, slots, weights.take(shapes) * np.float32(factor))
+        # bm25s's float32 weights, summed in one pass over every posting (a numpy call per term and segment costs
+        # more than the arithmetic); the float64 sums differ from bm25s's float32 ones in the last float32 digit.
+        pieces = [piece for term_pieces in postings for piece in term_pieces]
+        slots = np.concatenate([piece[0] for piece in pieces])
+        contributions = (self._shape_weights().take(np.concatenate([piece[1] for piece in pieces]))
+                         * np.repeat(factors.astype(np.float32), df))
+        scores = np.bincount(slots, contributions, minlength=self._end)
         # Negated: numpy's introselect finds the smallest faster than the largest.
         negated = np.negative(scores, out=scores)
         if np.count_nonzero(negated) <= count:
@@ -484,8 +499,8 @@ class Lexical:
         best = best[np.lexsort((best, negated[best]))]
         return list(zip(best.tolist(), (-negated[best]).tolist()))
 
-    def _postings(self, query_terms: np.ndarray) -> list[Postings]:
-        """Each query term's live postings, from every segment and the memtable."""
+    def _postings(self, query_terms: np.ndarray) -> list[list[Postings]]:
+        """Each query term's live postings, in pieces: one from each segment and the memtable holding the term."""
         pieces: list[list[Postings]] = [[] for _ in range(len(query_terms))]
         for segment in self._segments:
             dead = self._dead[segment.id] > 0
@@ -496,18 +511,27 @@ class Lexical:
                 pieces[i].append((slots, shapes))
         for i, postings in self._memtable.postings_of(query_terms):
             pieces[i].append(postings)
-        return [p[0] if len(p) == 1 else _NO_POSTINGS if not p else tuple(np.concatenate(a) for a in zip(*p))
-                for p in pieces]
+        return pieces
 
     def _shape_weights(self) -> np.ndarray:
         """Each shape's tf / (tf + k1 (1 - b + b length / average length)), for the live texts' average."""
         weighed = (self._live, self._total_length, len(self._shape_tfs))
         if weighed != self._weighed:
-            tfs, lengths = np.array(self._shape_tfs, dtype=np.float64), np.array(self._shape_lengths, dtype=np.float64)
+            tfs, lengths = self._shape_table()
             average = self._total_length / self._live
             self._weights = (tfs / (tfs + K1 * (1 - B + B * lengths / average))).astype(np.float32)
             self._weighed = weighed
         return self._weights
+
+    def _shape_table(self) -> np.ndarray:
+        """Each shape's term count and text length as float64 rows. Only shapes added since the last call are
+        converted: weights are recomputed after every write, and converting thousands of shapes then cost more
+        than the search."""
+        known = self._shape_columns.shape[1]
+        if known < len(self._shape_tfs):
+            added = np.array([self._shape_tfs[known:], self._shape_lengths[known:]], dtype=np.float64)
+            self._shape_columns = np.concatenate((self._shape_columns, added), axis=1)
+        return self._shape_columns
 
     # ---- persistence -------------------------------------------------------------------------------------
 
