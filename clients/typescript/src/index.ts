@@ -2,6 +2,8 @@ export { RERANKER_HEALTH_SERVICE, createClient } from "./client.js";
 export type { ClientOptions, HealthClient, HealthStatus, RagSidecarClient } from "./client.js";
 export type { ConnectionOptions, TlsOptions } from "./transport.js";
 export type { CallOptions } from "./call.js";
+export { DEFAULT_DEADLINES_MS, DEFAULT_RETRY, callKind } from "./retry.js";
+export type { CallKind, RetryOptions } from "./retry.js";
 export { noOpReranker } from "./reranker.js";
 export type {
   LongDocumentStrategyName,

@@ -2,6 +2,7 @@ import * as net from "node:net";
 import type * as http2 from "node:http2";
 import { ConnectError, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { DEFAULT_DEADLINES_MS, retrying, retryPolicy, withDeadlines, type CallKind, type RetryOptions } from "./retry.js";
 
 /** TLS settings; `true` means TLS with the system's trusted CAs. */
 export interface TlsOptions {
@@ -25,8 +26,21 @@ export interface ConnectionOptions {
   readonly token?: string | (() => string | Promise<string>) | undefined;
   /** TLS; omit (or false) for plaintext HTTP/2. */
   readonly tls?: boolean | TlsOptions | undefined;
-  /** Deadline of every call that gives no timeoutMs of its own; unset means no deadline. */
+  /**
+   * Deadline of every call that gives no timeoutMs of its own, whatever its kind (0 or less: none); unset, each
+   * kind has its own (deadlinesMs).
+   */
   readonly defaultTimeoutMs?: number | undefined;
+  /**
+   * Deadline per call kind of a call that gives no timeoutMs of its own (defaults: probe 5000, read 30000, write
+   * 60000 ms; docs/clients.md). defaultTimeoutMs, when set, replaces them all.
+   */
+  readonly deadlinesMs?: Partial<Record<CallKind, number>> | undefined;
+  /**
+   * How calls that are safe to repeat (Rerank, Search, health, the read-only retrieval calls) are retried after a
+   * transient failure; false turns retries off. Writes are never retried. Defaults: DEFAULT_RETRY.
+   */
+  readonly retry?: RetryOptions | false | undefined;
   /** Extra connect interceptors, run after the authorization one. */
   readonly interceptors?: readonly Interceptor[] | undefined;
 }
@@ -66,7 +80,8 @@ export function openTransport(options: ConnectionOptions): OpenTransport {
     if (tls.rejectUnauthorized !== undefined) nodeOptions.rejectUnauthorized = tls.rejectUnauthorized;
   }
   const target = options.socketPath !== undefined ? `unix:${options.socketPath}` : (options.address as string);
-  const interceptors: Interceptor[] = [namingTheSidecar(target)];
+  // The host's interceptors come after the retries, so they see every attempt.
+  const interceptors: Interceptor[] = [namingTheSidecar(target), retrying(retryPolicy(options.retry))];
   const token = options.token;
   if (token !== undefined) {
     interceptors.push((next) => async (request) => {
@@ -77,12 +92,7 @@ export function openTransport(options: ConnectionOptions): OpenTransport {
   }
   interceptors.push(...(options.interceptors ?? []));
   const sessionManager = new Http2SessionManager(baseUrl, { idleConnectionTimeoutMs: 60_000 }, nodeOptions);
-  const transport = createGrpcTransport({
-    baseUrl,
-    sessionManager,
-    interceptors,
-    ...(options.defaultTimeoutMs !== undefined ? { defaultTimeoutMs: options.defaultTimeoutMs } : {}),
-  });
+  const transport = withDeadlines(createGrpcTransport({ baseUrl, sessionManager, interceptors }), deadlinesOf(options));
   return { transport, target, close: () => sessionManager.abort() };
 }
 
@@ -103,6 +113,12 @@ function namingTheSidecar(target: string): Interceptor {
       throw named;
     }
   };
+}
+
+function deadlinesOf(options: ConnectionOptions): Record<CallKind, number> {
+  const all = options.defaultTimeoutMs;
+  if (all !== undefined) return { probe: all, read: all, write: all };
+  return { ...DEFAULT_DEADLINES_MS, ...options.deadlinesMs };
 }
 
 function normalizeAddress(address: string, scheme: string): string {

@@ -11,5 +11,6 @@ import "./lifecycle.suite.ts";
 import "./retrieval.suite.ts";
 import "./search_options.suite.ts";
 import "./chat.suite.ts";
+import "./retry.suite.ts";
 
 after(stopServers);
