@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-HEAVY = {"onnxruntime", "bm25s", "numpy", "usearch", "tokenizers", "Stemmer.Stemmer", "pypdf", "psycopg"}
+# The Snowball stemmers (PyStemmer, a small C extension) may load: the config checks a language against them.
+HEAVY = {"onnxruntime", "bm25s", "numpy", "usearch", "tokenizers", "pypdf", "psycopg"}
 EMBEDDER = '[[models]]\nid = "bge-small-en-v1.5"\nkind = "bi-encoder"\n'
 
 
