@@ -119,21 +119,27 @@ def test_the_written_toml_loads_back_to_the_same_settings_elsewhere(tmp_path: Pa
     assert msgspec.structs.replace(second, base_dir=first.base_dir, paths=first.paths) == first
 
 
-def documented_keys() -> set[str]:
+def documented_keys() -> tuple[set[str], set[str]]:
     """The keys of the configuration tables (`| key | default | meaning |`) in the README and docs/: full keys
-    (`server.port`), and the `[[models]]` rows' keys; a section's own table (docs/store.md) is not counted."""
-    keys: set[str] = set()
+    (`server.port`, and the `[[models]]` rows' keys), and the bare keys of a section's own table (docs/store.md)."""
+    full: set[str] = set()
+    bare: set[str] = set()
     for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
-        rows = page.read_text(encoding="utf-8").split("| key | default | meaning |")[1:]
-        for table in rows:
+        for table in page.read_text(encoding="utf-8").split("| key | default | meaning |")[1:]:
             for row in re.findall(r"^\| (.+?) \|", table.split("\n\n")[0], re.MULTILINE):
                 prefix = "models." if row.startswith("`[[models]]`") else ""
-                keys |= {prefix + key for key in re.findall(r"`([a-z_.]+)`", row) if prefix or "." in key}
-    return keys
+                for key in re.findall(r"`([a-z_.]+)`", row):
+                    (full if prefix or "." in key else bare).add(prefix + key)
+    return full, bare
 
 
 def test_the_documented_configuration_table_lists_exactly_the_schema_keys() -> None:
-    documented = documented_keys()
+    documented, _ = documented_keys()
     assert documented, "no configuration table found"
     assert sorted(documented - set(schema_keys())) == []  # documented, but no such key
     assert sorted(set(schema_keys()) - documented) == []  # a key nobody documented
+
+
+def test_a_sections_own_table_names_only_keys_of_some_section() -> None:
+    _, bare = documented_keys()
+    assert bare and sorted(bare - {key.split(".", 1)[1] for key in schema_keys()}) == []
