@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import grpc
@@ -355,13 +356,19 @@ async def test_a_busy_pool_or_a_killed_connection_is_no_outage(postgres) -> None
         connection.execute("SELECT pg_sleep(1.5)")
         return 1
 
+    holding = threading.Event()
+
+    def hold(connection) -> int:
+        holding.set()  # the pool's one connection is taken for the next 1.5 s
+        return pause(connection)
+
     try:
         # Calls beyond the pool's connections wait in line, however long those ahead take (> connect_timeout_s).
         assert await asyncio.gather(*(database.run(pause) for _ in range(3))) == [1, 1, 1]
         # A caller on its own thread (run_sync) finding every connection busy past connect_timeout_s gives up;
         # the database stays healthy: the probe reaches it on a connection of its own.
-        slow = asyncio.ensure_future(database.run(pause))
-        await asyncio.sleep(0.3)
+        slow = asyncio.ensure_future(database.run(hold))
+        assert await asyncio.to_thread(holding.wait, 30)
         with pytest.raises(SidecarError) as busy:
             await asyncio.to_thread(database.run_sync, lambda c: c.execute("SELECT 1"))
         assert busy.value.reason == "STORE_UNAVAILABLE"
