@@ -53,6 +53,7 @@ class ErrorMappingTest {
       "RESOURCE_EXHAUSTED, QUEUE_FULL, ResourceExhaustedException",
       "UNAVAILABLE, MODEL_NOT_READY, ModelNotReadyException",
       "UNAVAILABLE, STORE_UNAVAILABLE, UnavailableException",
+      "UNAVAILABLE, WARMING_UP, UnavailableException",
       "DEADLINE_EXCEEDED, DEADLINE_EXCEEDED, DeadlineExceededException",
       "UNIMPLEMENTED, '', RagSidecarException",
       "INTERNAL, '', RagSidecarException",

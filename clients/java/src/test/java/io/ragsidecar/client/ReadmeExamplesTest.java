@@ -19,6 +19,7 @@ import org.junit.jupiter.api.io.TempDir;
  */
 class ReadmeExamplesTest {
   private static final String CLIENT = """
+      import io.ragsidecar.client.CallKind;
       import io.ragsidecar.client.ChatBinding;
       import io.ragsidecar.client.ChatTurn;
       import io.ragsidecar.client.ConfigurationValidation;
@@ -29,6 +30,7 @@ class ReadmeExamplesTest {
       import io.ragsidecar.client.Reranker;
       import io.ragsidecar.client.RetrievalRequests;
       import io.ragsidecar.client.RetrievedContext;
+      import io.ragsidecar.client.RetryPolicy;
       import io.ragsidecar.client.SearchResult;
       import io.ragsidecar.client.SidecarChat;
       import io.ragsidecar.client.SidecarRetrieval;
