@@ -30,6 +30,8 @@ export interface StartOptions {
   /** Serve TLS with this PEM certificate and key (a [tls] table is added to the config copy). */
   readonly tls?: { readonly certFile: string; readonly keyFile: string };
   readonly startTimeoutMs?: number;
+  /** Extra environment variables of the sidecar process (e.g. the OTEL_* variables). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 const children = new Set<ChildProcess>();
@@ -78,7 +80,7 @@ export async function startSidecar(options: StartOptions): Promise<Sidecar> {
     mkdirSync(knowledgeRoot);
   }
   const config = writeConfig(dir, knowledgeRoot, options.tls);
-  const env: NodeJS.ProcessEnv = { ...process.env, PYTHONUNBUFFERED: "1" };
+  const env: NodeJS.ProcessEnv = { ...process.env, PYTHONUNBUFFERED: "1", ...options.env };
   // The config copy is authoritative for [paths].
   delete env.RAGSIDECAR_MODELS_DIR;
   delete env.RAGSIDECAR_DATA_DIR;
