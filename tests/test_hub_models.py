@@ -115,13 +115,28 @@ def test_a_file_whose_bytes_differ_from_the_lock_is_refused(hub: Path, tmp_path:
     assert not (fresh / "ms-marco-MiniLM-L-12-v2" / "model.onnx").exists()
 
 
+def test_a_lock_whose_ids_lead_out_of_the_models_folder_is_refused(hub: Path, tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    assert cli("models", "install", "--models-dir", str(first), REPO_ID, tmp_path=tmp_path).returncode == 0
+    lock = lock_of(first)
+    lock["models"]["../outside"] = lock["models"].pop("ms-marco-MiniLM-L-12-v2")
+    (tmp_path / "hostile.lock").write_text(json.dumps(lock))
+
+    done = cli("models", "install", "--models-dir", str(tmp_path / "fresh"), "--lock", str(tmp_path / "hostile.lock"),
+               tmp_path=tmp_path)
+
+    assert done.returncode == 1
+    assert "hostile.lock: model id '../outside': it names an entry inside the models folder" in done.stderr
+    assert not (tmp_path / "outside").exists()
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["nobody/nothing"], "nobody/nothing is not in the local hub cache and HF_HUB_OFFLINE is set"),
     ([f"{REPO_ID}@v2"], f"{REPO_ID}@v2 is not in the local hub cache"),
     ([f"{REPO_ID}@v1", "--quantized"],
      f"{REPO_ID}@{OLD} has no quantized graph; it has onnx/model.onnx: name one with --onnx-file"),
     ([REPO_ID, "--onnx-file", "onnx/model_O4.onnx"], f"{REPO_ID}@{NEW} has no file onnx/model_O4.onnx"),
-    ([REPO_ID, "--id", "../elsewhere"], "model id '../elsewhere': it names a folder inside the models folder"),
+    ([REPO_ID, "--id", "../elsewhere"], "model id '../elsewhere': it names an entry inside the models folder"),
 ])
 def test_install_errors_say_what_is_missing(hub: Path, tmp_path: Path, args: list[str], message: str) -> None:
     done = cli("models", "install", "--models-dir", str(tmp_path / "models"), *args, tmp_path=tmp_path)

@@ -80,20 +80,19 @@ def is_hub_id(text: str) -> bool:
 def install_from_hub(ref: HubRef, models_dir: Path, model_id: str | None = None, quantized: bool = False,
                      onnx_file: str | None = None) -> Path:
     """Fetches the export at `ref`, installs it as `<models_dir>/<model id>` and records it in the lock."""
-    model_id = model_id or ref.repo.split("/")[1]
-    if Path(model_id).name != model_id or model_id in (".", ".."):
-        raise InstallError(f"model id {model_id!r}: it names a folder inside the models folder, so it holds no '/'")
+    model_id = _plain_name(model_id or ref.repo.split("/")[1], "model id")
     commit, files = _resolve(ref)
     graph = onnx_file or pick_onnx_file(files, quantized, f"{ref.repo}@{commit}")
     if graph not in files:
         raise InstallError(f"{ref.repo}@{commit} has no file {graph}")
     sources = {"model.onnx": graph, "tokenizer.json": _pick_tokenizer(files, graph, f"{ref.repo}@{commit}")}
     sources.update({Path(data).name: data for data in _external_data(files, graph)})
-    locked = LockedModel(ref.repo, ref.revision or "main", commit, {})
+    files_locked = {}
     for name, source in sources.items():
         fetched = _fetch(ref.repo, source, commit)
-        locked.files[name] = LockedFile(source, sha256_of(fetched))
-        _copy(fetched, models_dir / model_id / name, locked.files[name].sha256)
+        files_locked[name] = LockedFile(source, sha256_of(fetched))
+        _copy(fetched, models_dir / model_id / name, files_locked[name].sha256)
+    locked = LockedModel(ref.repo, ref.revision or "main", commit, files_locked)
     _write_lock(models_dir / LOCK_NAME, {**read_lock(models_dir / LOCK_NAME), model_id: locked})
     log.info("model %s installed from %s@%s (%s)", model_id, ref.repo, commit, graph)
     return models_dir / model_id
@@ -161,11 +160,21 @@ def read_lock(lock_file: Path) -> dict[str, LockedModel]:
         return {}
     try:
         raw = json.loads(lock_file.read_text())
-        return {model_id: LockedModel(m["repo"], m["ref"], m["revision"],
-                                      {name: LockedFile(f["source"], f["sha256"]) for name, f in m["files"].items()})
+        return {_plain_name(model_id, "model id"): LockedModel(
+                    m["repo"], m["ref"], m["revision"],
+                    {_plain_name(name, "file name"): LockedFile(f["source"], f["sha256"]) for name, f in m["files"].items()})
                 for model_id, m in raw["models"].items()}
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise InstallError(f"{lock_file} is not a ragsidecar model lock file: {err!r}") from None
+    except InstallError as err:
+        raise InstallError(f"{lock_file}: {err}") from None
+
+
+def _plain_name(name: str, what: str) -> str:
+    """A model id or installed file name: one folder entry inside the models folder, never a path out of it."""
+    if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+        raise InstallError(f"{what} {name!r}: it names an entry inside the models folder, so it holds no '/'")
+    return name
 
 
 def _write_lock(lock_file: Path, models: dict[str, LockedModel]) -> None:
