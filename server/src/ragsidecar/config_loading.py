@@ -118,7 +118,6 @@ def _refusal(message: str, raw: dict[str, Any]) -> ConfigError:
     return ConfigError(f"{key}: {what[0].lower()}{what[1:].replace('`', '')}{got}")
 
 
-
 def _schema_at(key: str) -> tuple[Any, tuple[Any, ...]]:
     """The type of the key, and the values its annotation declares, in their order (for a Literal)."""
     kind: Any = msgspec.inspect.type_info(Config)
@@ -151,6 +150,20 @@ def _check(config: Config, check_files: bool) -> None:
                           f"{', '.join(LEXICAL_LANGUAGES)}")
     if bool(config.tls.cert_file) != bool(config.tls.key_file):
         raise ConfigError("tls: cert_file and key_file must be set together")
+    _check_models(config, check_files)
+    embedders = [m.id for m in config.models if m.kind == "bi-encoder"]
+    if retrieval.embedder and retrieval.embedder not in embedders:
+        raise ConfigError(f"retrieval.embedder: {retrieval.embedder!r} is not a configured bi-encoder "
+                          f"(configured: {', '.join(embedders) or 'none'}; \"\" disables retrieval)")
+    if not config.store.dsn_env.strip():
+        raise ConfigError("store.dsn_env: must name an environment variable")
+
+
+def _check_models(config: Config, check_files: bool) -> None:
+    """Model ids unique and not blank, one default at most, the window overlap below half the window, and the
+    model files present (unless the model comes from a hub, or check_files is off)."""
+    if sum(m.default for m in config.models) > 1:
+        raise ConfigError("models: more than one model is marked default")
     seen: set[str] = set()
     for i, model in enumerate(config.models):
         where = f"models[{i}]"
@@ -168,14 +181,6 @@ def _check(config: Config, check_files: bool) -> None:
         for name in ("model.onnx", "tokenizer.json"):
             if check_files and not (folder / name).is_file():
                 raise ConfigError(f"{where}.path: {folder / name} does not exist (run `ragsidecar models install`)")
-    embedders = [m.id for m in config.models if m.kind == "bi-encoder"]
-    if retrieval.embedder and retrieval.embedder not in embedders:
-        raise ConfigError(f"retrieval.embedder: {retrieval.embedder!r} is not a configured bi-encoder "
-                          f"(configured: {', '.join(embedders) or 'none'}; \"\" disables retrieval)")
-    if sum(m.default for m in config.models) > 1:
-        raise ConfigError("models: more than one model is marked default")
-    if not config.store.dsn_env.strip():
-        raise ConfigError("store.dsn_env: must name an environment variable")
 
 
 def _check_hub(hub: str, where: str) -> None:
