@@ -150,9 +150,11 @@ def test_a_repository_without_an_onnx_export_says_how_to_make_one(tmp_path: Path
     assert done.returncode == 1 and "has no ONNX export; export one (e.g. `optimum-cli export onnx" in done.stderr
 
 
-def test_quantized_needs_a_hub_id(tmp_path: Path) -> None:
+def test_options_that_do_not_fit_together_are_refused(tmp_path: Path) -> None:
     done = cli("models", "install", "--quantized", str(PACKAGED), tmp_path=tmp_path)
     assert done.returncode == 2 and "apply to a hub model id" in done.stderr
+    done = cli("models", "install", "--lock", "models.lock", REPO_ID, tmp_path=tmp_path)
+    assert done.returncode == 2 and "--lock installs what the lock file records" in done.stderr
 
 
 def test_a_hub_entry_that_is_not_a_hub_id_is_a_configuration_error(tmp_path: Path) -> None:

