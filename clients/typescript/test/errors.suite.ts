@@ -83,6 +83,9 @@ describe("error mapping", () => {
     const storeDown = toRagSidecarError(wireError(Code.Unavailable, "STORE_UNAVAILABLE"));
     assert.ok(storeDown instanceof UnavailableError);
     assert.equal(storeDown.reason, "STORE_UNAVAILABLE");
+    const warming = toRagSidecarError(wireError(Code.Unavailable, "WARMING_UP"));
+    assert.equal(warming.constructor, UnavailableError);
+    assert.equal(warming.reason, "WARMING_UP");
   });
 
   it("maps statuses without details, aborts and foreign errors", () => {
