@@ -64,7 +64,8 @@ def test_install_by_hub_id_at_a_revision_at_the_default_ref_and_quantized(hub: P
         assert done.returncode == 0, done.stderr
         assert re.fullmatch(r"installed \S+\n", done.stdout)
 
-    files = {"model.onnx": ("onnx/model.onnx", tiny / "model.onnx"), "tokenizer.json": ("tokenizer.json", tiny / "tokenizer.json")}
+    files = {"model.onnx": ("onnx/model.onnx", tiny / "model.onnx"),
+             "tokenizer.json": ("tokenizer.json", tiny / "tokenizer.json")}
     packaged = {name: (source, PACKAGED / name) for name, (source, _) in files.items()}
     quantized = {"model.onnx": ("onnx/model_quantized.onnx", tiny / "model.onnx"),
                  "tokenizer.json": ("tokenizer.json", PACKAGED / "tokenizer.json")}
@@ -72,7 +73,8 @@ def test_install_by_hub_id_at_a_revision_at_the_default_ref_and_quantized(hub: P
                 "ms-marco-MiniLM-L-12-v2": ("main", NEW, packaged), "quantized": ("main", NEW, quantized)}
     assert lock_of(models) == {"lock_version": 1, "models": {
         model_id: {"repo": REPO_ID, "ref": ref, "revision": revision,
-                   "files": {name: {"source": source, "sha256": sha256(origin)} for name, (source, origin) in f.items()}}
+                   "files": {name: {"source": source, "sha256": sha256(origin)}
+                             for name, (source, origin) in f.items()}}
         for model_id, (ref, revision, f) in expected.items()}}
     for model_id, (_, _, f) in expected.items():
         for name, (_, origin) in f.items():
@@ -195,7 +197,8 @@ def test_the_docs_install_commands_run_offline_from_a_hub_cache(tmp_path: Path) 
     assert set(lock_of(models)["models"]) == {"ms-marco-MiniLM-L6-v2", "ms-marco-L6-int8"}
     assert lock_of(models)["models"]["ms-marco-L6-int8"]["files"]["model.onnx"]["source"] == \
         "onnx/model_quint8_avx2.onnx"
-    assert (tmp_path / "fresh" / "ms-marco-L6-int8" / "model.onnx").read_bytes() == (PACKAGED / "model.onnx").read_bytes()
+    reproduced = tmp_path / "fresh" / "ms-marco-L6-int8" / "model.onnx"
+    assert reproduced.read_bytes() == (PACKAGED / "model.onnx").read_bytes()
 
 
 def test_hub_entries_of_each_export_layout_rerank_in_order_through_the_server(make_sidecar, tmp_path: Path) -> None:

@@ -160,14 +160,16 @@ def read_lock(lock_file: Path) -> dict[str, LockedModel]:
         return {}
     try:
         raw = json.loads(lock_file.read_text())
-        return {_plain_name(model_id, "model id"): LockedModel(
-                    m["repo"], m["ref"], m["revision"],
-                    {_plain_name(name, "file name"): LockedFile(f["source"], f["sha256"]) for name, f in m["files"].items()})
-                for model_id, m in raw["models"].items()}
+        return {_plain_name(model_id, "model id"): _locked_model(m) for model_id, m in raw["models"].items()}
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise InstallError(f"{lock_file} is not a ragsidecar model lock file: {err!r}") from None
     except InstallError as err:
         raise InstallError(f"{lock_file}: {err}") from None
+
+
+def _locked_model(raw: dict) -> LockedModel:
+    files = {_plain_name(name, "file name"): LockedFile(f["source"], f["sha256"]) for name, f in raw["files"].items()}
+    return LockedModel(raw["repo"], raw["ref"], raw["revision"], files)
 
 
 def _plain_name(name: str, what: str) -> str:
