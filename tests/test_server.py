@@ -83,6 +83,8 @@ def test_unix_socket_serves_beside_tcp(make_sidecar) -> None:
 def test_sigterm_drains_the_call_in_flight(make_sidecar) -> None:
     config = default_config()
     config["inference"].update(workers=1, cache_bytes=0)
+    # A grace no machine runs out of: the call drains however busy the machine is (10 s did not, at load 16).
+    config["server"]["shutdown_grace_s"] = 600.0
     server = make_sidecar(config).start()
     stub = server.reranker()
     big = rerank_request(documents=40, words=300)
