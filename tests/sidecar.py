@@ -169,6 +169,12 @@ class Sidecar:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
+    def rss_mib(self) -> int:
+        """The process's resident memory (VmRSS), in MiB."""
+        assert self.process
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(next(line for line in status.splitlines() if line.startswith("VmRSS")).split()[1]) // 1024
+
     def signal(self, signum: int) -> None:
         assert self.process
         self.process.send_signal(signum)

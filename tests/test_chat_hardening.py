@@ -231,6 +231,21 @@ def test_owner_knowledge_names_are_checked_as_ids(retrieval_sidecar: Sidecar) ->
         assert invalid_fields(lambda: ground(retrieval_sidecar, **turn)) == {"owners[0].knowledge[0].name"}
 
 
+def test_prepare_chat_knowledge_checks_agent_id_as_a_caller_id(retrieval_sidecar: Sidecar) -> None:
+    """A NUL, a control character or 8 MiB of agent_id is refused like any other caller id."""
+    channel = retrieval_sidecar.channel(**{"grpc.max_send_message_length": 16 << 20})
+    direct = [entry("greeting", "INLINE", "DIRECT", inline_text="Greet the customer.", max_tokens=100)]
+
+    def prepare(agent_id: str) -> rpb.PrepareChatKnowledgeResponse:
+        return retrieval_pb2_grpc.RetrievalServiceStub(channel).PrepareChatKnowledge(rpb.PrepareChatKnowledgeRequest(
+            principal=PRINCIPAL, scope=common_pb2.Scope(tenant="acme"), agent_id=agent_id, entries=direct,
+            llm=llm()), timeout=60)
+
+    for bad in ("", "agent\0one", "agent\x1b[2J", "a" * (MAX_ID_CHARS + 1), "a" * (8 << 20)):
+        assert invalid_fields(lambda: prepare(bad)) == {"agent_id"}
+    assert [b.source for b in prepare("a" * MAX_ID_CHARS).blocks] == ["greeting"]
+
+
 def test_append_past_the_request_or_store_bytes_is_limit_exceeded_and_changes_nothing(make_sidecar) -> None:
     """chat_knowledge.proto, AppendToBinding: retrieval.max_memory_bytes_per_request (INVALID_ARGUMENT) and
     retrieval.binding_store_bytes (RESOURCE_EXHAUSTED), both reason LIMIT_EXCEEDED."""

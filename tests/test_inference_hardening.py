@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import signal
 import time
 import weakref
 from pathlib import Path
@@ -256,3 +257,34 @@ def test_replaced_models_are_unloaded_after_their_last_request(make_sidecar) -> 
                      >= generation, "the reload never finished", server)
     wait_for(lambda: loaded() == 2, "replaced models were never unloaded", server)
     assert outcomes and set(outcomes) == {"ok"}, {o: outcomes.count(o) for o in set(outcomes)}
+
+
+def test_memory_of_refused_64_mib_requests_is_given_back(make_sidecar) -> None:
+    """A refused request's memory is freed when it is answered: an exception raised to abort the call kept it in a
+    reference cycle, and six of these requests held about 800 MiB until a full garbage collection came."""
+    server = make_sidecar().start()
+    stub = server.reranker(server.channel(**{"grpc.max_send_message_length": 128 << 20}))
+    one_huge = reranker_pb2.RerankRequest(query="q", documents=[reranker_pb2.RerankDocument(text="x" * (60 << 20))])
+    many = reranker_pb2.RerankRequest(query="q", documents=[reranker_pb2.RerankDocument(text="word " * 12_000)] * 1000)
+    before = server.rss_mib()
+    for request in (one_huge, many) * 3:
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.Rerank(request, timeout=120)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert server.rss_mib() - before < 300
+    assert stub.Rerank(reranker_pb2.RerankRequest(query="q", documents=docs("a", "b")), timeout=60).results
+
+
+@pytest.mark.parametrize("when", ["while loading models", "while serving"])
+def test_sigterm_stops_cleanly_without_error_lines(make_sidecar, when: str) -> None:
+    """A normal stop logs no ERROR (alerting reads those as failures): stopped while the models load, the load is
+    abandoned and what had loaded is closed, instead of inference workers being cancelled at the loop's teardown."""
+    server = make_sidecar().start(wait_serving=when == "while serving")
+    if when == "while serving":
+        assert server.reranker().Rerank(reranker_pb2.RerankRequest(query="q", documents=docs("a", "b")), timeout=60).results
+    else:
+        wait_for(lambda: "loading model" in server.log(), "no model started loading", server)
+    server.signal(signal.SIGTERM)
+    assert server.process and server.process.wait(60) == 0
+    time.sleep(0.5)  # the reader thread takes the last lines
+    assert not [line for line in server.output if " ERROR " in line or "Traceback" in line], server.log()

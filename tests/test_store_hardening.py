@@ -17,7 +17,8 @@ import grpc
 import pytest
 
 from conftest import retrieval_config
-from ragsidecar.v1 import chat_knowledge_pb2 as cpb, chat_knowledge_pb2_grpc, common_pb2, retrieval_pb2 as pb
+from ragsidecar.v1 import (chat_knowledge_pb2 as cpb, chat_knowledge_pb2_grpc, common_pb2, retrieval_pb2 as pb,
+                           retrieval_pb2_grpc)
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
 from sidecar import Sidecar
 from test_isolation import found_ids, refused, stub, upsert
@@ -220,3 +221,58 @@ def _wait_for(server: Sidecar, metric: str, **labels: str) -> None:
         time.sleep(0.005)
 
 
+
+
+def _validated(server: Sidecar, entries: list[pb.KnowledgeEntry], **fields) -> list[tuple[str, str, str]]:
+    """ValidateConfiguration's violations as (field, reason name, description)."""
+    response = stub(server).ValidateConfiguration(pb.ValidateConfigurationRequest(
+        principal=PRINCIPAL, scope=SCOPE, target=target(entries), **fields), timeout=120)
+    return [(v.field, common_pb2.ErrorReason.Name(v.reason), v.description) for v in response.violations]
+
+
+def test_paths_too_long_are_invalid_and_errors_name_paths_as_sent(make_sidecar, folders) -> None:
+    """The file system's own messages name the absolute path it tried: errors show paths relative to the root."""
+    root, data = folders
+    (root / "guide" / "binary.md").write_bytes(b"\x00\x01 not text")
+    server = make_sidecar(retrieval_config(root, data)).start()
+    long_name, long_path = "y" * 300 + ".md", "/".join(["z" * 200] * 25) + "/a.md"
+    for path, limit in ((long_name, "255"), (f"{'y' * 300}/returns.md", "255"), (long_path, "4095")):
+        for type_ in ("FILE", "DIRECTORY"):
+            entries = [entry("long", type_, "SEARCH", path)]
+            assert refused(lambda: load(server, ["long"], entries))[:2] == \
+                (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST")
+            [(field, reason, why)] = _validated(server, entries)
+            assert (field, reason) == ("target.knowledge[0].path", "ERROR_REASON_INVALID_REQUEST")
+            assert f"the limit of {limit}" in why and str(root) not in why
+    messages = []
+    for type_, path in (("DIRECTORY", "guide"), ("DIRECTORY", "missing"), ("FILE", "missing.md"),
+                        ("FILE", "guide/binary.md"), ("FILE", str(root / "guide" / "binary.md"))):  # the last sent absolute
+        entries = [entry("read", type_, "SEARCH", path)]
+        with pytest.raises(grpc.RpcError) as caught:
+            load(server, ["read"], entries)
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        messages.append(caught.value.details())
+        direct = [entry("read", type_, "DIRECT", path, max_tokens=1000)]
+        messages += [why for _, _, why in _validated(server, direct)]
+    assert "guide/binary.md: binary content" in messages[0] and "guide/binary.md: binary content" in messages[-1]
+    assert all(str(root) not in message for message in messages), messages
+
+
+def test_an_8_mib_direct_text_is_measured_as_far_as_its_budget_needs(make_sidecar, folders) -> None:
+    """Measuring stops once the text passes its budget: validation costs what the budget holds, not the text."""
+    root, data = folders
+    server = make_sidecar(retrieval_config(root, data)).start()
+    text = ("Items can be returned within thirty days of delivery, unused.\n" * 140_000)[:8 << 20]
+    big = entry("handbook", "INLINE", "DIRECT", inline_text=text, max_tokens=1000)
+    channel = server.channel(**{"grpc.max_send_message_length": 16 << 20})
+    before = server.rss_mib()
+    for _ in range(3):
+        response = retrieval_pb2_grpc.RetrievalServiceStub(channel).ValidateConfiguration(
+            pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, target=target([big])), timeout=300)
+        [violation] = response.violations
+        assert common_pb2.ErrorReason.Name(violation.reason) == "ERROR_REASON_DIRECT_BUDGET_EXCEEDED"
+        assert "takes at least" in violation.description
+    # Tokenizing all 8 MiB kept about 600 MiB of encoding; the start of the text that settles it, a few MiB.
+    assert server.rss_mib() - before < 150
+    fits = entry("handbook", "INLINE", "DIRECT", inline_text=text[:20_000], max_tokens=100_000)
+    assert _validated(server, [fits]) == []

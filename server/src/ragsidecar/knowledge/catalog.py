@@ -179,7 +179,7 @@ class Catalog:
     async def units(self, entry: Entry, scope: Scope) -> list[Unit]:
         """Every unit of the source in source order (raises FileNotFoundError, SourceError)."""
         if entry.type is SourceType.INLINE:
-            return inline_units(entry.inline_text)
+            return await asyncio.to_thread(inline_units, entry.inline_text)  # line counts of what may be megabytes
         if (store := self._documents(entry)) is not None:
             return await store.units(scope, entry.name)
         return await asyncio.to_thread(self._read_files, entry)

@@ -106,24 +106,28 @@ class DirectBudgets:
                     raise
                 check.add(Violation(f"{entry.origin}.path", f"knowledge {entry.name!r}: {err}", err.reason), entry.name)
                 continue
-            body = await asyncio.to_thread(self._measure_units, units)
-            check.plan.blocks.append(DirectMeasure(entry, position, body, entry.max_tokens or default_budget,
-                                                   entry.max_tokens is None, len(units)))
+            budget = entry.max_tokens or default_budget
+            body = await asyncio.to_thread(self._measure_units, units, budget)
+            check.plan.blocks.append(DirectMeasure(entry, position, body, budget, entry.max_tokens is None, len(units)))
             if entry.max_tokens is not None and body.tokens > entry.max_tokens:
-                check.add(Violation(f"{entry.origin}.max_tokens", f"DIRECT source {entry.name!r} takes {body.tokens} "
-                                    f"tokens, over its max_tokens of {entry.max_tokens}", "DIRECT_BUDGET_EXCEEDED"),
+                check.add(Violation(f"{entry.origin}.max_tokens", f"DIRECT source {entry.name!r} takes "
+                                    f"{body.counted()} tokens, over its max_tokens of {entry.max_tokens}",
+                                    "DIRECT_BUDGET_EXCEEDED"),
                           entry.name)
         self._check_shared(check, llm, default_budget)
         return check
 
-    def _measure_units(self, units: list[Unit]) -> Measured:
-        return self._tokens.measure("\n\n".join(u.text for u in units))
+    def _measure_units(self, units: list[Unit], budget: int) -> Measured:
+        """The units' text measured as far as the budget needs: past it, only that it is over counts."""
+        return self._tokens.measure("\n\n".join(u.text for u in units), budget)
 
     @staticmethod
     def _check_shared(check: DirectCheck, llm: Llm | None, default_budget: int) -> None:
         """The entries without max_tokens share the default budget, which needs a known window."""
         shared = [m for m in check.plan.blocks if m.shared]
         used = sum(m.tokens for m in shared)
+        # A share measured only in part is over the budget on its own: the sum is then a lower bound too.
+        together = str(used) if all(m.body.whole for m in shared) else f"at least {used}"
         names = [m.entry.name for m in shared]
         if shared and check.plan.window is None:
             model = llm.model if llm else ""
@@ -132,9 +136,9 @@ class DirectBudgets:
                                 "UNKNOWN_MODEL_WINDOW"), *names)
         elif used > default_budget:
             for m in shared:
-                check.add(Violation(f"{m.entry.origin}.max_tokens", f"DIRECT sources without max_tokens take {used} "
-                                    f"tokens together ({m.entry.name!r}: {m.tokens}), over the shared default budget "
-                                    f"of {default_budget}", "DIRECT_BUDGET_EXCEEDED"), *names)
+                check.add(Violation(f"{m.entry.origin}.max_tokens", f"DIRECT sources without max_tokens take "
+                                    f"{together} tokens together ({m.entry.name!r}: {m.body.counted()}), over the "
+                                    f"shared default budget of {default_budget}", "DIRECT_BUDGET_EXCEEDED"), *names)
         check.plan.default_budget = default_budget if shared else 0
         check.plan.default_used = used
 

@@ -22,6 +22,13 @@ class Measured:
     text: str
     tokens: int
     encoding: Encoding | None = None
+    # False when only a start of the text was tokenized, because it alone passed the limit measured against:
+    # tokens then counts that start (a lower bound), and the text is over its budget, never cut.
+    whole: bool = True
+
+    def counted(self) -> str:
+        """The count as a message states it."""
+        return str(self.tokens) if self.whole else f"at least {self.tokens}"
 
     def first(self, max_tokens: int) -> Measured:
         """The text's first `max_tokens` tokens (itself when it fits)."""
@@ -39,10 +46,40 @@ class Tokens:
         self._registry = registry
         self._embedder = embedder
 
-    def measure(self, text: str) -> Measured:
-        tokenizer = self._registry.embedder(self._embedder).encoder.tokenizer
-        encoding = tokenizer.encode_batch([text], add_special_tokens=False)[0]
+    def measure(self, text: str, limit: int | None = None) -> Measured:
+        """The text's tokens. With a limit, a long text is tokenized in growing starts, each cut at whitespace,
+        until one passes the limit or the start is the whole text: a budget check costs what the budget holds,
+        not what the text does (8 MiB took seconds and hundreds of MiB of encoding to learn it was over)."""
+        if limit is None:
+            return self._whole(text)
+        size = max(_FIRST_START_CHARS, _CHARS_PER_TOKEN * limit)
+        while size < len(text):
+            encoding = self._encoding(text[:_cut_at_whitespace(text, size)])
+            if len(encoding) > limit:
+                return Measured(text, len(encoding), encoding, whole=False)
+            size *= 4
+        return self._whole(text)
+
+    def _whole(self, text: str) -> Measured:
+        encoding = self._encoding(text)
         return Measured(text, len(encoding), encoding)
+
+    def _encoding(self, text: str) -> Encoding:
+        tokenizer = self._registry.embedder(self._embedder).encoder.tokenizer
+        return tokenizer.encode_batch([text], add_special_tokens=False)[0]
 
     def count(self, text: str) -> int:
         return self.measure(text).tokens
+
+
+# A measure against a limit first tokenizes the larger of these many characters and this many per token of the
+# limit (well above the 4 or so of English text, so one start usually settles it).
+_FIRST_START_CHARS = 65_536
+_CHARS_PER_TOKEN = 8
+
+
+def _cut_at_whitespace(text: str, size: int) -> int:
+    """Where the text's first `size` characters end, moved back to a whitespace: tokenizers split words there, so
+    the start's tokens are the first tokens of the whole text (a cut inside a word could give it more)."""
+    cut = max(text.rfind(" ", 0, size), text.rfind("\n", 0, size))
+    return cut if cut > 0 else size

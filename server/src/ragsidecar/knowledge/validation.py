@@ -63,7 +63,7 @@ class EntryChecks:
         elif entry.type is not None:
             if entry.path:
                 problem("path", f"{entry.type.value} sources take no path")
-            if entry.type is SourceType.INLINE and not entry.inline_text.strip():
+            if entry.type is SourceType.INLINE and (not entry.inline_text or entry.inline_text.isspace()):
                 problem("inline_text", "an INLINE source needs text")
             if entry.type is SourceType.MEMORY and entry.inline_text:
                 problem("inline_text", "only INLINE sources carry inline_text")
