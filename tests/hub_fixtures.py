@@ -100,11 +100,14 @@ def cat_graph(tokenizer: Tokenizer, layout: Layout) -> onnx.ModelProto:
                   helper.make_node("Mul", ["masked", "segment"], ["in_document"])]
         counted = "in_document"
     nodes.append(helper.make_node("ReduceSum", [counted, "axis1"], ["count"], keepdims=0))
-    shape = {"[B]": ["batch"], "[B,1]": ["batch", 1], "[B,2]": ["batch", 2], "[B,3]": ["batch", 3]}[layout.logits]
+    shape = {"[B]": ["batch"], "[B,1]": ["batch", 1], "[B,2]": ["batch", 2], "[B,3]": ["batch", 3],
+             "[B,T]": ["batch", "sequence"]}[layout.logits]
     if layout.logits == "[B]":
         nodes.append(helper.make_node("Identity", ["count"], ["logits"]))
     elif layout.logits == "[B,1]":
         nodes.append(helper.make_node("Unsqueeze", ["count", "axis1"], ["logits"]))
+    elif layout.logits == "[B,T]":  # a value per token (a token-classification export): no relevance score
+        nodes.append(helper.make_node("Identity", [counted], ["logits"]))
     elif layout.logits == "[B,3]":  # three classes (e.g. an NLI head): not a relevance score
         nodes += [helper.make_node("Unsqueeze", ["count", "axis1"], ["column"]),
                   helper.make_node("Concat", ["column", "column", "column"], ["logits"], axis=1)]

@@ -248,6 +248,8 @@ def test_hub_entries_of_each_export_layout_rerank_in_order_through_the_server(ma
 @pytest.mark.parametrize(("layout", "pair_template", "message"), [
     (Layout("nli", "bert", type_ids=True, logits="[B,3]"), True,
      "a cross-encoder's first output must be logits shaped [B], [B,1] or [B,2]; this one has rank 2, last axis 3"),
+    (Layout("per-token", "bert", type_ids=True, logits="[B,T]"), True,
+     "model 'odd': a cross-encoder gives one or two logits per pair ([B], [B,1] or [B,2]); this graph gives "),
     (LAYOUTS[1], False, "tokenizer.json has no post-processor: a query and a document would be joined without"),
 ])
 def test_an_export_the_loader_cannot_score_with_is_refused_at_start(make_sidecar, tmp_path: Path, layout: Layout,

@@ -96,7 +96,7 @@ class LoadedModel:
         """First runs allocate buffers and pick kernels; then measure whether padding is safe."""
         encodings = await asyncio.to_thread(self.encoder.encode, _WARMUP_TEXTS)
         samples = [self._warmup_input(encodings[0], e) for e in encodings]
-        await self.queue.run_now(samples)
+        self._check_outputs(await self.queue.run_now(samples))
         mode = self.inference.batch_mode
         if mode == "auto":
             await asyncio.to_thread(self.backend.probe_batch_invariance, samples)
@@ -105,6 +105,9 @@ class LoadedModel:
 
     def _warmup_input(self, first, encoding) -> ModelInput:
         raise NotImplementedError
+
+    def _check_outputs(self, outputs: list[np.ndarray]) -> None:
+        """Refuses, at warm-up, outputs this kind of model cannot use (a graph may leave their shape symbolic)."""
 
     async def score(self, query: str, documents: list[str], max_document_tokens: int | None, window: bool,
                     deadline: float | None) -> ScoredBatch:
@@ -148,6 +151,12 @@ class CrossEncoder(LoadedModel):
     def _warmup_input(self, first, encoding) -> ModelInput:
         budget = self.encoder.document_budget(first)
         return self.encoder.pairs(first, encoding, budget, 1, 0).inputs[0]
+
+    def _check_outputs(self, outputs: list[np.ndarray]) -> None:
+        widths = {np.asarray(out).size for out in outputs}
+        if not widths <= {1, 2}:
+            raise ValueError(f"model {self.id!r}: a cross-encoder gives one or two logits per pair ([B], [B,1] or "
+                             f"[B,2]); this graph gives {max(widths)}")
 
     async def score(self, query: str, documents: list[str], max_document_tokens: int | None, window: bool,
                     deadline: float | None) -> ScoredBatch:
