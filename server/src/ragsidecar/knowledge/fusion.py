@@ -17,13 +17,14 @@ Pure functions: the embedded index and the PostgreSQL store fuse alike.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 K = TypeVar("K", bound=Hashable)
 
-FusionMethod = Literal["rrf", "weighted_rrf", "convex"]
+FusionMethod = Literal["rrf", "weighted_rrf", "convex", "minmax", "zscore"]
 RerankFusion = Literal["rrf", "interpolate"]
 FUSIONS: tuple[str, ...] = get_args(FusionMethod)
 COSINE_MIN = -1.0
@@ -33,7 +34,7 @@ BM25_MIN = 0.0
 @dataclass(frozen=True)
 class FusionSettings:
     method: FusionMethod = "rrf"
-    # Share of the dense list ("weighted_rrf", "convex"); the lexical list gets the rest.
+    # Share of the dense list (every method but "rrf"); the lexical list gets the rest.
     dense_weight: float = 0.5
     rrf_k: int = 60
 
@@ -52,6 +53,8 @@ def fuse(dense: Sequence[tuple[K, float]], lexical: Sequence[tuple[K, float]],
     cosine and BM25 scores. Higher is better; ties are the caller's to break."""
     if settings.method == "convex":
         return convex_combination(dense, lexical, settings.dense_weight)
+    if settings.method in SCALINGS:
+        return weighted_sum(SCALINGS[settings.method](dense), SCALINGS[settings.method](lexical), settings.dense_weight)
     weights = (1.0, 1.0) if settings.method == "rrf" else (settings.dense_weight, 1.0 - settings.dense_weight)
     return reciprocal_rank_fusion([[k for k, _ in dense], [k for k, _ in lexical]], settings.rrf_k, weights)
 
@@ -74,12 +77,54 @@ def convex_combination(dense: Sequence[tuple[K, float]], lexical: Sequence[tuple
             for k in [*cosines, *bm25]}
 
 
+def weighted_sum(dense: Mapping[K, float], lexical: Mapping[K, float], dense_weight: float) -> dict[K, float]:
+    """dense_weight * dense + (1 - dense_weight) * lexical over scaled scores; a candidate one list lacks gets
+    that list's lowest scaled score (a list with none gives 0)."""
+    dense_floor, lexical_floor = min(dense.values(), default=0.0), min(lexical.values(), default=0.0)
+    return {k: dense_weight * dense.get(k, dense_floor) + (1.0 - dense_weight) * lexical.get(k, lexical_floor)
+            for k in [*dense, *lexical]}
+
+
+def min_max(scored: Sequence[tuple[K, float]]) -> dict[K, float]:
+    """Scores mapped to [0, 1]: the list's lowest to 0, its best to 1 (all 0 when they are equal: no evidence)."""
+    if not scored:
+        return {}
+    scale = _min_max([score for _, score in scored])
+    return {k: scale(score) for k, score in scored}
+
+
+def z_scores(scored: Sequence[tuple[K, float]]) -> dict[K, float]:
+    """(score - the list's mean) / its standard deviation (all 0 when the scores are equal)."""
+    if not scored:
+        return {}
+    values = [score for _, score in scored]
+    mean = sum(values) / len(values)
+    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    return {k: (score - mean) / spread if spread > 0 else 0.0 for k, score in scored}
+
+
+SCALINGS: dict[str, Callable[[Sequence[tuple[Any, float]]], dict[Any, float]]] = {"minmax": min_max,
+                                                                                 "zscore": z_scores}
+
+
 def theoretical_min_max(scored: Sequence[tuple[K, float]], floor: float) -> dict[K, float]:
     """Scores mapped to [0, 1]: the theoretical minimum `floor` to 0, the list's best score to 1."""
     if not scored:
         return {}
     span = max(score for _, score in scored) - floor
     return {k: (max(score, floor) - floor) / span if span > 0 else 0.0 for k, score in scored}
+
+
+def alternate(*rankings: Sequence[K]) -> list[K]:
+    """The rankings merged a rank at a time (the first of each, then the second of each, ...), each key once,
+    where it first appears. A longer ranking only adds keys after those of a shorter one's: the merge of the
+    first n of each is a prefix of the merge of the first n + 1."""
+    merged: dict[K, None] = {}
+    for rank in range(max(map(len, rankings), default=0)):
+        for ranking in rankings:
+            if rank < len(ranking):
+                merged.setdefault(ranking[rank])
+    return list(merged)
 
 
 def combine_reranked(retrieval: Sequence[float], relevance: Mapping[int, float], method: RerankFusion,
