@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,12 +17,13 @@ from otlp_receiver import WAIT_S, Receiver, start
 from ragsidecar.v1 import reranker_pb2
 from ragsidecar.v1 import retrieval_pb2 as pb, retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
-from sidecar import Sidecar
+from sidecar import REPO, Sidecar
 
 # The host's span: what a traced host sends in its W3C traceparent.
 HOST_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 HOST_SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{HOST_TRACE}-{HOST_SPAN}-01"
+DOCS = REPO / "docs" / "tracing.md"
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +36,18 @@ def receiver() -> Iterator[Receiver]:
         server.stop(None)
 
 
+def blocks(path: Path, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```$", path.read_text(), re.MULTILINE | re.DOTALL)
+
+
 def tracing_env(port: int) -> dict[str, str]:
-    """The standard variables alone turn tracing on; short batch delays make the spans arrive quickly."""
-    return {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_SERVICE_NAME": "sidecar-under-test",
-            "OTEL_BSP_SCHEDULE_DELAY": "100", "RAGSIDECAR_LOG_FORMAT": "json"}
+    """The variables of docs/tracing.md's command line (they alone turn tracing on), the endpoint the receiver's;
+    short batch delays make the spans arrive quickly."""
+    (command,) = blocks(DOCS, "bash")
+    words = shlex.split(command)
+    env = dict(word.split("=", 1) for word in words if "=" in word)
+    assert words[len(env):] == ["ragsidecar", "serve"], "the sidecar is started as documented"
+    return {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_BSP_SCHEDULE_DELAY": "100"}
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +122,7 @@ def test_a_call_continues_the_callers_trace_with_its_stage_spans(traced_sidecar:
     batch = named(spans, "inference batch")[0]
     assert attributes(batch)["ragsidecar.inputs"] >= 1 and attributes(batch)["ragsidecar.tokens"] > 0
     services = {service for service, s in receiver.spans if s.trace_id.hex() == HOST_TRACE}
-    assert services == {"sidecar-under-test"}
+    assert services == {"ragsidecar"}
 
 
 def test_search_spans_index_build_retrieval_stages_and_reranking(traced_sidecar: Sidecar, receiver: Receiver) -> None:
@@ -151,3 +162,12 @@ def test_json_log_lines_carry_the_calls_trace_and_span_ids(traced_sidecar: Sidec
     assert access and access[-1]["logger"] == "ragsidecar.requests"
     assert "method=/ragsidecar.v1.RerankerService/Rerank code=OK" in access[-1]["message"]
     assert len(access[-1]["span_id"]) == 16 and access[-1]["span_id"] != HOST_SPAN
+
+
+def test_the_documented_client_snippets_are_the_ones_the_client_suites_check() -> None:
+    """docs/tracing.md's Java and TypeScript snippets are the clients' README blocks, which their README tests
+    compile (Java) and run against a sidecar (TypeScript); the end-to-end tracing tests of each client use the same
+    interceptors (TracingTest.java, test/tracing.test.ts)."""
+    for language, readme in (("java", "clients/java/README.md"), ("ts", "clients/typescript/README.md")):
+        (snippet,) = blocks(DOCS, language)
+        assert snippet in blocks(REPO / readme, language), f"docs/tracing.md's {language} block differs from {readme}'s"

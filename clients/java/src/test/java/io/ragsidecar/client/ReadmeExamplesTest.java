@@ -45,6 +45,7 @@ class ReadmeExamplesTest {
   private static final List<String> SCAFFOLDS = List.of(
       "class Connecting {\n  static RagSidecarClient connect(io.grpc.ClientInterceptor tracingInterceptor) {\n"
           + EXAMPLE + "\n    return client;\n  }\n}",
+      "class Tracing {\n  static RagSidecarClient connect() {\n" + EXAMPLE + "\n    return traced;\n  }\n}",
       "class Reranking {\n  static void rerank(RagSidecarClient client) {\n" + EXAMPLE + "\n  }\n}",
       "class Retrieval {\n  static void retrieve(RagSidecarClient client, String sessionId,\n"
           + "      LinkedHashMap<String, Object> actionParams) {\n" + EXAMPLE + "\n  }\n}",
@@ -108,8 +109,8 @@ class ReadmeExamplesTest {
             public static String sessionOf(Object scope) { return "s1"; }
           }""");
 
-  private static final List<String> CLASS_NAMES = List.of("readme.Connecting", "readme.Reranking", "readme.Retrieval",
-      "readme.Chat", "readme.SidecarRerankerProvider", "readme.SidecarRetrievalProvider");
+  private static final List<String> CLASS_NAMES = List.of("readme.Connecting", "readme.Tracing", "readme.Reranking",
+      "readme.Retrieval", "readme.Chat", "readme.SidecarRerankerProvider", "readme.SidecarRetrievalProvider");
 
   @Test
   void everyJavaExampleCompiles(@TempDir Path out) {
