@@ -260,8 +260,9 @@ def test_replaced_models_are_unloaded_after_their_last_request(make_sidecar) -> 
 
 
 def test_memory_of_refused_64_mib_requests_is_given_back(make_sidecar) -> None:
-    """A refused request's memory is freed when it is answered: an exception raised to abort the call kept it in a
-    reference cycle, and six of these requests held about 800 MiB until a full garbage collection came."""
+    """A refused request's memory is freed when it is answered (an exception raised to abort the call kept it in a
+    reference cycle: six of these requests held about 800 MiB until a full garbage collection came), and the heap
+    pages it took go back to the system (glibc keeps them resident otherwise)."""
     server = make_sidecar().start()
     stub = server.reranker(server.channel(**{"grpc.max_send_message_length": 128 << 20}))
     one_huge = reranker_pb2.RerankRequest(query="q", documents=[reranker_pb2.RerankDocument(text="x" * (60 << 20))])
@@ -271,7 +272,7 @@ def test_memory_of_refused_64_mib_requests_is_given_back(make_sidecar) -> None:
         with pytest.raises(grpc.RpcError) as caught:
             stub.Rerank(request, timeout=120)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert server.rss_mib() - before < 300
+    wait_for(lambda: server.rss_mib() - before < 100, "the requests' memory stayed resident", server)
     assert stub.Rerank(reranker_pb2.RerankRequest(query="q", documents=docs("a", "b")), timeout=60).results
 
 

@@ -23,6 +23,7 @@ from ragsidecar.auth import BearerToken
 from ragsidecar.config import Config, ConfigError
 from ragsidecar.config_loading import load_config
 from ragsidecar.embedding import Embedder
+from ragsidecar.inference.memory import trim_as_memory_grows
 from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge.runtime import RetrievalRuntime
 from ragsidecar.reranking import Reranker
@@ -267,5 +268,6 @@ async def serve(config_path: Path, config: Config, environ: dict[str, str]) -> N
     if await sidecar.load_models():
         print("ragsidecar ready: models: " + ", ".join(s.spec.id for s in sidecar.registry.statuses()), flush=True)
         spawn(sidecar.watch_config())
+        spawn(trim_as_memory_grows())
     await sidecar.wait_stopped()
     await asyncio.to_thread(tracing.shutdown)  # the last calls' spans go out before the process ends

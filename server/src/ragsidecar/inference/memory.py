@@ -8,15 +8,19 @@ behind on every reload, so RSS grew with each hot swap. Two settings stop that (
   blocks of many MiB (session weights, onnxruntime's arena chunks) come from the heap, where freed
   ones fragment it instead of going back to the system. Blocks over the threshold are mapped and
   unmapped on their own; inference time is unchanged (onnxruntime's arena reuses its chunks);
-- malloc_trim after a model is unloaded, which returns the free pages of every arena.
+- malloc_trim after a model is unloaded, which returns the free pages of every arena; and whenever resident
+  memory has grown by TRIM_GROWTH_BYTES since the last trim: a request of up to 64 MiB (max_message_bytes) is
+  parsed into blocks that are freed once it is answered, but stay resident in the arenas otherwise.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import gc
 import logging
+import os
 
 log = logging.getLogger(__name__)
 
@@ -47,5 +51,36 @@ def fix_mmap_threshold() -> None:
 def release_free_memory() -> None:
     """Collects unreachable cycles, then trims the C heap. Blocking: call it off the event loop."""
     gc.collect()
+    _trim_heap()
+
+
+def _trim_heap() -> None:
+    """Returns the free pages of every arena to the system. Blocking, though not holding the GIL (a ctypes call)."""
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
+
+
+# How far resident memory may grow past its size after the last trim before the heap is trimmed again, and how
+# often that is looked at: trims stay rare while memory in use (indexes, caches) grows.
+TRIM_GROWTH_BYTES = 64 * 1024 * 1024
+_TRIM_CHECK_S = 2.0
+
+
+async def trim_as_memory_grows() -> None:
+    """Runs until cancelled: trims the C heap, off the event loop, whenever resident memory has grown by
+    TRIM_GROWTH_BYTES since the last trim (reading the size costs the same whatever it is)."""
+    floor = _resident_bytes()
+    while _LIBC is not None and floor:
+        await asyncio.sleep(_TRIM_CHECK_S)
+        if _resident_bytes() > floor + TRIM_GROWTH_BYTES:
+            await asyncio.to_thread(_trim_heap)
+            floor = _resident_bytes()
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory (0 where /proc has no statm: nothing to watch)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
