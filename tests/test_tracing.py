@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 import re
 import shlex
 import time
@@ -14,10 +15,11 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from conftest import retrieval_config
 from otlp_receiver import WAIT_S, Receiver, start
+from ragsidecar.tracing import wanted
 from ragsidecar.v1 import reranker_pb2
 from ragsidecar.v1 import retrieval_pb2 as pb, retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
-from sidecar import REPO, Sidecar
+from sidecar import REPO, Sidecar, free_port
 
 # The host's span: what a traced host sends in its W3C traceparent.
 HOST_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -55,6 +57,7 @@ def traced_sidecar(tmp_path_factory: pytest.TempPathFactory, knowledge_root: Pat
                    receiver: Receiver) -> Iterator[Sidecar]:
     config = retrieval_config(knowledge_root, tmp_path_factory.mktemp("traced-data"))
     config["inference"]["cache_bytes"] = 0
+    config["http"] = {"port": free_port()}
     server = Sidecar(tmp_path_factory.mktemp("traced"), config, env=tracing_env(receiver.port))
     try:
         yield server.start()
@@ -143,6 +146,19 @@ def test_search_spans_index_build_retrieval_stages_and_reranking(traced_sidecar:
     assert attributes(named(spans, "retrieve")[0])["ragsidecar.hits"] > 0
 
 
+def test_an_http_api_request_continues_the_callers_trace(traced_sidecar: Sidecar, receiver: Receiver) -> None:
+    trace_id, parent = "3d1e5f7a9b0c2d4e6f8a0b1c3d5e7f9a", "c1d2e3f4a5b6c7d8"
+    body = json.dumps({"query": "how do cells divide", "documents": ["Mitosis divides a cell.", "Stocks rose."]})
+    request = urllib.request.Request(f"{traced_sidecar.http_url}/v2/rerank", body.encode(), method="POST", headers={
+        "content-type": "application/json", "traceparent": f"00-{trace_id}-{parent}-01"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200
+    spans = receiver.trace(trace_id, has_all("POST /v2/rerank", "rerank", "inference batch"))
+    (http,) = named(spans, "POST /v2/rerank")
+    assert http.parent_span_id.hex() == parent and attributes(http)["http.response.status_code"] == 200
+    assert all(beneath(spans, http, s) for s in named(spans, "rerank") + named(spans, "inference batch"))
+
+
 def logged_with(server: Sidecar, trace_id: str) -> list[dict]:
     """The JSON log lines of a trace (the output is read on a thread: waits for them to be read)."""
     deadline = time.monotonic() + WAIT_S
@@ -171,3 +187,11 @@ def test_the_documented_client_snippets_are_the_ones_the_client_suites_check() -
     for language, readme in (("java", "clients/java/README.md"), ("ts", "clients/typescript/README.md")):
         (snippet,) = blocks(DOCS, language)
         assert snippet in blocks(REPO / readme, language), f"docs/tracing.md's {language} block differs from {readme}'s"
+
+
+def test_the_variables_that_turn_tracing_on() -> None:
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"}
+    assert wanted(endpoint) and wanted({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4317"})
+    assert wanted({"OTEL_TRACES_EXPORTER": "otlp"})
+    assert not wanted({}) and not wanted({"OTEL_SERVICE_NAME": "ragsidecar"})
+    assert not wanted({**endpoint, "OTEL_TRACES_EXPORTER": "none"}) and not wanted({**endpoint, "OTEL_SDK_DISABLED": "true"})

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -45,9 +45,11 @@ def wanted(environ: Mapping[str, str]) -> bool:
     return bool(endpoint) or exporter == "otlp"
 
 
-def configure(environ: Mapping[str, str] = os.environ) -> bool:
-    """Starts exporting spans when the variables ask for it; returns whether tracing is on."""
+def configure() -> bool:
+    """Starts exporting spans when the process's variables ask for it (the SDK reads them from the process's
+    environment too); returns whether tracing is on."""
     global _tracer, _provider
+    environ = os.environ
     if _tracer is not None or not wanted(environ):
         return _tracer is not None
     # The SDK loads only when tracing is on.
@@ -66,6 +68,9 @@ def configure(environ: Mapping[str, str] = os.environ) -> bool:
     _tracer = _provider.get_tracer("ragsidecar", __version__)
     log.info("tracing on: spans exported over OTLP/gRPC as service %s",
              resource.attributes.get(SERVICE_NAME))
+    protocol = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+    if protocol and protocol != "grpc":
+        log.warning("OTEL_EXPORTER_OTLP_PROTOCOL=%s is not offered: spans go out over OTLP/gRPC", protocol)
     return True
 
 
@@ -156,28 +161,52 @@ _SERVER_ERRORS = frozenset({"UNKNOWN", "DEADLINE_EXCEEDED", "UNIMPLEMENTED", "IN
 
 
 @contextmanager
-def rpc_span(method: str, metadata: Iterable[tuple[str, Any]] | None) -> Iterator[Any]:
+def rpc_span(method: str, metadata: Iterable[tuple[str, Any]] | None) -> Iterator[Callable[[str], None]]:
     """The server span of one gRPC call, continuing the caller's W3C traceparent (and tracestate) when sent.
 
     Yields a function that takes the call's final status code name."""
-    assert _tracer is not None, "rpc_span is used only while tracing is on"
-    from opentelemetry.trace import SpanKind, Status, StatusCode
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    carrier = {key: value for key, value in metadata or () if key in ("traceparent", "tracestate")
-               and isinstance(value, str)}
-    parent = TraceContextTextMapPropagator().extract(carrier) if carrier else None
     service, _, name = method.lstrip("/").rpartition("/")
     attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
-    with _tracer.start_as_current_span(f"{service}/{name}", context=parent, kind=SpanKind.SERVER,
-                                       attributes=attributes, record_exception=False,
-                                       set_status_on_exception=False) as live:
+    with _server_span(f"{service}/{name}", dict(metadata or ()), attributes) as live:
         def finished(code: str) -> None:
             live.set_attribute("rpc.grpc.status_code", code)
             if code in _SERVER_ERRORS:
-                live.set_status(Status(StatusCode.ERROR, code))
+                _failed(live, code)
 
         yield finished
+
+
+@contextmanager
+def http_span(method: str, route: str, headers: Mapping[str, str]) -> Iterator[Callable[[int], None]]:
+    """The server span of one HTTP API request, continuing the caller's traceparent; yields a function that takes
+    the response's status."""
+    attributes = {"http.request.method": method, "http.route": route}
+    with _server_span(f"{method} {route}", headers, attributes) as live:
+        def finished(status: int) -> None:
+            live.set_attribute("http.response.status_code", status)
+            if status >= 500:
+                _failed(live, str(status))
+
+        yield finished
+
+
+@contextmanager
+def _server_span(name: str, headers: Mapping[str, Any], attributes: dict[str, str]) -> Iterator[Span]:
+    assert _tracer is not None, "server spans are made only while tracing is on"
+    from opentelemetry.trace import SpanKind
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier = {key: value for key in ("traceparent", "tracestate") if isinstance(value := headers.get(key), str)}
+    parent = TraceContextTextMapPropagator().extract(carrier) if carrier else None
+    with _tracer.start_as_current_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
+                                       record_exception=False, set_status_on_exception=False) as live:
+        yield live
+
+
+def _failed(live: Span, description: str) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    live.set_status(Status(StatusCode.ERROR, description))
 
 
 def log_ids() -> tuple[str, str] | None:

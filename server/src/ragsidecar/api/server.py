@@ -245,7 +245,7 @@ def _mtime(path: Path) -> int:
 
 async def serve(config_path: Path, config: Config, environ: dict[str, str]) -> None:
     """Runs the sidecar until SIGTERM or SIGINT; SIGHUP reloads the configuration."""
-    tracing.configure(environ)
+    tracing.configure()
     sidecar = Sidecar(config_path, config, environ)
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task] = set()

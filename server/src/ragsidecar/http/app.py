@@ -25,7 +25,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ragsidecar import metrics
+from ragsidecar import metrics, tracing
 from ragsidecar.auth import BearerToken
 from ragsidecar.embedding import EmbedOutcome, Embedder, EmbedQuery
 from ragsidecar.errors import ErrorKind, SidecarError, Violation
@@ -110,7 +110,12 @@ def _post(services: Services, path: str, call: JsonCall) -> Route:
             outcome = await _unless_disconnected(request, call.run(services, query))
             return 200, {}, await asyncio.to_thread(lambda: json.dumps(call.write(query, outcome)).encode())
 
-        return await _answered(path, call.dialect, produce)
+        if not tracing.enabled():
+            return await _answered(path, call.dialect, produce)
+        with tracing.http_span("POST", path, request.headers) as finished:
+            response = await _answered(path, call.dialect, produce)
+            finished(response.status_code)
+            return response
 
     return Route(path, endpoint, methods=["POST"])
 
