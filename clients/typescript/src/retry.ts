@@ -5,7 +5,6 @@ import {
   ConnectError,
   createContextKey,
   createContextValues,
-  type ContextValues,
   type Interceptor,
   type Transport,
 } from "@connectrpc/connect";
@@ -96,22 +95,21 @@ export function isTransient(code: Code, reason: string): boolean {
 /** When the call's deadline passes (Date.now() time), set by withDeadlines for the retry interceptor. */
 const DEADLINE = createContextKey<number>(Infinity, { description: "ragsidecar call deadline" });
 
-/** The transport, with a call that gives no timeoutMs getting its kind's deadline (or the one given for all). */
-export function withDeadlines(transport: Transport, deadlines: Readonly<Record<CallKind, number>>): Transport {
-  const stamped = (timeoutMs: number | undefined, values: ContextValues | undefined, kind: CallKind) => {
-    const effective = timeoutMs ?? deadlines[kind];
-    const contextValues = values ?? createContextValues();
-    if (effective > 0) contextValues.set(DEADLINE, Date.now() + effective);
-    return { effective, contextValues };
-  };
+/**
+ * The transport, with a unary call that gives no timeoutMs getting its kind's deadline, and a stream (health Watch,
+ * through `raw`) the one given for all calls, if any: a stream lasts as long as the host listens.
+ */
+export function withDeadlines(transport: Transport, deadlines: Readonly<Record<CallKind, number>>,
+  streamTimeoutMs: number | undefined): Transport {
   return {
     unary(method, signal, timeoutMs, header, input, values) {
-      const { effective, contextValues } = stamped(timeoutMs, values, callKind(method));
+      const effective = timeoutMs ?? deadlines[callKind(method)];
+      const contextValues = values ?? createContextValues();
+      if (effective > 0) contextValues.set(DEADLINE, Date.now() + effective);
       return transport.unary(method, signal, effective, header, input, contextValues);
     },
     stream(method, signal, timeoutMs, header, input, values) {
-      const { effective, contextValues } = stamped(timeoutMs, values, callKind(method));
-      return transport.stream(method, signal, effective, header, input, contextValues);
+      return transport.stream(method, signal, timeoutMs ?? streamTimeoutMs, header, input, values);
     },
   };
 }

@@ -92,7 +92,8 @@ export function openTransport(options: ConnectionOptions): OpenTransport {
   }
   interceptors.push(...(options.interceptors ?? []));
   const sessionManager = new Http2SessionManager(baseUrl, { idleConnectionTimeoutMs: 60_000 }, nodeOptions);
-  const transport = withDeadlines(createGrpcTransport({ baseUrl, sessionManager, interceptors }), deadlinesOf(options));
+  const transport = withDeadlines(createGrpcTransport({ baseUrl, sessionManager, interceptors }), deadlinesOf(options),
+    options.defaultTimeoutMs);
   return { transport, target, close: () => sessionManager.abort() };
 }
 

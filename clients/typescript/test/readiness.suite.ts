@@ -1,11 +1,12 @@
 // awaitReady (a sidecar started after the client; a timeout that names the target), the host's interceptors, and
 // errors that name an unreachable sidecar's address. The Java client's ConnectionTest checks the same.
 import assert from "node:assert/strict";
-import * as net from "node:net";
 import { after, before, describe, it } from "node:test";
 import type { Interceptor } from "@connectrpc/connect";
 import { DeadlineExceededError, UnauthenticatedError, UnavailableError } from "../src/index.ts";
-import { CROSS_ENCODER, Clients, TOKEN, servers, socketPathFor, startLateSidecar, type Servers } from "./support/fixture.ts";
+import {
+  CROSS_ENCODER, Clients, TOKEN, freePort, servers, socketPathFor, startLateSidecar, type Servers,
+} from "./support/fixture.ts";
 
 const REQUEST = {
   query: "What is the capital of France?",
@@ -14,15 +15,6 @@ const REQUEST = {
     { id: "paris", text: "Paris is the capital and largest city of France, on the river Seine." },
   ],
 };
-
-/** A loopback port nothing listens on (yet). */
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 describe("readiness", () => {
   const clients = new Clients();

@@ -2,7 +2,6 @@
 // started again on the same port while a host keeps calling. The Java client's RetryTest checks the same.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import * as net from "node:net";
 import * as path from "node:path";
 import { after, describe, it } from "node:test";
 import type { Interceptor } from "@connectrpc/connect";
@@ -12,7 +11,7 @@ import { RerankerService } from "../src/gen/ragsidecar/v1/reranker_pb.js";
 import { RetrievalService } from "../src/gen/ragsidecar/v1/retrieval_pb.js";
 import { DEFAULT_DEADLINES_MS, DEFAULT_RETRY, UnavailableError, callKind } from "../src/index.ts";
 import { backoffMs, retryPolicy } from "../src/retry.ts";
-import { Clients, startLateSidecar } from "./support/fixture.ts";
+import { Clients, freePort, startLateSidecar } from "./support/fixture.ts";
 import { REPO_ROOT } from "./support/sidecar.ts";
 
 const REQUEST = {
@@ -26,14 +25,6 @@ const principal = { id: "agent-host" };
 const scope = { tenant: "acme", session: "restart" };
 const notes = { name: "notes", type: "MEMORY", use: "SEARCH" } as const;
 const documents = [{ id: "n1", text: "Bob prefers delivery on Saturdays." }];
-
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 function documentedRetries(): string[] {
   const doc = readFileSync(path.join(REPO_ROOT, "docs", "clients.md"), "utf8");

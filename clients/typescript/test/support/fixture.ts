@@ -1,6 +1,7 @@
 // The sidecars every suite shares, started once per test process (in parallel) and stopped by main.test.ts.
 import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import * as net from "node:net";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { createClient, type RagSidecarClient } from "../../src/index.ts";
@@ -86,6 +87,15 @@ export function tlsServer(): Promise<{ sidecar: Sidecar; ca: string } | undefine
 /** A plain sidecar started on demand on this TCP port or Unix socket (for a client made before it); the caller stops it. */
 export function startLateSidecar(at: { readonly port: number } | { readonly socketPath: string }): Promise<Sidecar> {
   return startSidecar({ dir: socketDir, ...at });
+}
+
+/** A loopback port nothing listens on (yet). */
+export async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
 }
 
 /** A Unix socket path in the suites' temporary folder; nothing listens there until a sidecar is started on it. */
