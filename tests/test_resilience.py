@@ -10,11 +10,15 @@ import httpx
 import pytest
 from google.protobuf import descriptor_pb2
 
-from ragsidecar.v1 import chat_knowledge_pb2, reranker_pb2, retrieval_pb2
+from ragsidecar.v1 import chat_knowledge_pb2, common_pb2, reranker_pb2, retrieval_pb2, retrieval_pb2_grpc
 from sidecar import REPO, default_config, error_details, free_port
 
 DEFAULT_MODEL = "ms-marco-MiniLM-L-12-v2"
 CLIENTS_DOC = REPO / "docs" / "clients.md"
+SEARCH = retrieval_pb2.SearchRequest(
+    principal=common_pb2.Principal(id="agent-host"), scope=common_pb2.Scope(tenant="acme"), query="delivery day",
+    target=retrieval_pb2.Target(name="agent", knowledge=[retrieval_pb2.KnowledgeEntry(
+        name="notes", type=retrieval_pb2.KNOWLEDGE_TYPE_MEMORY, use=retrieval_pb2.KNOWLEDGE_USE_SEARCH)]))
 _LEVELS = {descriptor_pb2.MethodOptions.NO_SIDE_EFFECTS: "NO_SIDE_EFFECTS",
            descriptor_pb2.MethodOptions.IDEMPOTENT: "IDEMPOTENT"}
 
@@ -29,6 +33,8 @@ def test_a_rerank_sent_as_soon_as_the_port_answers_is_unavailable_warming_up(mak
     with pytest.raises(grpc.RpcError) as caught:
         stub.Rerank(request, timeout=30)  # no model: the default one, which is still loading
     warming = httpx.post(f"{server.http_url}/v2/rerank", json={"query": "q", "documents": ["a"]}, timeout=30)
+    with pytest.raises(grpc.RpcError) as searched:  # retrieval needs the embedder, which is loading too
+        retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).Search(SEARCH, timeout=30)
     # Models leave LOADING once, all together: a model still LOADING after both answers proves both came while the
     # sidecar was warming up (and not from a sidecar that had just become ready).
     listed = stub.ListModels(reranker_pb2.ListModelsRequest(), timeout=10)
@@ -37,6 +43,8 @@ def test_a_rerank_sent_as_soon_as_the_port_answers_is_unavailable_warming_up(mak
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     assert info is not None and info.reason == "WARMING_UP" and info.metadata["model"] == DEFAULT_MODEL
     assert "warming up" in (caught.value.details() or "")
+    assert searched.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert error_details(searched.value)[0].reason == "WARMING_UP"
     assert warming.status_code == 503 and warming.headers["retry-after"] == "1"
     assert warming.json()["reason"] == "WARMING_UP"
     server.wait_health(1)  # SERVING
