@@ -194,4 +194,5 @@ def test_the_variables_that_turn_tracing_on() -> None:
     assert wanted(endpoint) and wanted({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4317"})
     assert wanted({"OTEL_TRACES_EXPORTER": "otlp"})
     assert not wanted({}) and not wanted({"OTEL_SERVICE_NAME": "ragsidecar"})
-    assert not wanted({**endpoint, "OTEL_TRACES_EXPORTER": "none"}) and not wanted({**endpoint, "OTEL_SDK_DISABLED": "true"})
+    assert not wanted({**endpoint, "OTEL_TRACES_EXPORTER": "none"})
+    assert not wanted({**endpoint, "OTEL_SDK_DISABLED": "true"})

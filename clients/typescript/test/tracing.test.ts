@@ -28,7 +28,8 @@ interface ReceivedSpan {
 /** tests/otlp_receiver.py as a child process: its port, and the spans it has printed so far. */
 async function startReceiver(): Promise<{ port: number; spans: ReceivedSpan[]; stop(): void }> {
   const python = path.join(path.dirname(sidecarBinary()), "python");
-  const child = spawn(python, [path.join(REPO_ROOT, "tests", "otlp_receiver.py")], { stdio: ["pipe", "pipe", "inherit"] });
+  const script = path.join(REPO_ROOT, "tests", "otlp_receiver.py");
+  const child = spawn(python, [script], { stdio: ["pipe", "pipe", "inherit"] });
   const spans: ReceivedSpan[] = [];
   const lines = createInterface({ input: child.stdout });
   const port = await new Promise<number>((resolve, reject) => {
@@ -74,7 +75,11 @@ describe("OpenTelemetry", () => {
   it("a call inside the host's span continues its trace in the sidecar, stage spans beneath", async () => {
     const client = createClient({ address: sidecar!.address, interceptors: [openTelemetryInterceptor()] });
     try {
-      const hostSpan = trace.wrapSpanContext({ traceId: HOST_TRACE, spanId: HOST_SPAN, traceFlags: TraceFlags.SAMPLED });
+      const hostSpan = trace.wrapSpanContext({
+        traceId: HOST_TRACE,
+        spanId: HOST_SPAN,
+        traceFlags: TraceFlags.SAMPLED,
+      });
       await context.with(trace.setSpan(context.active(), hostSpan), () =>
         client.reranker.rerank({
           query: "how do cells divide",
@@ -88,7 +93,9 @@ describe("OpenTelemetry", () => {
       client.close();
     }
     const method = "ragsidecar.v1.RerankerService/Rerank";
-    const spans = await traceOf(receiver.spans, (mine) => [method, ...STAGES].every((n) => mine.some((s) => s.name === n)));
+    const spans = await traceOf(receiver.spans, (mine) =>
+      [method, ...STAGES].every((name) => mine.some((s) => s.name === name)),
+    );
     const rpc = spans.find((s) => s.name === method);
     assert.ok(rpc, `no RPC span in ${JSON.stringify(spans.map((s) => s.name))}`);
     assert.equal(rpc.parent_span_id, HOST_SPAN);
