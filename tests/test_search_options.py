@@ -45,7 +45,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Sidecar:
         (docs / f"{topic}.md").write_text(_document(topic, words, rng), encoding="utf-8")
     (docs / "minerals.md").write_text(f"A mineral named {RARE} was catalogued in a quarry ledger.\n",
                                       encoding="utf-8")
-    sidecar = Sidecar(tmp_path_factory.mktemp("options"), retrieval_config(root, tmp_path_factory.mktemp("data")))
+    config = retrieval_config(root, tmp_path_factory.mktemp("data"))
+    config["retrieval"]["fusion_candidates"] = 8  # below the chunks: a top_k of 10 or more reaches past the fused head
+    sidecar = Sidecar(tmp_path_factory.mktemp("options"), config)
     yield sidecar.start()
     sidecar.stop()
 
@@ -147,3 +149,16 @@ def test_lexical_mode_finds_the_exact_rare_word_and_dense_mode_has_no_bm25(serve
 def test_an_unknown_retrieval_mode_is_refused(server) -> None:
     err = refused(lambda: search(server, retrieval_mode=99))
     assert "search.retrieval_mode" in fields(err)
+
+
+@pytest.mark.parametrize("options", [{}, {"group_by_document": True}, {"rerank": True},
+                                     {"rerank": True, "group_by_document": True},
+                                     {"retrieval_mode": pb.RETRIEVAL_MODE_LEXICAL}],
+                         ids=["hybrid", "grouped", "reranked", "reranked-grouped", "lexical"])
+def test_the_first_hits_are_the_same_for_every_top_k(server, options: dict) -> None:
+    longest = search(server, top_k=100, **options)
+    assert longest.hits  # lexical: the chunks sharing a word with the query; else every chunk or document
+    for top_k in (1, 3, 10, 12):
+        response = search(server, top_k=top_k, **options)
+        assert [h.chunk_id for h in response.hits] == [h.chunk_id for h in longest.hits[:top_k]], top_k
+        assert response.usage.pairs == longest.usage.pairs  # the same head reranked, whatever top_k is

@@ -37,7 +37,7 @@ from usearch.index import Index
 
 from ragsidecar import metrics, tracing
 from ragsidecar.knowledge import leftovers
-from ragsidecar.knowledge.fusion import FusionSettings, fuse
+from ragsidecar.knowledge.fusion import FusionSettings, alternate, fuse
 from ragsidecar.knowledge.lexical import NO_STEMMING, Lexical
 
 log = logging.getLogger(__name__)
@@ -362,8 +362,9 @@ class HybridIndex:
             if k <= 0 or live == 0:
                 return []
             query = self._unit_query(query_vector)
-            # A list shorter than k could not fill k results, so each side fetches at least k.
-            depth = min(max(candidates, k), live)
+            # Both lists are `candidates` deep whatever k is, so the fused head, and every hit in it, is the same
+            # for every k; when k asks for more than the head holds, the deeper lists follow it (`_beyond`).
+            depth = min(candidates, live)
             dense: list[tuple[int, float]] = []
             lexical: list[tuple[int, float]] = []
             if use_dense:
@@ -384,7 +385,28 @@ class HybridIndex:
             chunks = self._slots.chunks
             bm25 = dict(lexical)
             order = sorted(fused, key=lambda p: (-fused[p], -cosines[p], chunks[p].id))[:k]  # type: ignore[union-attr]
-            return [Hit(chunks[p], float(cosines[p]), bm25.get(p), fused[p]) for p in order]  # type: ignore[arg-type]
+            hits = [Hit(chunks[p], float(cosines[p]), bm25.get(p), fused[p]) for p in order]  # type: ignore[arg-type]
+            if len(hits) < k and depth < live:
+                hits += self._beyond(fused, query, query_text, min(k, live), use_dense, use_lexical)[: k - len(hits)]
+            return hits
+
+    def _beyond(self, head: dict[int, float], query: np.ndarray, query_text: str, depth: int, use_dense: bool,
+                use_lexical: bool) -> list[Hit]:
+        """The chunks past the fused head: both lists `depth` deep, taken alternately (a rank at a time).
+        Alternating rather than fusing keeps the order of the first ones the same whatever `depth` is. Scores
+        step down from the head's lowest, a millionth of it at a time (never a tie: hits from several sources
+        are merged by score)."""
+        dense = self._dense_top(query, depth) if use_dense else []
+        lexical = self._lexical.top(query_text or "", depth) if use_lexical else []
+        rest = [p for p in alternate([p for p, _ in dense], [p for p, _ in lexical]) if p not in head]
+        cosines, bm25 = dict(dense), dict(lexical)
+        missing = [p for p in rest if p not in cosines]
+        if missing:
+            cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist()))
+        floor, chunks = min(head.values(), default=0.0), self._slots.chunks
+        step = abs(floor) * 1e-6 or 1e-6
+        return [Hit(chunks[p], float(cosines[p]), bm25.get(p), floor - (i + 1) * step)  # type: ignore[arg-type]
+                for i, p in enumerate(rest)]
 
     def _unit_query(self, query_vector: np.ndarray) -> np.ndarray:
         query = np.asarray(query_vector, dtype=np.float32).reshape(-1)

@@ -93,12 +93,18 @@ class Ranker:
         return [replace(hits[i], score=score, rerank=relevance.get(i)) for i, score in order]
 
     def _rerank_depth(self, entry: Entry) -> int:
-        """Hits reranked: rerank_depth when set, else (as before it existed) the candidates, at least top k."""
+        """Hits reranked: rerank_depth when set, else (as before it existed) the candidates, else
+        retrieval.rerank_candidates: whatever top k is under the FUSED order (the reranked head, so the first
+        hits, are the same for every top k), at least top k under the reranker's own order (which drops the rest)."""
         if not entry.rerank:
             return 0
         if entry.rerank_depth is not None:
             return entry.rerank_depth
-        return max(entry.k, entry.candidates or self._config.retrieval.rerank_candidates)
+        if entry.candidates is not None:
+            return entry.candidates
+        if entry.rerank_order is RerankOrder.FUSED:
+            return self._config.retrieval.rerank_candidates
+        return max(entry.k, self._config.retrieval.rerank_candidates)
 
     def _retrieved(self, entry: Entry, index: HybridIndex, query_vector: np.ndarray, query: str,
                    count: int) -> list[Hit]:
@@ -108,7 +114,7 @@ class Ranker:
         dense, lexical = mode is not RetrievalMode.LEXICAL, mode is not RetrievalMode.DENSE
         width = count
         while True:
-            found = index.search(query_vector, query, width, max(self._config.retrieval.fusion_candidates, width),
+            found = index.search(query_vector, query, width, self._config.retrieval.fusion_candidates,
                                  use_dense=dense, use_lexical=lexical, fusion=self._fusion)
             hits = [Hit(h.chunk.id, entry.name, h.chunk.text, h.chunk.meta, h.fused, h.dense, h.bm25, h.fused)
                     for h in found]
