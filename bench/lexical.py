@@ -43,7 +43,7 @@ import tantivy
 from bm25s.stopwords import STOPWORDS_EN
 
 from beir import RESULTS, evaluate, read_collection
-from ragsidecar.knowledge.lexical import Lexical, terms
+from ragsidecar.knowledge.lexical import B, K1, Lexical, terms
 
 LANGUAGE = "english"
 DEPTH = 100
@@ -59,7 +59,7 @@ class Rebuilt:
 
     def load(self, texts: list[str]) -> None:
         self._texts = list(texts)
-        self._model = bm25s.BM25()
+        self._model = bm25s.BM25(k1=K1, b=B)
         self._model.index(terms(self._texts, LANGUAGE), show_progress=False)
 
     def add(self, slot: int, text: str) -> None:

@@ -32,9 +32,9 @@ def small_tiers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def fresh_scores(live: dict[int, str], query: str, language: str = "english") -> dict[int, float]:
-    """bm25s (as the index used it before: lucene, k1 1.5, b 0.75) built on the live texts: slot -> score > 0."""
+    """bm25s (as the index used it before: lucene, at the index's k1 and b) built on the live texts: slot -> score > 0."""
     slots = sorted(live)
-    model = bm25s.BM25()
+    model = bm25s.BM25(k1=lexical.K1, b=lexical.B)
     model.index(terms([live[s] for s in slots], language), show_progress=False)
     ids = model.get_tokens_ids(terms([query], language)[0])
     if not ids:
