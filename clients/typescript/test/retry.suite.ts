@@ -4,13 +4,13 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { after, describe, it } from "node:test";
-import type { Interceptor } from "@connectrpc/connect";
+import { Code, type Interceptor } from "@connectrpc/connect";
 import { ChatKnowledgeService } from "../src/gen/ragsidecar/v1/chat_knowledge_pb.js";
 import { Health } from "../src/gen/grpc/health/v1/health_pb.js";
 import { RerankerService } from "../src/gen/ragsidecar/v1/reranker_pb.js";
 import { RetrievalService } from "../src/gen/ragsidecar/v1/retrieval_pb.js";
 import { DEFAULT_DEADLINES_MS, DEFAULT_RETRY, UnavailableError, callKind } from "../src/index.ts";
-import { backoffMs, retryPolicy } from "../src/retry.ts";
+import { backoffMs, isTransient, retryPolicy } from "../src/retry.ts";
 import { Clients, freePort, startLateSidecar } from "./support/fixture.ts";
 import { REPO_ROOT } from "./support/sidecar.ts";
 
@@ -56,6 +56,10 @@ describe("retries", () => {
     assert.equal(backoffMs(DEFAULT_RETRY, 1, 1), 300);
     assert.equal(retryPolicy(false).maxAttempts, 1);
     assert.throws(() => retryPolicy({ jitter: 1.5 }), RangeError);
+    assert.ok(isTransient(Code.Unavailable, "WARMING_UP"));
+    assert.ok(isTransient(Code.ResourceExhausted, "QUEUE_FULL"));
+    assert.ok(!isTransient(Code.ResourceExhausted, "LIMIT_EXCEEDED"));
+    assert.ok(!isTransient(Code.DeadlineExceeded, ""));
   });
 
   it("calls succeed through a restart, and a write is never repeated", async () => {

@@ -14,6 +14,7 @@ import io.grpc.ClientCall;
 import io.grpc.ClientInterceptor;
 import io.grpc.MethodDescriptor;
 import io.grpc.ServiceDescriptor;
+import io.grpc.Status;
 import io.grpc.health.v1.HealthGrpc;
 import io.ragsidecar.v1.ChatKnowledgeServiceGrpc;
 import io.ragsidecar.v1.KnowledgeEntry;
@@ -79,6 +80,10 @@ class RetryTest {
     assertEquals(300, policy.backoff(1, 1).toMillis());
     assertEquals(1, RetryPolicy.none().maxAttempts());
     assertThrows(IllegalArgumentException.class, () -> RetryPolicy.builder().jitter(1.5));
+    assertTrue(RetryPolicy.isTransient(Status.Code.UNAVAILABLE, "WARMING_UP"));
+    assertTrue(RetryPolicy.isTransient(Status.Code.RESOURCE_EXHAUSTED, "QUEUE_FULL"));
+    assertFalse(RetryPolicy.isTransient(Status.Code.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED"));
+    assertFalse(RetryPolicy.isTransient(Status.Code.DEADLINE_EXCEEDED, ""));
   }
 
   @Test
