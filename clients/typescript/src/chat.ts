@@ -299,15 +299,15 @@ export interface ChatBinding extends TurnBindingInit, AsyncDisposable {
  */
 export interface ChatClient {
   /**
-   * Builds the outbound conversation of one turn; the input is never changed. A turn from chatTurn() was
-   * checked where it was built; a plain input is checked by the sidecar (the same rules and violations).
+   * Builds the outbound conversation of one turn; the input is never changed. The sidecar checks the turn (a
+   * chatTurn() or a plain input alike) and a malformed one rejects with its ValidationError and violations.
    */
   groundTurn(request: GroundTurnInput | ChatTurn, options?: CallOptions): Promise<GroundTurnResult>;
   /** Opens a binding with an empty corpus and returns its handle. */
   openBinding(request: OpenBindingInput, options?: CallOptions): Promise<ChatBinding>;
   /**
-   * A handle for a binding opened earlier (no call is made; the id is checked when used). With source, topK
-   * and declared, chatTurn() checks it against its owner's declarations too.
+   * A handle for a binding opened earlier (no call is made; the id, and the binding against its owner's
+   * declarations, are checked by the sidecar when used).
    */
   attachBinding(ref: BindingRefInit & BindingShape): ChatBinding;
   appendToBinding(request: AppendToBindingInput, options?: CallOptions): Promise<AppendResult>;
