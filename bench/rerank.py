@@ -8,13 +8,15 @@ Modes (the same model files for all):
   sidecar-8     the sidecar over gRPC, eight concurrent clients
   http-1        the same sidecar over its HTTP API (POST /v2/rerank, Cohere's shape), one client
   http-8        the same over HTTP, eight concurrent clients (keep-alive connections)
+  traced-N      with --tracing: a second sidecar exporting OpenTelemetry spans over OTLP/gRPC to a receiver in this
+                process, interleaved request by request with an untraced one (untraced-N), 1 and 8 clients
   *-tiny        one short document per request, one client: the per-request cost of each transport (latency,
                 and the server's CPU time, which bounds HTTP's throughput at saturation whatever else loads the
                 machine)
 Raw modes get every core (intra_op_threads = cpu count); the sidecar runs its default config. gRPC and HTTP run
 interleaved, request by request, so that a machine's changing load weighs on both alike.
 
-    .venv/bin/python bench/rerank.py [--queries 40] [--transports]
+    .venv/bin/python bench/rerank.py [--queries 40] [--transports | --tracing]
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import ir_collections as ir_data  # noqa: E402
+from otlp_receiver import Receiver, start as start_receiver  # noqa: E402
 from sidecar import Sidecar, default_config, free_port  # noqa: E402
 
 from ragsidecar.v1 import reranker_pb2  # noqa: E402
@@ -220,8 +223,13 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=40, help="SciFact test queries to rerank (x20 documents)")
     parser.add_argument("--transports", action="store_true",
                         help="only the sidecar over gRPC and over HTTP (no raw onnxruntime or FlashRank modes)")
+    parser.add_argument("--tracing", action="store_true",
+                        help="only the sidecar with OpenTelemetry tracing on against off, side by side")
     args = parser.parse_args()
     requests = workload(args.queries)
+    if args.tracing:
+        tracing_overhead(requests)
+        return
     tokens = RawOnnx().tokenizer.encode_batch([(q, d) for q, docs in requests for d in docs])
     print(f"SciFact: {len(requests)} queries x BM25 top-{DOCS_PER_REQUEST}, "
           f"mean pair length {statistics.mean(len(e.ids) for e in tokens):.0f} tokens, {os.cpu_count()} cores")
@@ -280,6 +288,54 @@ def main() -> None:
         print(f"sidecar-8 / flashrank:            {rows['sidecar-8']['pairs_per_s'] / flashrank:.2f}x")
         print(f"max |ort-batched - ort-single| logit: {max(abs(b - s) for b, s in zip(batched, single)):.2e}")
     print(f"max |sidecar - ort-single| logit: {max(abs(served[i] - s) for i, s in enumerate(single)):.2e}")
+
+
+def tracing_overhead(requests: list) -> None:
+    """Throughput with tracing on (every span exported over OTLP/gRPC, BatchSpanProcessor) against off: two
+    sidecars of the default config, the same requests interleaved over both (`transports`)."""
+    receiver = Receiver()
+    otlp = start_receiver(receiver)
+    config = default_config()
+    config["inference"]["cache_bytes"] = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "off").mkdir()
+        (Path(tmp) / "on").mkdir()
+        untraced = Sidecar(Path(tmp) / "off", config).start()
+        endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}"}
+        traced = Sidecar(Path(tmp) / "on", config, env=endpoint)
+        try:
+            traced.start()
+            processes = [psutil.Process(s.process.pid) for s in (untraced, traced)]
+
+            def server_cpu() -> float:
+                return sum(t.user + t.system for t in (p.cpu_times() for p in processes))
+
+            rows: dict[str, dict] = {}
+            for clients in (1, 8):
+                rows |= transports({"untraced": grpc_caller(untraced), "traced": grpc_caller(traced)}, requests,
+                                   clients, server_cpu)
+        finally:
+            untraced.stop()
+            traced.stop()
+            otlp.stop(None)
+    for clients in (1, 8):
+        ratio = rows[f"traced-{clients}"]["pairs_per_s"] / rows[f"untraced-{clients}"]["pairs_per_s"]
+        print(f"traced-{clients} / untraced-{clients} (tracing on against off): {ratio:.3f}x")
+    traced_calls = 2 * (len(requests) + 2)  # each client count's requests and its two warm-up calls
+    print(f"spans received: {len(receiver.spans)} ({len(receiver.spans) / traced_calls:.1f} per traced call)")
+    print(f"tracing off, per stage: {off_helper_ns():.0f} ns (a shared no-op context manager)")
+
+
+def off_helper_ns(rounds: int = 200_000) -> float:
+    """What one stage's span helpers cost in a process with tracing off (`with span(...) as s: s.set(...)`)."""
+    from ragsidecar import tracing
+
+    assert not tracing.enabled()
+    started = time.perf_counter_ns()
+    for _ in range(rounds):
+        with tracing.span("stage", model=MODEL, documents=20) as span:
+            span.set(pairs=20, tokens=4000)
+    return (time.perf_counter_ns() - started) / rounds
 
 
 if __name__ == "__main__":
