@@ -29,13 +29,13 @@ import io.ragsidecar.v1.ChatKnowledgeServiceGrpc;
  *       .bindings(log)
  *       .context(ChatRequests.context().setRunId("run-9"))     // with a context, knowledge is given and searched
  *       .llm(RetrievalRequests.llm("gpt-4o"))
- *       .build());                                            // a malformed turn fails here, before any call
+ *       .build());                                            // a malformed turn: ValidationException
  *   send(turn.conversation());                                  // the outbound copy, grounded
  * }
  * }</pre>
  *
- * <p>A turn is a {@link ChatTurn}, checked when it is built, or a raw {@code GroundTurnRequest}, checked by the
- * sidecar; other requests are the generated messages in {@code io.ragsidecar.v1} ({@link ChatRequests}
+ * <p>A turn is a {@link ChatTurn} or a raw {@code GroundTurnRequest}; the sidecar checks either, with the same
+ * rules and violations; other requests are the generated messages in {@code io.ragsidecar.v1} ({@link ChatRequests}
  * builds the common parts). Every request needs a principal, and most a scope: {@link #withScope(KnowledgeScope)} returns a
  * facade that sets the principal of every request and its scope (for {@code GroundTurn}: the turn's own scope and the
  * scope of its {@code context}, when it has one), replacing what the request carried. A {@link ChatBinding} keeps the principal
@@ -114,8 +114,8 @@ public final class SidecarChat {
   }
 
   /**
-   * {@link #groundTurn(GroundTurnRequest)} of a turn already checked when it was {@linkplain ChatTurn.Builder#build()
-   * built}, with this facade's principal (a scoped facade is required, or use {@link #groundTurn(ChatTurn,
+   * {@link #groundTurn(GroundTurnRequest)} of a {@linkplain ChatTurn.Builder#build() built} turn, with this facade's
+   * principal (a scoped facade is required, or use {@link #groundTurn(ChatTurn,
    * io.ragsidecar.v1.Principal)}).
    */
   public GroundedTurn groundTurn(ChatTurn turn) {

@@ -1,10 +1,7 @@
 package io.ragsidecar.client;
 
-import io.grpc.Status;
 import java.util.List;
-import java.util.Map;
 import java.util.Objects;
-import java.util.stream.Collectors;
 
 /**
  * Status {@code INVALID_ARGUMENT}: the request is malformed. {@link #violations()} lists one entry per problem, from
@@ -19,17 +16,6 @@ public class ValidationException extends RagSidecarException {
   ValidationException(ErrorDetails details) {
     super(details);
     this.violations = List.copyOf(details.violations());
-  }
-
-  /**
-   * A request the client refuses before any call (a {@link ChatTurn} that breaks the sidecar's rules): status
-   * {@code INVALID_ARGUMENT}, reason {@code INVALID_REQUEST} and the violations the sidecar would report; no trailers,
-   * and an empty {@linkplain #domain() domain}, since the sidecar never saw it.
-   */
-  static ValidationException local(List<FieldViolation> violations) {
-    String summary = violations.stream().map(FieldViolation::toString).collect(Collectors.joining("; "));
-    return new ValidationException(new ErrorDetails("INVALID_ARGUMENT (INVALID_REQUEST): " + summary,
-        Status.INVALID_ARGUMENT.withDescription(summary), null, "INVALID_REQUEST", "", Map.of(), violations, null));
   }
 
   /** The field violations, in the order the sidecar reported them; empty when it sent none. */

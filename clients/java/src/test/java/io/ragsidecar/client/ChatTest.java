@@ -310,11 +310,11 @@ class ChatTest {
   }
 
   /**
-   * A malformed {@link ChatTurn} fails in {@code build()}, which holds no channel and sends nothing, with exactly the
-   * violations the sidecar answers for the same turn sent as a raw request.
+   * A malformed {@link ChatTurn} builds (the rules live in the sidecar alone) and is refused when sent, with exactly
+   * the violations the sidecar answers for the same turn sent as a raw request.
    */
   @Test
-  void malformedTurnsAreRefusedWhereTheyAreBuiltWithTheSidecarsViolations() {
+  void malformedBuiltTurnsReportTheSidecarsViolations() {
     SidecarChat chat = chat("chat-built");
     try (ChatBinding orders = chat.openBinding("ada", "orders");
         ChatBinding bobs = chat.openBinding("bob", "orders");
@@ -342,26 +342,29 @@ class ChatTest {
           llm("test-model", 8000), null);
       assertEquals(List.of("bindings[0]", "bindings[1]", "bindings[1]", "bindings[2]", "bindings[2]"), declarations);
     }
-    ValidationException noOwner = assertThrows(ValidationException.class, () -> ChatTurn.builder(conversation("hi"))
-        .context(ChatRequests.context(new KnowledgeScope("agent-host", " ", "s1"))).build());
+    // Scopes, sent unscoped so that the facade does not complete them.
+    io.ragsidecar.v1.Principal principal = new KnowledgeScope("agent-host", "chat-built", "s1").principal();
+    ChatTurn noOwner = ChatTurn.builder(conversation("hi"))
+        .context(ChatRequests.context(new KnowledgeScope("agent-host", " ", "s1"))).build();
     assertEquals(List.of(new ValidationException.FieldViolation("context", "a retrieval context needs at least one owner"),
-        new ValidationException.FieldViolation("context.scope.tenant", "required")), noOwner.violations());
-    ValidationException otherScope = assertThrows(ValidationException.class, () -> ChatTurn.builder(conversation("hi"))
+        new ValidationException.FieldViolation("context.scope.tenant", "required")),
+        assertThrows(ValidationException.class, () -> client.chat().groundTurn(noOwner, principal)).violations());
+    ChatTurn otherScope = ChatTurn.builder(conversation("hi"))
         .owners(owner("ada", "")).context(ChatRequests.context(new KnowledgeScope("agent-host", "t1", "s1")))
-        .scope(new KnowledgeScope("agent-host", "t1", "s2")).build());
+        .scope(new KnowledgeScope("agent-host", "t1", "s2")).build();
     assertEquals(List.of(new ValidationException.FieldViolation("scope", "differs from context.scope")),
-        otherScope.violations());
+        assertThrows(ValidationException.class, () -> client.chat().groundTurn(otherScope, principal)).violations());
+    // What would break the client itself is refused where it is given.
     assertThrows(NullPointerException.class, () -> ChatTurn.builder(conversation("hi")).owners(owner("ada", ""), null));
   }
 
-  /** The fields the turn's violations name, once {@code build()} and the sidecar agreed on every violation. */
+  /** The fields the turn's violations name, once the built turn and the raw request got the same violations. */
   private static List<String> assertRefusedLikeTheSidecar(SidecarChat chat, List<ChatMessage> conversation,
       List<ChatOwner> owners, List<ChatBinding> bindings, io.ragsidecar.v1.Llm model, ActivityRecord activity) {
-    ChatTurn.Builder built = ChatTurn.builder(conversation).owners(owners).bindings(bindings)
-        .context(ChatRequests.context()).llm(model).activity(activity);
-    ValidationException local = assertThrows(ValidationException.class, built::build);
-    assertEquals("", local.domain(), "refused by the client, not answered by the sidecar");
-    assertEquals(null, local.trailers());
+    ChatTurn built = ChatTurn.builder(conversation).owners(owners).bindings(bindings)
+        .context(ChatRequests.context()).llm(model).activity(activity).build();
+    ValidationException local = assertThrows(ValidationException.class, () -> chat.groundTurn(built));
+    assertEquals(RagSidecarException.DOMAIN, local.domain(), "answered by the sidecar");
     GroundTurnRequest.Builder raw = GroundTurnRequest.newBuilder().addAllConversation(conversation)
         .addAllOwners(owners).setContext(ChatRequests.context()).setLlm(model);
     bindings.forEach(b -> raw.addBindings(b.turnBinding()));
