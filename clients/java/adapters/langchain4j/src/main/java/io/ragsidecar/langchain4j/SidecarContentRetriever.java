@@ -6,6 +6,7 @@ import dev.langchain4j.rag.content.Content;
 import dev.langchain4j.rag.content.ContentMetadata;
 import dev.langchain4j.rag.content.retriever.ContentRetriever;
 import dev.langchain4j.rag.query.Query;
+import io.ragsidecar.client.HitDocument;
 import io.ragsidecar.client.KnowledgeChunk;
 import io.ragsidecar.client.SidecarRetrieval;
 import io.ragsidecar.v1.SearchOptions;
@@ -19,9 +20,9 @@ import java.util.Objects;
  * A LangChain4j {@link ContentRetriever} over the sidecar's Search: each query searches the SEARCH knowledge declared
  * by a {@link Target} (files, directories, inline text, MEMORY documents) and every hit becomes a {@link Content}.
  *
- * <p>A hit's text is the segment's text; its metadata carries {@code source} (the knowledge name), {@code chunk_id},
- * and when known {@code document_id}, {@code file} and {@code rerank_score}. A ranked hit's score is the
- * {@link ContentMetadata#SCORE}. The scope (principal, tenant, session) is the one of the {@link SidecarRetrieval}
+ * <p>A hit's text is the segment's text and its metadata the layout of {@link HitDocument}, the same as the Spring AI
+ * adapter's: {@code source} (the knowledge name), {@code chunk_id}, and when known {@code document_id}, {@code file}
+ * and {@code rerank_score}. A ranked hit's score is the {@link ContentMetadata#SCORE}. The scope (principal, tenant, session) is the one of the {@link SidecarRetrieval}
  * given, e.g. {@code client.retrieval().withScope(scope)}.
  */
 public final class SidecarContentRetriever implements ContentRetriever {
@@ -44,16 +45,10 @@ public final class SidecarContentRetriever implements ContentRetriever {
   }
 
   private static Content content(KnowledgeChunk hit) {
-    Metadata metadata = new Metadata().put("source", hit.source()).put("chunk_id", hit.chunkId());
-    if (!hit.documentId().isEmpty()) {
-      metadata.put("document_id", hit.documentId());
-    }
-    if (!hit.file().isEmpty()) {
-      metadata.put("file", hit.file());
-    }
-    hit.rerankScore().ifPresent(score -> metadata.put("rerank_score", score));
-    TextSegment segment = TextSegment.from(hit.text(), metadata);
-    return hit.isScored() ? Content.from(segment, Map.of(ContentMetadata.SCORE, hit.score())) : Content.from(segment);
+    HitDocument document = HitDocument.of(hit);
+    TextSegment segment = TextSegment.from(document.text(), Metadata.from(document.metadata()));
+    return document.score() == null ? Content.from(segment)
+        : Content.from(segment, Map.of(ContentMetadata.SCORE, document.score()));
   }
 
   /** Builds a {@link SidecarContentRetriever}; {@link #retrieval} and {@link #target} are required. */

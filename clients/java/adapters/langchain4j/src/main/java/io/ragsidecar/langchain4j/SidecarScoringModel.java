@@ -3,11 +3,11 @@ package io.ragsidecar.langchain4j;
 import dev.langchain4j.data.segment.TextSegment;
 import dev.langchain4j.model.output.Response;
 import dev.langchain4j.model.scoring.ScoringModel;
+import io.ragsidecar.client.CheckedRanking;
 import io.ragsidecar.client.Reranker;
 import java.lang.System.Logger.Level;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
 
@@ -16,9 +16,10 @@ import java.util.Objects;
  * {@link dev.langchain4j.rag.content.aggregator.ReRankingContentAggregator}, whose {@code maxResults} is the top N,
  * applied after every candidate has been scored.
  *
- * <p>{@link #scoreAll} returns one relevance (0..1) per segment, in the segments' order. The client guarantees that
- * the sidecar's results reference only the given documents, each once (otherwise it throws
- * {@link io.ragsidecar.client.ContractViolationException}). A model the sidecar does not serve fails the call with
+ * <p>{@link #scoreAll} returns one relevance (0..1) per segment, in the segments' order
+ * ({@link CheckedRanking#scoreAll}, as the Spring AI adapter checks): a reranker whose results reference a document
+ * that was not given, or one twice, fails the call with an {@link IllegalStateException} naming the index (the
+ * sidecar's client itself throws {@link io.ragsidecar.client.ContractViolationException} first). A model the sidecar does not serve fails the call with
  * {@link io.ragsidecar.client.UnknownModelException}. With {@link Builder#minRelevanceScore} the sidecar drops
  * documents below the threshold; they score 0, and when it drops every one of a non-empty input that is logged (a
  * WARNING on this class's {@link System.Logger}), since a reranker that rejects everything is usually misconfigured.
@@ -52,17 +53,12 @@ public final class SidecarScoringModel implements ScoringModel {
     if (segments.isEmpty()) {
       return Response.from(List.of());
     }
-    List<Reranker.RankedDocument> ranked = reranker.rerank(request(segments, query));
-    if (ranked.isEmpty()) {
+    List<Double> scores = CheckedRanking.scoreAll(reranker, request(segments, query));
+    if (scores.stream().allMatch(score -> score == 0.0)) {
       LOG.log(Level.WARNING, "reranker{0} returned no result for {1} documents (min relevance score {2})",
           model == null ? "" : " " + model, segments.size(), minRelevanceScore);
     }
-    Double[] scores = new Double[segments.size()];
-    Arrays.fill(scores, 0.0);
-    for (Reranker.RankedDocument r : ranked) {
-      scores[r.index()] = (double) r.relevanceScore();
-    }
-    return Response.from(List.of(scores));
+    return Response.from(scores);
   }
 
   private Reranker.Request request(List<TextSegment> segments, String query) {

@@ -20,9 +20,11 @@ import dev.langchain4j.rag.content.ContentMetadata;
 import dev.langchain4j.rag.content.aggregator.ReRankingContentAggregator;
 import dev.langchain4j.rag.query.Metadata;
 import dev.langchain4j.rag.query.Query;
+import io.ragsidecar.client.HitDocument;
 import io.ragsidecar.client.KnowledgeScope;
 import io.ragsidecar.client.RagSidecarClient;
 import io.ragsidecar.client.ReadmeExamples;
+import io.ragsidecar.client.Reranker;
 import io.ragsidecar.client.Sidecar;
 import io.ragsidecar.client.SidecarExtension;
 import io.ragsidecar.client.SidecarRetrieval;
@@ -74,7 +76,8 @@ class LangChain4jPipelineTest {
       import dev.langchain4j.rag.DefaultRetrievalAugmentor;
       import dev.langchain4j.rag.RetrievalAugmentor;
       import dev.langchain4j.rag.content.aggregator.ReRankingContentAggregator;
-      import io.ragsidecar.client.KnowledgeScope;
+      import io.ragsidecar.client.HitDocument;
+import io.ragsidecar.client.KnowledgeScope;
       import io.ragsidecar.client.RagSidecarClient;
       import io.ragsidecar.client.RetrievalRequests;
       import io.ragsidecar.langchain4j.SidecarContentRetriever;
@@ -131,6 +134,7 @@ class LangChain4jPipelineTest {
     assertEquals(TOASTER, top.textSegment().text());
     assertEquals("products", top.textSegment().metadata().getString("source"));
     assertEquals("toaster", top.textSegment().metadata().getString("document_id"));
+    assertFalse(top.textSegment().metadata().getString(HitDocument.CHUNK_ID).isEmpty(), top::toString);
     double reranked = (Double) top.metadata().get(ContentMetadata.RERANKED_SCORE);
     assertTrue(reranked > 0.5 && reranked <= 1.0, "reranked score " + reranked);
     String augmented = ((UserMessage) result.chatMessage()).singleText();
@@ -208,6 +212,26 @@ class LangChain4jPipelineTest {
     assertTrue(scores.get(1) > scores.get(0), scores::toString);
     assertEquals(scores.get(0), scores.get(2), 1e-6, "the same text scores the same wherever it is");
     assertTrue(scores.stream().allMatch(s -> s >= 0.0 && s <= 1.0), scores::toString);
+  }
+
+  @Test
+  void aHostRerankerThatAnswersADocumentNotGivenFailsClearly() {
+    // A host's own Reranker that references a third document when given two.
+    Reranker outOfRange = new Reranker() {
+      @Override
+      public boolean supports(String model) {
+        return true;
+      }
+
+      @Override
+      public List<RankedDocument> rerank(Request request) {
+        return List.of(new RankedDocument(2, "", 0.9f, 1f, null, 0));
+      }
+    };
+    IllegalStateException broken = assertThrows(IllegalStateException.class, () -> SidecarScoringModel.of(outOfRange)
+        .scoreAll(List.of(TextSegment.from(TOASTER), TextSegment.from(OTHERS.get(0))), "toast"));
+    assertTrue(broken.getMessage().contains("index 2") && broken.getMessage().contains("2 documents"),
+        broken.getMessage());
   }
 
   @Test

@@ -1,12 +1,12 @@
 package io.ragsidecar.springai;
 
+import io.ragsidecar.client.CheckedRanking;
 import io.ragsidecar.client.RagSidecarClient;
 import io.ragsidecar.client.Reranker;
 import io.ragsidecar.client.Reranker.RankedDocument;
 import java.lang.System.Logger.Level;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.BitSet;
 import java.util.List;
 import java.util.Objects;
 import org.springframework.ai.document.Document;
@@ -19,7 +19,8 @@ import org.springframework.ai.rag.postretrieval.document.DocumentPostProcessor;
  * {@linkplain Document#getScore() score} replaced by its relevance (0..1).
  *
  * <p>The result only holds documents it was given, each at most once; a reranker that answers otherwise fails the
- * call with an {@link IllegalStateException}. An unknown model fails with the client's
+ * call with an {@link IllegalStateException} naming the index ({@link CheckedRanking}, as the LangChain4j adapter
+ * checks). An unknown model fails with the client's
  * {@link io.ragsidecar.client.UnknownModelException}. A reranker that keeps none of a non-empty input (a
  * {@linkplain Builder#minRelevanceScore threshold} rejected them all) is logged as a warning, since the model then
  * answers without context.
@@ -58,7 +59,7 @@ public final class SidecarDocumentPostProcessor implements DocumentPostProcessor
     if (documents.isEmpty()) {
       return List.of();
     }
-    List<RankedDocument> ranked = reranker.rerank(request(query, documents));
+    List<RankedDocument> ranked = CheckedRanking.rerank(reranker, request(query, documents));
     if (ranked.isEmpty()) {
       LOG.log(Level.WARNING, "reranker model {0} kept none of {1} documents (min relevance score {2}) for query: {3}",
           model == null ? "(default)" : model, documents.size(), String.valueOf(minRelevanceScore), query.text());
@@ -84,17 +85,8 @@ public final class SidecarDocumentPostProcessor implements DocumentPostProcessor
   }
 
   private List<Document> reordered(List<Document> documents, List<RankedDocument> ranked) {
-    BitSet seen = new BitSet(documents.size());
     List<Document> out = new ArrayList<>(ranked.size());
     for (RankedDocument r : ranked) {
-      if (r.index() < 0 || r.index() >= documents.size()) {
-        throw new IllegalStateException("reranker result references document " + r.index() + " of "
-            + documents.size() + ", which was not given");
-      }
-      if (seen.get(r.index())) {
-        throw new IllegalStateException("reranker result references document " + r.index() + " twice");
-      }
-      seen.set(r.index());
       Document document = documents.get(r.index());
       out.add(Float.isNaN(r.relevanceScore()) ? document
           : document.mutate().score((double) r.relevanceScore()).build());

@@ -1,5 +1,6 @@
 package io.ragsidecar.springai;
 
+import io.ragsidecar.client.HitDocument;
 import io.ragsidecar.client.KnowledgeChunk;
 import io.ragsidecar.client.RetrievalRequests;
 import io.ragsidecar.client.SidecarRetrieval;
@@ -7,7 +8,6 @@ import io.ragsidecar.v1.KnowledgeEntry;
 import io.ragsidecar.v1.SearchOptions;
 import io.ragsidecar.v1.SearchRequest;
 import io.ragsidecar.v1.Target;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -18,19 +18,22 @@ import org.springframework.ai.rag.retrieval.search.DocumentRetriever;
 /**
  * A Spring AI {@link DocumentRetriever} over the sidecar's Search: the query's text searched in the knowledge a
  * target declares (files, folders, inline text, MEMORY documents), in the retrieval's scope. Each hit becomes a
- * {@link Document} whose id is the chunk id, whose score is the hit's score ({@code null} for unranked text) and
- * whose metadata carries {@link #SOURCE}, {@link #FILE}, {@link #DOCUMENT_ID} (when not empty) and
- * {@link #RERANK_SCORE} (when the entry reranks). Hits keep the sidecar's order, best first.
+ * {@link Document} in the layout of {@link HitDocument}, the same as the LangChain4j adapter's: its id is the chunk
+ * id, its score the hit's score ({@code null} for unranked text) and its metadata carries {@link #SOURCE},
+ * {@link #CHUNK_ID}, {@link #FILE} and {@link #DOCUMENT_ID} (when not empty) and {@link #RERANK_SCORE} (when the
+ * entry reranks). Hits keep the sidecar's order, best first.
  */
 public final class SidecarDocumentRetriever implements DocumentRetriever {
-  /** Metadata key: the knowledge entry's name. */
-  public static final String SOURCE = "source";
-  /** Metadata key: the source file's path relative to its knowledge root. */
-  public static final String FILE = "file";
-  /** Metadata key: the MEMORY document's id, or the record key of a .jsonl/.csv record. */
-  public static final String DOCUMENT_ID = "document_id";
-  /** Metadata key: the reranker's relevance (0..1) when the entry reranks. */
-  public static final String RERANK_SCORE = "rerank_score";
+  /** Metadata key: the knowledge entry's name ({@link HitDocument#SOURCE}). */
+  public static final String SOURCE = HitDocument.SOURCE;
+  /** Metadata key: the chunk id, also the document's id ({@link HitDocument#CHUNK_ID}). */
+  public static final String CHUNK_ID = HitDocument.CHUNK_ID;
+  /** Metadata key: the source file's path relative to its knowledge root ({@link HitDocument#FILE}). */
+  public static final String FILE = HitDocument.FILE;
+  /** Metadata key: the MEMORY document's id, or a .jsonl/.csv record's key ({@link HitDocument#DOCUMENT_ID}). */
+  public static final String DOCUMENT_ID = HitDocument.DOCUMENT_ID;
+  /** Metadata key: the reranker's relevance (0..1) when the entry reranks ({@link HitDocument#RERANK_SCORE}). */
+  public static final String RERANK_SCORE = HitDocument.RERANK_SCORE;
 
   private final SidecarRetrieval retrieval;
   private final SearchRequest template;
@@ -61,17 +64,9 @@ public final class SidecarDocumentRetriever implements DocumentRetriever {
   }
 
   private static Document document(KnowledgeChunk hit) {
-    Map<String, Object> metadata = new HashMap<>();
-    metadata.put(SOURCE, hit.source());
-    if (!hit.file().isEmpty()) {
-      metadata.put(FILE, hit.file());
-    }
-    if (!hit.documentId().isEmpty()) {
-      metadata.put(DOCUMENT_ID, hit.documentId());
-    }
-    hit.rerankScore().ifPresent(relevance -> metadata.put(RERANK_SCORE, relevance));
-    return Document.builder().id(hit.chunkId()).text(hit.text()).metadata(metadata)
-        .score(hit.isScored() ? hit.score() : null).build();
+    HitDocument document = HitDocument.of(hit);
+    return Document.builder().id(document.id()).text(document.text()).metadata(document.metadata())
+        .score(document.score()).build();
   }
 
   @Override

@@ -187,6 +187,7 @@ class SidecarSpringAiTest {
       assertEquals("products", d.getMetadata().get(SidecarDocumentRetriever.SOURCE));
       assertEquals("products.jsonl", d.getMetadata().get(SidecarDocumentRetriever.FILE));
       assertFalse(d.getId().isEmpty());
+      assertEquals(d.getId(), d.getMetadata().get(SidecarDocumentRetriever.CHUNK_ID));
     }
     assertTrue(products.get(0).getScore() >= products.get(2).getScore(), products::toString);
 
@@ -274,5 +275,22 @@ class SidecarSpringAiTest {
         () -> SidecarDocumentPostProcessor.builder(twice).build()
             .process(new Query("bread"), List.of(new Document("a"), new Document("b"))));
     assertTrue(broken.getMessage().contains("twice"), broken.getMessage());
+
+    // One that references a third document when given two.
+    Reranker outOfRange = new Reranker() {
+      @Override
+      public boolean supports(String model) {
+        return true;
+      }
+
+      @Override
+      public List<RankedDocument> rerank(Request request) {
+        return List.of(new RankedDocument(2, "", 0.9f, 1f, null, 0));
+      }
+    };
+    broken = assertThrows(IllegalStateException.class, () -> SidecarDocumentPostProcessor.builder(outOfRange).build()
+        .process(new Query("bread"), List.of(new Document("a"), new Document("b"))));
+    assertTrue(broken.getMessage().contains("index 2") && broken.getMessage().contains("2 documents"),
+        broken.getMessage());
   }
 }
