@@ -98,6 +98,25 @@ def test_undecodable_request_is_invalid_argument_on_every_method(sidecar: Sideca
     assert "Traceback" not in sidecar.log()
 
 
+def test_a_refused_call_sends_no_message_before_its_status(sidecar: Sidecar) -> None:
+    """Read as a stream, a refused unary call yields nothing before its status: a client that takes the first
+    message as the answer (an async observer completing on its first message) must not see it succeed."""
+    channel = sidecar.channel()
+    refused = {  # a domain error, and an error of the interceptors in front of the servicers
+        "/ragsidecar.v1.RerankerService/Rerank": reranker_pb2.RerankRequest(
+            model="no-such-model", query="q", documents=[reranker_pb2.RerankDocument(text="d")]).SerializeToString(),
+        "/ragsidecar.v1.RetrievalService/Search": UNDECODABLE["corrupt wire bytes"],
+    }
+    for method, payload in refused.items():
+        stream = channel.unary_stream(method, request_serializer=None, response_deserializer=None)
+        received = []
+        with pytest.raises(grpc.RpcError) as caught:
+            for message in stream(payload, timeout=30):
+                received.append(message)
+        assert caught.value.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT), method
+        assert received == [], method
+
+
 def test_value_nested_too_deep_is_invalid_argument(sidecar: Sidecar) -> None:
     method = "/ragsidecar.v1.RetrievalService/Enforce"
     retrieval_pb2.EnforceRequest.FromString(values_nested(20))  # the same shape, shallower, decodes

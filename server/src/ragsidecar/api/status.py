@@ -115,15 +115,6 @@ async def abort(context: grpc.aio.ServicerContext, error: SidecarError) -> None:
     await context.abort_with_status(to_status(error))
 
 
-def answer_with(context: grpc.aio.ServicerContext, status: grpc.Status) -> None:
-    """Sets a failed call's status without raising. abort_with_status raises an AbortError that grpc.aio keeps in
-    a reference cycle with the frames it passed, each holding the request: only a full garbage collection, which
-    may not come for a long while, would free them (a few 64 MiB requests held 1 GiB that way)."""
-    context.set_code(status.code)
-    context.set_details(status.details)
-    context.set_trailing_metadata(status.trailing_metadata)
-
-
 Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Any]])
 
 
@@ -135,14 +126,18 @@ def translates_errors(method: Handler) -> Handler:
         try:
             return await method(self, request, context)
         except SidecarError as err:
-            answer_with(context, to_status(err))
+            status = to_status(err)
         except grpc.aio.AbortError:
             raise
         except Exception:
             log.exception("%s failed", method.__qualname__)
-            status = status_pb2.Status(code=code_pb2.INTERNAL, message="internal error; see the sidecar's log")
-            answer_with(context, rpc_status.to_status(status))
-        return None  # grpc.aio sends no message with a failed status
+            status = rpc_status.to_status(status_pb2.Status(code=code_pb2.INTERNAL,
+                                                            message="internal error; see the sidecar's log"))
+        # Aborting, not setting the code and returning: grpc.aio sends a unary method's return value, None
+        # included (as an empty message), before a status set that way, and a client that takes the first message
+        # as the answer would see a failed call succeed. The AbortError's reference cycle holds the request until a
+        # full collection (inference/memory.py runs one as resident memory grows).
+        await context.abort_with_status(status)
 
     return wrapper  # type: ignore[return-value]
 

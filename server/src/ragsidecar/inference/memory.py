@@ -10,7 +10,9 @@ behind on every reload, so RSS grew with each hot swap. Two settings stop that (
   unmapped on their own; inference time is unchanged (onnxruntime's arena reuses its chunks);
 - malloc_trim after a model is unloaded, which returns the free pages of every arena; and whenever resident
   memory has grown by TRIM_GROWTH_BYTES since the last trim: a request of up to 64 MiB (max_message_bytes) is
-  parsed into blocks that are freed once it is answered, but stay resident in the arenas otherwise.
+  parsed into blocks that are freed once it is answered, but stay resident in the arenas otherwise. That trim
+  follows a full garbage collection: a refused call's AbortError stays in a reference cycle with the frames that
+  held its request, so only a full collection, which may not come for a long while, frees the request.
 """
 
 from __future__ import annotations
@@ -67,13 +69,14 @@ _TRIM_CHECK_S = 2.0
 
 
 async def trim_as_memory_grows() -> None:
-    """Runs until cancelled: trims the C heap, off the event loop, whenever resident memory has grown by
-    TRIM_GROWTH_BYTES since the last trim (reading the size costs the same whatever it is)."""
+    """Runs until cancelled: collects and trims the C heap, off the event loop, whenever resident memory has grown
+    by TRIM_GROWTH_BYTES since the last trim (reading the size costs the same whatever it is). The collection holds
+    the GIL while it runs, but runs only after such growth."""
     floor = _resident_bytes()
     while _LIBC is not None and floor:
         await asyncio.sleep(_TRIM_CHECK_S)
         if _resident_bytes() > floor + TRIM_GROWTH_BYTES:
-            await asyncio.to_thread(_trim_heap)
+            await asyncio.to_thread(release_free_memory)
             floor = _resident_bytes()
 
 
