@@ -138,9 +138,12 @@ final class ClientContext {
       }
     });
     ClientCalls.asyncUnaryCall(call, request, new StreamObserver<R>() {
+      // The answer counts once the call has ended well: a status that follows a message still fails the call.
+      private R answer;
+
       @Override
       public void onNext(R value) {
-        future.complete(value);
+        answer = value;
       }
 
       @Override
@@ -160,7 +163,8 @@ final class ClientContext {
 
       @Override
       public void onCompleted() {
-        // The value arrived in onNext; a unary call that completes without one fails in onError instead.
+        // A unary call that completes without a message fails in onError instead.
+        future.complete(answer);
       }
     });
   }
