@@ -1,9 +1,24 @@
 """Retrieval quality on real IR collections (BEIR layout), through the product's own code, and the choice of the
 retrieval defaults by leave-one-set-out cross-validation.
 
-Collections: SciFact, Cranfield and MED (bench/ir_collections.py finds them: $RAGSIDECAR_IR_DATA, else a
-folder beside the checkout). Metrics: nDCG@10 (graded gains, log2 discount) and Recall@100 (rel > 0), mean
+Collections: SciFact, Cranfield, MED, NPL and LISA (bench/ir_collections.py finds them: $RAGSIDECAR_IR_DATA, else
+a folder beside the checkout). Metrics: nDCG@10 (graded gains, log2 discount) and Recall@100 (rel > 0), mean
 over the judged test queries with at least one relevant document.
+
+By default (stages cv, table, speed, curve) the first stage comes from lists through the sidecar (Listed): each
+query's dense and lexical list, 1,000 documents deep, fetched once through the Search RPC (retrieval_mode
+DENSE / LEXICAL, group_by_document) and cached in bench/results/lists-*.json; every fusion is then computed
+in-process over them with knowledge/fusion.py as HybridIndex.search does, so the grid costs no model time.
+
+  cv     leave-one-set-out over every set given, fusion method, dense_weight and fusion depth, then the rerank
+         combination (on --rpc-rerank-queries queries per set), as described below; each fold printed.
+  table  every set through the Search RPC (--rpc-sets; others in-process, marked): the reference BM25 (bm25s,
+         k1 0.9, b 0.4), the sidecar's lexical and dense lists, the default, the default with rerank; the
+         done-when checks; the share of queries whose top 10 at top_k 10 equals the head at top_k 100.
+  speed  p50 of Search with rerank at top_k 10 (a second sidecar, inference cache off), per curve point and for
+         the default.
+
+With --in-process, the 0.2.0 bench: one vector per document embedded in-process (Prepared) and the stages below.
 
 Stages (--stages, comma-separated; default all of them; they run in this order, rpc before curve so the curve
 shows the latencies; the done-when checks of the default pipeline always print):
@@ -80,6 +95,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import bm25s
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,7 +107,8 @@ from sidecar import Sidecar, default_config  # noqa: E402
 from ragsidecar.config_loading import load_config  # noqa: E402
 from ragsidecar.inference.models import load_model  # noqa: E402
 from ragsidecar.knowledge.chunking import chunk_units  # noqa: E402
-from ragsidecar.knowledge.fusion import FusionSettings, combine_reranked, fuse  # noqa: E402
+from ragsidecar.knowledge import lexical  # noqa: E402
+from ragsidecar.knowledge.fusion import FUSIONS, FusionSettings, alternate, combine_reranked, fuse  # noqa: E402
 from ragsidecar.knowledge.index import HybridIndex, IndexedChunk  # noqa: E402
 from ragsidecar.knowledge.sources import read_units  # noqa: E402
 from ragsidecar.v1 import common_pb2, reranker_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc  # noqa: E402
@@ -100,6 +117,9 @@ RESULTS = REPO / "bench" / "results"
 KNOWLEDGE = RESULTS / "knowledge"
 RERANKER = "ms-marco-MiniLM-L-12-v2"
 DEPTH = 100  # Recall@100 needs 100 results per run
+FUSION_DEPTHS = (100,)  # fusion_candidates the cross-validation tries (one depth: the machine's time)
+QUALITY_CACHE_BYTES = 1 << 30
+LIST_DEPTH = 1000  # documents per dense and lexical list fetched through Search (fusion_candidates up to this)
 EMBED_BATCH = 64  # texts per BiEncoder.embed call
 CACHE_FORMAT = "v1-title-space-text"
 LANGUAGES = ("none", "english")
@@ -244,6 +264,7 @@ class FirstStage:
     kind: str
     language: str = "none"
     fusion: FusionSettings = FusionSettings()
+    candidates: int = 50  # retrieval.fusion_candidates: depth of each list fused
 
     def label(self) -> str:
         if self.kind == "dense":
@@ -252,7 +273,7 @@ class FirstStage:
             return f"BM25 {'unstemmed' if self.language == 'none' else self.language}"
         f = self.fusion
         weight = "" if f.method == "rrf" else f" w={f.dense_weight:g}"
-        return f"hybrid {self.language} {f.method}{weight}"
+        return f"hybrid {self.language} {f.method}{weight} c{self.candidates}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,8 +305,8 @@ def configured(config) -> Pipeline:
     retrieval = config.retrieval
     fusion = FusionSettings(method=getattr(retrieval, "fusion", "rrf"),
                             dense_weight=getattr(retrieval, "dense_weight", 0.5))
-    first = FirstStage("hybrid", getattr(retrieval, "lexical_language", "none"), fusion)
-    depth = getattr(retrieval, "rerank_depth", None) or retrieval.rerank_candidates
+    first = FirstStage("hybrid", getattr(retrieval, "lexical_language", "none"), fusion, retrieval.fusion_candidates)
+    depth = retrieval.rerank_candidates
     max_length = next(m.max_length for m in config.models if m.id == RERANKER)
     rerank = Rerank(getattr(retrieval, "rerank_fusion", "rrf"), getattr(retrieval, "rerank_weight", 0.5), depth,
                     max_length)
@@ -347,6 +368,65 @@ class Prepared:
             if d not in cosines:
                 cosines[d] = float(self.vectors[self.position[d]] @ self.query_vectors[q])
         order = sorted(fused, key=lambda d: (-fused[d], -cosines[d], d))[:DEPTH]
+        return [(d, fused[d]) for d in order]
+
+
+class Listed:
+    """A collection's first-stage lists as the sidecar gives them: the dense and the lexical list of every query,
+    each LIST_DEPTH documents deep, through the Search RPC (FILE .jsonl, group_by_document, retrieval_mode DENSE
+    or LEXICAL: each document's best chunk, with its cosine or BM25 score), fetched once and cached in
+    bench/results/lists-*.json. A hybrid first stage fuses them as HybridIndex.search does: knowledge/fusion.py's
+    fuse() over each list's top `candidates`, then past that head both deeper lists alternately. (SciFact's cut
+    abstracts are fused per document here and per chunk in the sidecar: the rpc stage measures the difference.)"""
+
+    view = "lists through Search"
+
+    def __init__(self, data: Collection, sidecar: BenchSidecar, config) -> None:
+        self.data = data
+        self.lists = {mode: self._fetched(sidecar, config, mode) for mode in ("dense", "lexical")}
+        self.texts = {r["_id"]: "\n".join(filter(None, ((r.get("title") or "").strip(), (r.get("text") or "").strip())))
+                      for r in data.rows}  # what the reranker scores: the record's text as the sidecar reads it
+        self._first: dict[FirstStage, dict[str, list[tuple[str, float]]]] = {}
+
+    def _fetched(self, sidecar: BenchSidecar, config, mode: str) -> dict[str, list[tuple[str, float]]]:
+        analysis = f"{config.retrieval.lexical_language}-k{lexical.K1:g}-b{lexical.B:g}"
+        path = RESULTS / f"lists-{self.data.name}-{mode}-{analysis if mode == 'lexical' else config.retrieval.embedder}-" \
+                         f"{LIST_DEPTH}.json"
+        if path.is_file():
+            return {q: [tuple(hit) for hit in hits] for q, hits in json.loads(path.read_text()).items()}
+        stub = retrieval_pb2_grpc.RetrievalServiceStub(sidecar.get().channel())
+        started = time.perf_counter()
+        retrieval_mode = pb.RETRIEVAL_MODE_DENSE if mode == "dense" else pb.RETRIEVAL_MODE_LEXICAL
+        lists = {}
+        for q, text in self.data.queries.items():
+            hits = search(stub, self.data, text, LIST_DEPTH, retrieval_mode=retrieval_mode).hits
+            lists[q] = [(h.provenance.document_id, h.scores.dense if mode == "dense" else h.scores.bm25) for h in hits]
+        path.write_text(json.dumps(lists))
+        print(f"  [{self.data.name}] {mode} lists through Search in {time.perf_counter() - started:.0f} s", flush=True)
+        return lists
+
+    def doc_of(self, key: str) -> str:
+        return key
+
+    def first_stage(self, stage: FirstStage) -> dict[str, list[tuple[str, float]]]:
+        """Query -> the top 100 (document id, score), best first."""
+        if stage not in self._first:
+            self._first[stage] = {q: self._ranked(stage, q) for q in self.data.queries}
+        return self._first[stage]
+
+    def _ranked(self, stage: FirstStage, q: str) -> list[tuple[str, float]]:
+        dense, lexical = self.lists["dense"][q], self.lists["lexical"][q]
+        if stage.kind != "hybrid":
+            return (dense if stage.kind == "dense" else lexical)[:DEPTH]
+        head_dense, head_lexical = dense[: stage.candidates], lexical[: stage.candidates]
+        fused = fuse(head_dense, head_lexical, stage.fusion)
+        cosines = dict(dense)
+        order = sorted(fused, key=lambda d: (-fused[d], -cosines.get(d, -1.0), d))[:DEPTH]
+        if len(order) < DEPTH:
+            floor = min(fused.values(), default=0.0)
+            beyond = alternate([d for d, _ in dense[:DEPTH]], [d for d, _ in lexical[:DEPTH]])
+            order += [d for d in beyond if d not in fused][: DEPTH - len(order)]
+            fused = {**dict.fromkeys(order, floor), **fused}
         return [(d, fused[d]) for d in order]
 
 
@@ -414,16 +494,19 @@ def reranker_id(max_length: int) -> str:
 class BenchSidecar:
     """One sidecar for the whole run, started on first use: Rerank for missing scores, Search for the rpc stage.
     Its config is config/ragsidecar.toml with the --set overrides, a knowledge root of the sets as .jsonl files,
-    a persistent data dir, the result cache off, and one extra reranker entry per max_length."""
+    a persistent data dir, and one extra reranker entry per max_length. `cache_bytes`: the inference result
+    cache (on for quality: the Search rerank pass reuses the scores the cross-validation asked for; off to time
+    Search)."""
 
-    def __init__(self, overrides: dict[str, Any]) -> None:
+    def __init__(self, overrides: dict[str, Any], cache_bytes: int = 0) -> None:
         self.overrides = overrides
+        self.cache_bytes = cache_bytes
         self.server: Sidecar | None = None
 
     def get(self) -> Sidecar:
         if self.server is None:
             config = default_config()
-            config["inference"].update(workers=2, intra_op_threads=1, cache_bytes=0)
+            config["inference"].update(workers=2, intra_op_threads=1, cache_bytes=self.cache_bytes)
             config["paths"]["knowledge_roots"] = [str(KNOWLEDGE)]
             config["paths"]["data_dir"] = str(RESULTS / "sidecar-data")
             config["retrieval"].update(self.overrides)
@@ -448,9 +531,10 @@ class BenchSidecar:
 class Scores:
     """Raw cross-encoder logits per (set, max_length, query id, document id), in bench/results/ce-*.json."""
 
-    def __init__(self, sidecar: BenchSidecar, clients: int) -> None:
+    def __init__(self, sidecar: BenchSidecar, clients: int, default_max_length: int) -> None:
         self.sidecar = sidecar
         self.clients = clients
+        self.default_max_length = default_max_length
         self._tables: dict[tuple[str, int], dict[str, dict[str, float]]] = {}
 
     def _path(self, name: str, max_length: int) -> Path:
@@ -483,7 +567,9 @@ class Scores:
 
         def one(q: str) -> tuple[str, dict[str, float]]:
             documents = [reranker_pb2.RerankDocument(id=d, text=prepared.texts[d]) for d in missing[q]]
-            response = stub.Rerank(reranker_pb2.RerankRequest(model=reranker_id(max_length),
+            # The default model at its own max_length: what Search reranks with, so a later Search reuses the score
+            model = RERANKER if max_length == self.default_max_length else reranker_id(max_length)
+            response = stub.Rerank(reranker_pb2.RerankRequest(model=model,
                                                               query=prepared.data.queries[q], documents=documents),
                                    timeout=600)
             return q, {r.id: r.raw_score for r in response.results}
@@ -551,12 +637,15 @@ def spread(items: list, count: int | None) -> list:
 
 # ---- the stages ------------------------------------------------------------------------------------------
 
-def hybrid_stages() -> list[FirstStage]:
+def hybrid_stages(languages: tuple[str, ...] = LANGUAGES, depths: tuple[int, ...] = (50,)) -> list[FirstStage]:
+    """Every fusion of the grid: plain RRF, and each weighted method at each dense_weight, per language and
+    fusion depth (fusion_candidates)."""
     stages = []
-    for lang in LANGUAGES:
-        stages.append(FirstStage("hybrid", lang, FusionSettings("rrf")))
-        for method in ("weighted_rrf", "convex"):
-            stages += [FirstStage("hybrid", lang, FusionSettings(method, w)) for w in WEIGHTS]
+    for lang in languages:
+        for depth in depths:
+            stages.append(FirstStage("hybrid", lang, FusionSettings("rrf"), depth))
+            for method in FUSIONS[1:]:
+                stages += [FirstStage("hybrid", lang, FusionSettings(method, w), depth) for w in WEIGHTS]
     return stages
 
 
@@ -567,8 +656,11 @@ def rerank_variants(depths: tuple[int, ...], max_length: int) -> list[Rerank]:
 
 
 class Bench:
-    def __init__(self, prepared: list[Prepared], scores: Scores, default: Pipeline) -> None:
+    def __init__(self, prepared: list[Prepared] | list[Listed], scores: Scores, default: Pipeline,
+                 grid: list[FirstStage]) -> None:
         self.prepared = prepared
+        self.grid = grid  # the first stages explore and cv try
+        self.rerank_queries: int | None = None  # per set, the queries the rerank cross-validation scores
         self.scores = scores
         self.default = default
         self.memo: dict[tuple[str, Pipeline], tuple[float, float]] = {}
@@ -592,7 +684,7 @@ class Bench:
         self.out("", "## First stage per set (in-process, rerank off)", "",
                  "| first stage | " + " | ".join(f"{n} nDCG@10 | {n} R@100" for n in names) + " |",
                  "|---|" + "---|---|" * len(names))
-        stages = ([FirstStage("bm25", lang) for lang in LANGUAGES] + [FirstStage("dense")] + hybrid_stages())
+        stages = ([FirstStage("bm25", lang) for lang in LANGUAGES] + [FirstStage("dense")] + self.grid)
         for stage in stages:
             cells = [self.measure(p, Pipeline(stage)) for p in self.prepared]
             self.out(f"| {stage.label()} | " + " | ".join(f"{n:.3f} | {r:.3f}" for n, r in cells) + " |")
@@ -600,42 +692,52 @@ class Bench:
 
     # cv -----------------------------------------------------------------------------------------------
     def cross_validate(self) -> Pipeline:
-        """Leave one set out, stage by stage: each fold picks the first stage on its two training sets; the
-        folds' picks are agreed into one first stage; on it, each fold picks the rerank combination on its
-        two training sets; those picks are agreed too. Every pick is reported on the set it did not see."""
+        """Leave one set out, stage by stage: each fold picks the first stage on its training sets (all the
+        others); the folds' picks are agreed into one first stage; on it, each fold picks the rerank combination
+        on its training sets (on `rerank_sample`'s queries: cross-encoder time); those picks are agreed too.
+        Every pick is reported on the set it did not see."""
         if len(self.prepared) < 3:
-            raise SystemExit("cv needs the three sets")
+            raise SystemExit("cv needs three sets at least")
         max_length = self.default.rerank.max_length
         trains = [[p for p in self.prepared if p is not held] for held in self.prepared]
 
-        def best(candidates, pipeline_of, train):
-            return max(candidates, key=lambda c: statistics.fmean(self.measure(p, pipeline_of(c))[0] for p in train))
+        def best(candidates, pipeline_of, train, sampled=False):
+            return max(candidates, key=lambda c: statistics.fmean(
+                self.measure(p, pipeline_of(c), self.sample(p, sampled))[0] for p in train))
 
-        firsts = [best(hybrid_stages(), Pipeline, train) for train in trains]
+        firsts = [best(self.grid, Pipeline, train) for train in trains]
         first = agree_first(firsts)
         print(f"  first stage agreed: {first.label()}", flush=True)
         variants = rerank_variants(CV_DEPTHS, max_length)
-        reranks = [best(variants, lambda r: Pipeline(first, r), train) for train in trains]
+        reranks = [best(variants, lambda r: Pipeline(first, r), train, True) for train in trains]
         rerank = agree_rerank(reranks)
-        self.out("", "## Leave-one-set-out cross-validation (each pick made on the two other sets by mean nDCG@10, "
-                     f"reported on the held-out set; rerank depth {' or '.join(map(str, CV_DEPTHS))}, "
-                     f"max_length {max_length})", "",
-                 "| held out | first stage picked | its nDCG@10 held out | rerank picked (on the agreed first stage) | "
-                 "held out: agreed first stage | + picked rerank | max(BM25, dense) |", "|---|---|---|---|---|---|---|")
+        self.out("", f"## Leave-one-set-out cross-validation over {len(self.prepared)} sets (each pick made on the "
+                     "other sets by mean nDCG@10, reported on the held-out set; rerank depth "
+                     f"{' or '.join(map(str, CV_DEPTHS))}, max_length {max_length}, on the rerank sample)", "",
+                 "| held out | first stage picked | held out: its pick | held out: agreed | max(lexical, dense) | "
+                 "rerank picked (on the agreed first stage) | held out, sample: off | + picked rerank |",
+                 "|---|---|---|---|---|---|---|---|")
         for held, fold_first, fold_rerank in zip(self.prepared, firsts, reranks):
+            sample = self.sample(held, True)
             self.out(f"| {held.data.name} | {fold_first.label()} | {self.measure(held, Pipeline(fold_first))[0]:.3f} | "
-                     f"{fold_rerank.label()} | {self.measure(held, Pipeline(first))[0]:.3f} | "
-                     f"{self.measure(held, Pipeline(first, fold_rerank))[0]:.3f} | {self.strongest_single(held):.3f} |")
+                     f"{self.measure(held, Pipeline(first))[0]:.3f} | {self.strongest_single(held):.3f} | "
+                     f"{fold_rerank.label()} | {self.measure(held, Pipeline(first), sample)[0]:.3f} | "
+                     f"{self.measure(held, Pipeline(first, fold_rerank), sample)[0]:.3f} |")
         chosen = Pipeline(first, rerank)
         self.out("", "Agreed (per setting the value most folds picked; a weight is the median of the folds that picked "
                      f"that method): **{chosen.label()}**")
-        self.out("", "Rerank combinations on the agreed first stage (nDCG@10):", "",
-                 "| rerank | " + " | ".join(p.data.name for p in self.prepared) + " |",
-                 "|---|" + "---|" * len(self.prepared))
+        self.out("", "Rerank combinations on the agreed first stage (nDCG@10 on the rerank sample):", "",
+                 "| rerank | " + " | ".join(p.data.name for p in self.prepared) + " | mean |",
+                 "|---|" + "---|" * (len(self.prepared) + 1))
         for variant in [None, *rerank_variants(CV_DEPTHS, max_length)]:
-            cells = [self.measure(p, Pipeline(first, variant))[0] for p in self.prepared]
-            self.out(f"| {variant.label() if variant else 'off'} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+            cells = [self.measure(p, Pipeline(first, variant), self.sample(p, True))[0] for p in self.prepared]
+            self.out(f"| {variant.label() if variant else 'off'} | " + " | ".join(f"{c:.3f}" for c in cells) +
+                     f" | {statistics.fmean(cells):.3f} |")
         return chosen
+
+    def sample(self, p: Prepared | Listed, sampled: bool) -> tuple[str, ...] | None:
+        """The rerank sample's queries of the set (None: all of them)."""
+        return tuple(spread(list(p.data.queries), self.rerank_queries)) if sampled and self.rerank_queries else None
 
     def strongest_single(self, p: Prepared) -> float:
         return max(self.measure(p, Pipeline(s))[0] for s in
@@ -700,12 +802,13 @@ def _common(values):
 
 
 def agree_first(picks: list[FirstStage]) -> FirstStage:
-    """The folds' first stages as one: the most common language and method; the median dense_weight of the
-    folds that picked that method."""
+    """The folds' first stages as one: the most common language and method; the median dense_weight and the
+    most common fusion depth of the folds that picked that method."""
     method = _common(f.fusion.method for f in picks)
-    weight = statistics.median(f.fusion.dense_weight for f in picks if f.fusion.method == method)
-    weight = 0.5 if method == "rrf" else weight  # plain RRF has no weight: one key for one ranking
-    return FirstStage("hybrid", _common(f.language for f in picks), FusionSettings(method, weight))
+    chosen = [f for f in picks if f.fusion.method == method]
+    weight = 0.5 if method == "rrf" else statistics.median(f.fusion.dense_weight for f in chosen)  # rrf: no weight
+    return FirstStage("hybrid", _common(f.language for f in picks), FusionSettings(method, weight),
+                      _common(f.candidates for f in chosen))
 
 
 def agree_rerank(picks: list[Rerank]) -> Rerank:
@@ -806,6 +909,97 @@ def measure_latency(stub, data: Collection, base: Rerank, count: int,
               f"{latencies[(data.name, depth, max_length)]:.0f} ms", flush=True)
 
 
+def reference_bm25(data: Collection) -> Run:
+    """The reference the issue measured against: bm25s built afresh ("lucene", k1 0.9, b 0.4) over "title text",
+    Snowball English stems, English stopwords (the analysis of knowledge/lexical.py's "english")."""
+    index = bm25s.BM25(k1=0.9, b=0.4)
+    index.index(lexical.terms(data.doc_texts, "english"), show_progress=False)
+    run = {}
+    for q, query_terms in zip(data.queries, lexical.terms(list(data.queries.values()), "english")):
+        scores = index.get_scores(query_terms)
+        run[q] = [data.doc_ids[i] for i in np.argsort(-scores, kind="stable")[:DEPTH]]
+    return run
+
+
+def quality_table(bench: Bench, sidecar: BenchSidecar, pipeline: Pipeline, rerank_queries: int | None,
+                  rpc_sets: list[str]) -> None:
+    """Every set through the Search RPC (FILE .jsonl, group_by_document, top_k 100): the sidecar's lexical and
+    dense lists alone (retrieval_mode), the default, and the default with rerank (the configured depth), beside
+    the reference BM25; then the issue's done-when checks. Also per set: the share of queries whose top 10
+    equals the in-process fusion of the same lists, and whose top 10 at top_k 10 equals the first 10 at top_k 100.
+    A set outside `rpc_sets` gets the default and its rerank in-process from its lists (marked "in-process")."""
+    stub = retrieval_pb2_grpc.RetrievalServiceStub(sidecar.get().channel())
+    columns = ["BM25 reference", "lexical", "dense", "default", "default + rerank"]
+    bench.out("", f"## Through the Search RPC: nDCG@10 / R@100 (default: {pipeline.first.label()}; rerank: "
+                  f"{pipeline.rerank.label()})", "",
+              "| set | " + " | ".join(columns) + " | same top 10 as in-process | top_k 10 = head of top_k 100 |",
+              "|---|" + "---|" * (len(columns) + 2))
+    table: dict[str, dict[str, tuple[float, float]]] = {}
+    for view in bench.prepared:
+        data = view.data
+        sample = tuple(spread(list(data.queries), rerank_queries))
+        runs: dict[str, Run] = {"BM25 reference": reference_bm25(data),
+                                "lexical": run_of(view, Pipeline(FirstStage("bm25")), bench.scores),
+                                "dense": run_of(view, Pipeline(FirstStage("dense")), bench.scores)}
+        local = run_of(view, Pipeline(pipeline.first), bench.scores)
+        if data.name in rpc_sets:
+            runs["default"] = {q: [h.provenance.document_id for h in search(stub, data, text, DEPTH).hits]
+                               for q, text in data.queries.items()}
+            heads = {q: [h.provenance.document_id for h in search(stub, data, data.queries[q], 10).hits]
+                     for q in data.queries}
+            runs["default + rerank"] = {q: [h.provenance.document_id for h in search(
+                stub, data, data.queries[q], DEPTH, rerank=True).hits] for q in sample}
+        else:
+            runs["default"], heads = local, {q: local[q][:10] for q in data.queries}
+            runs["default + rerank"] = run_of(view, pipeline, bench.scores, sample)
+        table[data.name] = {c: evaluate(run, data.qrels) for c, run in runs.items()}
+        if len(sample) < len(data.queries):  # rerank off on the same queries, to compare
+            table[data.name]["default, rerank sample"] = evaluate({q: runs["default"][q] for q in sample}, data.qrels)
+        same = statistics.fmean(runs["default"][q][:10] == local[q][:10] for q in data.queries)
+        stable = statistics.fmean(heads[q] == runs["default"][q][:10] for q in data.queries)
+        where = "" if data.name in rpc_sets else " (in-process)"
+        bench.out(f"| {data.name}{where} | " + " | ".join("%.3f / %.3f" % table[data.name][c] for c in columns) +
+                  f" | {same:.0%} | {stable:.0%} |")
+    means = {c: statistics.fmean(t[c][0] for t in table.values()) for c in columns}
+    bench.out("| mean nDCG@10 | " + " | ".join(f"{means[c]:.3f}" for c in columns) + " | | |", "",
+              "Done-when checks (nDCG@10):", "",
+              "| set | default >= max(lexical, dense) - 0.005 | rerank >= no rerank |", "|---|---|---|")
+    for name, t in table.items():
+        floor = max(t["lexical"][0], t["dense"][0]) - SLACK
+        off = t.get("default, rerank sample", t["default"])[0]
+        bench.out(f"| {name} | {t['default'][0]:.3f} vs {floor:.3f}: {'PASS' if t['default'][0] >= floor else 'FAIL'} | "
+                  f"{t['default + rerank'][0]:.3f} vs {off:.3f}: {'PASS' if t['default + rerank'][0] >= off else 'FAIL'} |")
+    gain = means["default + rerank"] - statistics.fmean(t.get("default, rerank sample", t["default"])[0]
+                                                         for t in table.values())
+    bench.out("", f"Mean: default {means['default']:.3f} vs BM25 reference {means['BM25 reference']:.3f} + 0.02: "
+                  f"{'PASS' if means['default'] >= means['BM25 reference'] + 0.02 else 'FAIL'}; rerank gain "
+                  f"{gain:+.3f} (>= +0.01: {'PASS' if gain >= 0.01 else 'FAIL'})")
+
+
+def speed(bench: Bench, overrides: dict[str, Any], pipeline: Pipeline, count: int,
+          latencies: dict[tuple[str, int, int], float], rpc_sets: list[str]) -> None:
+    """p50 of Search with rerank at top_k 10 (one caller, `count` queries per set, a sidecar with the inference
+    cache off, so every rerank scores its pairs), per curve point; the default's over every set's queries."""
+    sidecar = BenchSidecar(overrides)
+    try:
+        stub = retrieval_pb2_grpc.RetrievalServiceStub(sidecar.get().channel())
+        default_times = []
+        for view in [v for v in bench.prepared if v.data.name in rpc_sets]:
+            search(stub, view.data, "warm-up", 1)
+            measure_latency(stub, view.data, pipeline.rerank, count, latencies)
+            for text in spread(list(view.data.queries.values()), count):
+                started = time.perf_counter()
+                search(stub, view.data, text, 10, rerank=True)
+                default_times.append(time.perf_counter() - started)
+    finally:
+        sidecar.stop()
+    p50 = 1000 * statistics.median(default_times)
+    bench.out("", f"Speed: Search with the default rerank ({pipeline.rerank.label()}) at top_k 10, p50 over "
+                  f"{len(default_times)} queries of {', '.join(rpc_sets)}: {p50:.0f} ms "
+                  f"(<= 300 ms: {'PASS' if p50 <= 300 else 'FAIL'}; {os.cpu_count()} cores, load average "
+                  f"{os.getloadavg()[0]:.1f})")
+
+
 # ---- chunking --------------------------------------------------------------------------------------------
 
 def chunking(bench: Bench, chunked: dict[str, Chunked], config, pipeline: Pipeline, rerank_queries: int | None) -> None:
@@ -846,13 +1040,19 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sets", default="scifact,cranfield,med")
-    parser.add_argument("--stages", default="explore,cv,rpc,curve,chunking")
-    parser.add_argument("--rpc-sets", default="cranfield,med,scifact", help="sets searched through the Search RPC")
+    parser.add_argument("--sets", default="scifact,cranfield,med,npl,lisa")
+    parser.add_argument("--stages", default="cv,table,speed,curve",
+                        help="explore, cv, table, speed, curve (from the lists through Search); rpc, chunking "
+                             "(with --in-process)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="first-stage lists from one vector per document in-process (the 0.2.0 bench) "
+                             "instead of through the Search RPC")
+    parser.add_argument("--rpc-sets", default="scifact,cranfield,med,npl,lisa",
+                        help="sets searched through the Search RPC (table, rpc, speed)")
     parser.add_argument("--latency-queries", type=int, default=5, help="queries per point of the latency curve")
-    parser.add_argument("--rpc-rerank-queries", type=int, default=60,
-                        help="queries (spread evenly) of the rpc stage's rerank-on pass and of the chunking "
-                             "stage's rerank row (0: skip both; a number above the set's queries: all)")
+    parser.add_argument("--rpc-rerank-queries", type=int, default=None,
+                        help="queries (spread evenly) of the rerank-on pass through Search (default: all) and of "
+                             "the chunking stage's rerank row (0: skip both)")
     parser.add_argument("--curve-queries", type=int, default=30,
                         help="queries per set (spread evenly) of the speed/quality curve (a number above the "
                              "set's queries: all)")
@@ -871,36 +1071,62 @@ def main() -> None:
     default = configured(config)
     print(f"default pipeline (config/ragsidecar.toml{' + --set' if overrides else ''}): {default.label()}", flush=True)
 
-    embedder = Embedder(config)
-    sidecar = BenchSidecar(overrides)
+    embedder = Embedder(config) if args.in_process else None
+    sidecar = BenchSidecar(overrides, cache_bytes=0 if args.in_process else QUALITY_CACHE_BYTES)
     latencies: dict[tuple[str, int, int], float] = {}
     try:
-        prepared = [Prepared(read_collection(name), embedder, config) for name in sets]
-        bench = Bench(prepared, Scores(sidecar, args.clients), default)
+        if embedder is not None:
+            views: list[Prepared] | list[Listed] = [Prepared(read_collection(name), embedder, config) for name in sets]
+            grid = hybrid_stages()
+        else:
+            views = [Listed(read_collection(name), sidecar, config) for name in sets]
+            grid = hybrid_stages((config.retrieval.lexical_language,), FUSION_DEPTHS)
+        bench = Bench(views, Scores(sidecar, args.clients, default.rerank.max_length), default, grid)
+        bench.rerank_queries = args.rpc_rerank_queries
         bench.out(f"# Retrieval quality on BEIR-style collections ({os.cpu_count()} cores)", "",
                   f"Default pipeline measured: **{default.label()}**")
         if "explore" in stages:
             bench.explore()
         if "cv" in stages:
             bench.cross_validate()
-        rpc_sets = [name.strip() for name in args.rpc_sets.split(",") if name.strip() in sets]
-        chunk_sets = sorted(set(rpc_sets if "rpc" in stages else []) | (set(sets) if "chunking" in stages else set()),
-                            key=sets.index)
-        chunked = {name: Chunked(p, embedder, config) for p in prepared for name in chunk_sets if p.data.name == name}
-        if "rpc" in stages:
-            through_rpc(bench, sidecar, {n: chunked[n] for n in rpc_sets}, default, args.rpc_rerank_queries,
-                        args.latency_queries, latencies)
-        if "curve" in stages:
-            bench.curve(default, latencies, args.curve_queries)
-        bench.verdict(default)
-        if "chunking" in stages:
-            chunking(bench, chunked, config, default, args.rpc_rerank_queries)
+        if embedder is None:
+            if "table" in stages:
+                quality_table(bench, sidecar, default, args.rpc_rerank_queries,
+                              [name.strip() for name in args.rpc_sets.split(",")])
+            sidecar.stop()
+            if "speed" in stages:
+                speed(bench, overrides, default, args.latency_queries, latencies,
+                      [name.strip() for name in args.rpc_sets.split(",")])
+            if "curve" in stages:
+                bench.curve(default, latencies, args.curve_queries)
+        else:
+            in_process(bench, sidecar, embedder, config, default, stages, args, latencies)
     finally:
         sidecar.stop()
-        embedder.close()
+        if embedder is not None:
+            embedder.close()
     bench.out("", f"Total {time.perf_counter() - overall:.0f} s; 1-min load average {load_start:.1f} at start, "
                   f"{os.getloadavg()[0]:.1f} at end (the machine is shared).")
     (RESULTS / "beir.md").write_text("\n".join(bench.lines) + "\n")
+
+
+def in_process(bench: Bench, sidecar: BenchSidecar, embedder: Embedder, config, default: Pipeline, stages: set[str],
+               args: argparse.Namespace, latencies: dict[tuple[str, int, int], float]) -> None:
+    """The 0.2.0 bench's stages on one vector per document: rpc, curve, the verdict, chunking."""
+    sets = [p.data.name for p in bench.prepared]
+    rpc_sets = [name.strip() for name in args.rpc_sets.split(",") if name.strip() in sets]
+    chunk_sets = sorted(set(rpc_sets if "rpc" in stages else []) | (set(sets) if "chunking" in stages else set()),
+                        key=sets.index)
+    chunked = {name: Chunked(p, embedder, config) for p in bench.prepared for name in chunk_sets
+               if p.data.name == name}
+    if "rpc" in stages:
+        through_rpc(bench, sidecar, {n: chunked[n] for n in rpc_sets}, default, args.rpc_rerank_queries,
+                    args.latency_queries, latencies)
+    if "curve" in stages:
+        bench.curve(default, latencies, args.curve_queries)
+    bench.verdict(default)
+    if "chunking" in stages:
+        chunking(bench, chunked, config, default, args.rpc_rerank_queries)
 
 
 if __name__ == "__main__":
