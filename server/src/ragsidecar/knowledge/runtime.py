@@ -258,7 +258,9 @@ class RetrievalRuntime:
             if source.stale:
                 stale.append(StaleSource(entry.name, source.stale.reason, source.stale.built_at))
             hits += found
-        hits.sort(key=lambda h: (-(h.score or 0.0), h.source, h.chunk_id))
+        # Ties across sources are common (each source's best hit in both lists scores 1 under min-max fusion):
+        # the cosine breaks them, as it does within a source.
+        hits.sort(key=lambda h: (-(h.score or 0.0), -(h.dense or 0.0), h.source, h.chunk_id))
         work.total_s = time.perf_counter() - started
         return hits, stale, work
 
