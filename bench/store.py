@@ -103,6 +103,9 @@ REBUILT_UP_TO = 10_000  # the 0.2.0 per-write rebuild is timed up to this many c
 REBUILDS = 3
 # The last commit before the incremental indexes: its MEMORY index is the "0.2.0 rebuild" reference.
 REFERENCE_COMMIT = "a143abdad37dab963c9125b15d2cf303d92512db"
+# The fusions that code knows; a newer one configured here runs there as weighted RRF (fusing two lists of at
+# most `candidates` hits costs the same, whichever the formula).
+REFERENCE_FUSIONS = ("rrf", "weighted_rrf", "convex")
 RESIDENT_BYTES = 1 << 40  # every partition stays resident
 REQUEST_BYTES = 1 << 40  # the bulk load is one call (embedded)
 STORES = ("embedded", "postgres")
@@ -379,7 +382,8 @@ async def reference(run: Run, tree: Path) -> list[Figures]:
         np.save(job / "queries.npy", run.queries.vectors)
         (job / "job.json").write_text(json.dumps({
             "ids": everything.ids, "texts": everything.texts, "queries": run.queries.texts, "rebuilds": rebuilds,
-            "k": K, "candidates": searching.candidates, "fusion": searching.fusion.method,
+            "k": K, "candidates": searching.candidates,
+            "fusion": searching.fusion.method if searching.fusion.method in REFERENCE_FUSIONS else "weighted_rrf",
             "dense_weight": searching.fusion.dense_weight, "threads": searching.threads, "dtype": searching.dtype,
             "analysis": searching.analysis}))
         worker = await asyncio.create_subprocess_exec(

@@ -94,6 +94,10 @@ DEAD_SHARE = 0.5
 # A vocabulary of this many terms or more drops those no posting holds once they are over half of it (checked each
 # time merges have dropped as many postings as the segments hold).
 VOCABULARY_FLOOR = 1 << 14
+# Selecting the best scores (_highest): sampled scores per result wanted, and how many times that many results the
+# sampled threshold aims to let through.
+_SAMPLED_PER_RESULT = 64
+_EXPECTED_SHARE = 3
 # Estimated resident bytes of one memtable posting (a list entry and its int), a vocabulary term and a shape.
 _MEMTABLE_POSTING_BYTES = 40
 _TERM_BYTES = 120
@@ -254,7 +258,7 @@ class Lexical:
         self._shape_lengths: list[int] = []  # shape number -> text length
         self._shape_columns = np.zeros((2, 0))  # the two lists above as float64 rows, extended as shapes are added
         self._shapes: dict[int, int] = {}  # length << 32 | tf -> shape number
-        self._weights = np.zeros(0, dtype=np.float32)  # shape number -> its BM25 weight, idf aside
+        self._weights = np.zeros(0)  # shape number -> its BM25 weight, idf aside
         self._weighed: tuple[int, int, int] = (0, 0, 0)  # (texts, total length, shapes) `_weights` is for
         self._owner = np.zeros(0, dtype=np.int32)  # slot -> id of the segment or memtable holding its text, or -1
         self._text_lengths = np.zeros(0, dtype=np.int32)  # slot -> its text's terms (BM25's document length)
@@ -485,21 +489,15 @@ class Lexical:
             return []
         idf = np.log1p((self._live - df + 0.5) / (df + 0.5))
         factors = np.fromiter(repeats.values(), np.float64, len(repeats)) * idf
-        # bm25s's float32 weights, summed in one pass over every posting (a numpy call per term and segment costs
-        # more than the arithmetic); the float64 sums differ from bm25s's float32 ones in the last float32 digit.
+        # Every posting's weight summed in one pass (a numpy call per term and segment costs more than the
+        # arithmetic), in float64: bincount's fast path (bm25s's float32 sums differ in the last float32 digit).
         pieces = [piece for term_pieces in postings for piece in term_pieces]
-        slots = np.concatenate([piece[0] for piece in pieces])
+        slots = np.concatenate([piece[0] for piece in pieces], dtype=np.intp)
         contributions = (self._shape_weights().take(np.concatenate([piece[1] for piece in pieces]))
-                         * np.repeat(factors.astype(np.float32), df))
+                         * np.repeat(factors, df))
         scores = np.bincount(slots, contributions, minlength=self._end)
-        # Negated: numpy's introselect finds the smallest faster than the largest.
-        negated = np.negative(scores, out=scores)
-        if np.count_nonzero(negated) <= count:
-            best = np.flatnonzero(negated)  # all matches (partitioning among a sea of zeros is slow)
-        else:
-            best = np.argpartition(negated, count - 1)[:count]
-        best = best[np.lexsort((best, negated[best]))]
-        return list(zip(best.tolist(), (-negated[best]).tolist()))
+        best = _highest(scores, count)
+        return list(zip(best.tolist(), scores[best].tolist()))
 
     def _postings(self, query_terms: np.ndarray) -> list[list[Postings]]:
         """Each query term's live postings, in pieces: one from each segment and the memtable holding the term."""
@@ -521,7 +519,7 @@ class Lexical:
         if weighed != self._weighed:
             tfs, lengths = self._shape_table()
             average = self._total_length / self._live
-            self._weights = (tfs / (tfs + K1 * (1 - B + B * lengths / average))).astype(np.float32)
+            self._weights = tfs / (tfs + K1 * (1 - B + B * lengths / average))
             self._weighed = weighed
         return self._weights
 
@@ -607,6 +605,31 @@ class Lexical:
             self._dead[s.id] = int(np.count_nonzero(~held))
         self._live, self._total_length = int(np.count_nonzero(live)), int(self._text_lengths[live].sum())
         self._end = int(np.flatnonzero(live).max(initial=-1)) + 1
+
+
+def _highest(scores: np.ndarray, count: int) -> np.ndarray:
+    """The positions of the `count` highest positive scores, best first (ties: position ascending). A threshold
+    taken from a sample of about _SAMPLED_PER_RESULT scores a result keeps the exact selection to the few scores
+    above it (selecting among every score costs a millisecond at 100k texts); where fewer than `count` pass it,
+    every positive score competes."""
+    step = len(scores) // (_SAMPLED_PER_RESULT * count)
+    passing = np.zeros(0, dtype=np.intp)
+    if step > 1:
+        sample = scores[::step]
+        rank = -(-_EXPECTED_SHARE * count // step)  # sampled scores above the threshold, about that share passing
+        threshold = np.partition(sample, len(sample) - rank)[len(sample) - rank]
+        if threshold > 0:
+            passing = np.flatnonzero(scores >= threshold)
+    if len(passing) < count:
+        passing = np.flatnonzero(scores)
+    negated = np.negative(scores[passing])
+    if len(passing) > count:
+        # Everything better than the count-th score, then the first positions of those equal to it.
+        last = np.partition(negated, count - 1)[count - 1]
+        better = np.flatnonzero(negated < last)
+        kept = np.concatenate((better, np.flatnonzero(negated == last)[:count - len(better)]))
+        passing, negated = passing[kept], negated[kept]
+    return passing[np.lexsort((passing, negated))]
 
 
 def _split(arrays: dict[str, np.ndarray], table: np.ndarray, terms: int, slots: int, shapes: int) -> list[_Segment]:
