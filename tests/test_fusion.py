@@ -14,7 +14,8 @@ LEXICAL = [("c", 12.0), ("d", 6.0), ("e", 3.0)]
 
 def test_min_max_maps_each_list_onto_zero_to_one() -> None:
     assert min_max(LEXICAL) == pytest.approx({"c": 1.0, "d": 1 / 3, "e": 0.0})
-    assert min_max([("x", 5.0), ("y", 5.0)]) == {"x": 0.0, "y": 0.0}  # equal scores: no evidence either way
+    assert min_max([("x", 5.0), ("y", 5.0)]) == {"x": 1.0, "y": 1.0}  # equal scores: each is the list's best
+    assert min_max([("x", 0.2)]) == {"x": 1.0}  # a one-chunk source's hit, found by both lists, scores 1
     assert min_max([]) == {}
 
 

@@ -86,10 +86,15 @@ def weighted_sum(dense: Mapping[K, float], lexical: Mapping[K, float], dense_wei
 
 
 def min_max(scored: Sequence[tuple[K, float]]) -> dict[K, float]:
-    """Scores mapped to [0, 1]: the list's lowest to 0, its best to 1 (all 0 when they are equal: no evidence)."""
+    """Scores mapped to [0, 1]: the list's lowest to 0, its best to 1. When they are all equal (a list of one
+    among them), each is the list's best: 1. Scoring them 0 would put a one-chunk source's only hit, found by
+    both lists, below every other source's hits when a search merges sources by score."""
     if not scored:
         return {}
-    scale = _min_max([score for _, score in scored])
+    values = [score for _, score in scored]
+    if max(values) == min(values):
+        return {k: 1.0 for k, _ in scored}
+    scale = _min_max(values)
     return {k: scale(score) for k, score in scored}
 
 
