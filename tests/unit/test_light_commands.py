@@ -1,5 +1,5 @@
 """`ragsidecar health`, the container's health check, stays light: it reads the config to find the address, but
-loads none of the inference and search stack (onnxruntime, bm25s, numpy, usearch, tokenizers)."""
+loads none of the inference and search stack (onnxruntime, bm25s, the stemmers, numpy, usearch, tokenizers)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-# The Snowball stemmers (PyStemmer, a small C extension) may load: the config checks a language against them.
-HEAVY = {"onnxruntime", "bm25s", "numpy", "usearch", "tokenizers", "pypdf", "psycopg"}
+import Stemmer
+
+from ragsidecar.knowledge.languages import STEMMERS
+
+HEAVY = {"onnxruntime", "bm25s", "Stemmer", "numpy", "usearch", "tokenizers", "pypdf", "psycopg"}
 EMBEDDER = '[[models]]\nid = "bge-small-en-v1.5"\nkind = "bi-encoder"\n'
 
 
@@ -21,7 +24,7 @@ def closed_port() -> int:
         return s.getsockname()[1]  # nothing listens once the socket closes
 
 
-def test_health_imports_neither_onnxruntime_nor_bm25s_nor_numpy(tmp_path: Path) -> None:
+def test_health_imports_neither_onnxruntime_nor_bm25s_nor_the_stemmers(tmp_path: Path) -> None:
     config = tmp_path / "ragsidecar.toml"
     config.write_text(f"[server]\nport = {closed_port()}\n{EMBEDDER}", encoding="utf-8")
     environ = {k: v for k, v in os.environ.items() if not k.startswith("RAGSIDECAR_")}
@@ -31,3 +34,7 @@ def test_health_imports_neither_onnxruntime_nor_bm25s_nor_numpy(tmp_path: Path) 
     imported = {m.strip() for m in re.findall(r"^import time:.*\|(.*)$", done.stderr, re.MULTILINE)}
     assert "ragsidecar.config" in imported and "grpc" in imported
     assert sorted(imported & HEAVY) == []
+
+
+def test_the_languages_the_config_accepts_are_the_stemmers_pystemmer_holds() -> None:
+    assert STEMMERS == tuple(sorted(Stemmer.algorithms()))
