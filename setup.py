@@ -27,8 +27,15 @@ def generate_stubs(out: Path) -> None:
     if not protos:
         raise SystemExit(f"no .proto files under {PROTO_ROOT}")
     well_known = resources.files("grpc_tools") / "_proto"  # google/protobuf/*.proto
-    command = ["protoc", f"-I{PROTO_ROOT}", f"-I{well_known}",
-               f"--python_out={out}", f"--grpc_python_out={out}", f"--pyi_out={out}", *protos]
+    command = [
+        "protoc",
+        f"-I{PROTO_ROOT}",
+        f"-I{well_known}",
+        f"--python_out={out}",
+        f"--grpc_python_out={out}",
+        f"--pyi_out={out}",
+        *protos,
+    ]
     if protoc.main(command) != 0:
         raise SystemExit("protoc failed to generate the gRPC stubs")
 

@@ -94,9 +94,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import bm25s
 import grpc
+import msgspec
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,12 +107,13 @@ from sidecar import Sidecar, default_config  # noqa: E402
 
 from ragsidecar.config_loading import load_config  # noqa: E402
 from ragsidecar.inference.models import load_model  # noqa: E402
-from ragsidecar.knowledge.chunking import chunk_units  # noqa: E402
 from ragsidecar.knowledge import lexical  # noqa: E402
+from ragsidecar.knowledge.chunking import chunk_units  # noqa: E402
 from ragsidecar.knowledge.fusion import FUSIONS, FusionSettings, alternate, combine_reranked, fuse  # noqa: E402
 from ragsidecar.knowledge.index import HybridIndex, IndexedChunk  # noqa: E402
 from ragsidecar.knowledge.sources import read_units  # noqa: E402
-from ragsidecar.v1 import common_pb2, reranker_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc  # noqa: E402
+from ragsidecar.v1 import common_pb2, reranker_pb2, retrieval_pb2_grpc  # noqa: E402
+from ragsidecar.v1 import retrieval_pb2 as pb
 
 RESULTS = REPO / "bench" / "results"
 KNOWLEDGE = RESULTS / "knowledge"
@@ -140,6 +141,7 @@ BASELINES = {
 
 
 # ---- data ------------------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class Collection:
@@ -173,6 +175,7 @@ def _natural(key: str):
 
 # ---- metrics ---------------------------------------------------------------------------------------------
 
+
 def ndcg_at(ranking: list[str], judged: dict[str, int], k: int = 10) -> float:
     dcg = sum(judged.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranking[:k]))
     ideal = sorted((r for r in judged.values() if r > 0), reverse=True)[:k]
@@ -190,11 +193,14 @@ Run = dict[str, list[str]]  # query id -> ranked document ids
 
 def evaluate(run: Run, qrels: dict[str, dict[str, int]]) -> tuple[float, float]:
     """Mean nDCG@10 and Recall@100 over the run's queries (all judged with a relevant document)."""
-    return (statistics.fmean(ndcg_at(run[q], qrels[q]) for q in run),
-            statistics.fmean(recall_at(run[q], qrels[q]) for q in run))
+    return (
+        statistics.fmean(ndcg_at(run[q], qrels[q]) for q in run),
+        statistics.fmean(recall_at(run[q], qrels[q]) for q in run),
+    )
 
 
 # ---- the product's embedder, in-process -------------------------------------------------------------------
+
 
 class Embedder:
     """bge-small-en-v1.5 as the sidecar loads it (load_model + BiEncoder.embed), on its own event loop."""
@@ -247,8 +253,10 @@ class Embedder:
         with open(model_file, "rb") as f:
             while block := f.read(1 << 20):
                 digest.update(block)
-        return (f"{self.spec.id}-{digest.hexdigest()[:12]}-{model_file.stat().st_size}-"
-                f"L{self.spec.max_length}-{self.spec.pooling}-{CACHE_FORMAT}")
+        return (
+            f"{self.spec.id}-{digest.hexdigest()[:12]}-{model_file.stat().st_size}-"
+            f"L{self.spec.max_length}-{self.spec.pooling}-{CACHE_FORMAT}"
+        )
 
     def close(self) -> None:
         self._run(self.model.close())
@@ -257,6 +265,7 @@ class Embedder:
 
 
 # ---- pipeline settings -----------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class FirstStage:
@@ -304,17 +313,20 @@ def configured(config) -> Pipeline:
     """The pipeline a config describes: its [retrieval] section, rerank on at the default depth, with the
     reranker's configured max_length."""
     retrieval = config.retrieval
-    fusion = FusionSettings(method=getattr(retrieval, "fusion", "rrf"),
-                            dense_weight=getattr(retrieval, "dense_weight", 0.5))
+    fusion = FusionSettings(
+        method=getattr(retrieval, "fusion", "rrf"), dense_weight=getattr(retrieval, "dense_weight", 0.5)
+    )
     first = FirstStage("hybrid", getattr(retrieval, "lexical_language", "none"), fusion, retrieval.fusion_candidates)
     depth = retrieval.rerank_candidates
     max_length = next(m.max_length for m in config.models if m.id == RERANKER)
-    rerank = Rerank(getattr(retrieval, "rerank_fusion", "rrf"), getattr(retrieval, "rerank_weight", 0.5), depth,
-                    max_length)
+    rerank = Rerank(
+        getattr(retrieval, "rerank_fusion", "rrf"), getattr(retrieval, "rerank_weight", 0.5), depth, max_length
+    )
     return Pipeline(first, rerank)
 
 
 # ---- one collection, in-process --------------------------------------------------------------------------
+
 
 class Prepared:
     """A collection's first-stage lists, one vector per document ("title text", as BEIR evaluates), from the
@@ -331,22 +343,42 @@ class Prepared:
         query_vectors = embedder.cached(f"{data.name}-queries", [prefix + data.queries[q] for q in query_ids])
         self.query_vectors = dict(zip(query_ids, query_vectors))
         chunks = [IndexedChunk(i, t, {}) for i, t in zip(data.doc_ids, data.doc_texts)]
-        self.indexes = {lang: HybridIndex.build(chunks, self.vectors, threads=config.retrieval.index_threads,
-                                                dtype=config.retrieval.index_dtype, lexical_language=lang)
-                        for lang in LANGUAGES}
+        self.indexes = {
+            lang: HybridIndex.build(
+                chunks,
+                self.vectors,
+                threads=config.retrieval.index_threads,
+                dtype=config.retrieval.index_dtype,
+                lexical_language=lang,
+            )
+            for lang in LANGUAGES
+        }
         any_index = self.indexes[LANGUAGES[0]]
-        self.dense = {q: [(h.chunk.id, h.dense) for h in
-                          any_index.search(self.query_vectors[q], text, DEPTH, DEPTH, use_lexical=False)]
-                      for q, text in data.queries.items()}
-        self.lexical = {lang: {q: [(h.chunk.id, h.bm25) for h in
-                                   index.search(self.query_vectors[q], text, DEPTH, DEPTH, use_dense=False)]
-                               for q, text in data.queries.items()}
-                        for lang, index in self.indexes.items()}
+        self.dense = {
+            q: [
+                (h.chunk.id, h.dense)
+                for h in any_index.search(self.query_vectors[q], text, DEPTH, DEPTH, use_lexical=False)
+            ]
+            for q, text in data.queries.items()
+        }
+        self.lexical = {
+            lang: {
+                q: [
+                    (h.chunk.id, h.bm25)
+                    for h in index.search(self.query_vectors[q], text, DEPTH, DEPTH, use_dense=False)
+                ]
+                for q, text in data.queries.items()
+            }
+            for lang, index in self.indexes.items()
+        }
         self.position = {d: i for i, d in enumerate(data.doc_ids)}
         self.texts = dict(zip(data.doc_ids, data.doc_texts))  # what the reranker scores, by ranked key
         self._first: dict[FirstStage, dict[str, list[tuple[str, float]]]] = {}
-        print(f"  [{data.name}] {len(data.doc_ids)} docs, {len(data.queries)} queries, lists in "
-              f"{time.perf_counter() - started:.1f} s", flush=True)
+        print(
+            f"  [{data.name}] {len(data.doc_ids)} docs, {len(data.queries)} queries, lists in "
+            f"{time.perf_counter() - started:.1f} s",
+            flush=True,
+        )
 
     def doc_of(self, key: str) -> str:
         return key
@@ -385,14 +417,18 @@ class Listed:
     def __init__(self, data: Collection, sidecar: BenchSidecar, config) -> None:
         self.data = data
         self.lists = {mode: self._fetched(sidecar, config, mode) for mode in ("dense", "lexical")}
-        self.texts = {r["_id"]: "\n".join(filter(None, ((r.get("title") or "").strip(), (r.get("text") or "").strip())))
-                      for r in data.rows}  # what the reranker scores: the record's text as the sidecar reads it
+        self.texts = {
+            r["_id"]: "\n".join(filter(None, ((r.get("title") or "").strip(), (r.get("text") or "").strip())))
+            for r in data.rows
+        }  # what the reranker scores: the record's text as the sidecar reads it
         self._first: dict[FirstStage, dict[str, list[tuple[str, float]]]] = {}
 
     def _fetched(self, sidecar: BenchSidecar, config, mode: str) -> dict[str, list[tuple[str, float]]]:
         analysis = f"{config.retrieval.lexical_language}-k{lexical.K1:g}-b{lexical.B:g}"
-        path = RESULTS / f"lists-{self.data.name}-{mode}-{analysis if mode == 'lexical' else config.retrieval.embedder}-" \
-                         f"{LIST_DEPTH}.json"
+        path = (
+            RESULTS / f"lists-{self.data.name}-{mode}-{analysis if mode == 'lexical' else config.retrieval.embedder}-"
+            f"{LIST_DEPTH}.json"
+        )
         if path.is_file():
             return {q: [tuple(hit) for hit in hits] for q, hits in json.loads(path.read_text()).items()}
         stub = retrieval_pb2_grpc.RetrievalServiceStub(sidecar.get().channel())
@@ -446,22 +482,35 @@ class Chunked:
         self.query_vectors = prepared.query_vectors
         started = time.perf_counter()
         units = read_units(KNOWLEDGE / write_knowledge(self.data), KNOWLEDGE, retrieval.max_file_bytes)
-        chunks = chunk_units(self.data.name, units, embedder.model.encoder.tokenizer, retrieval.chunk_tokens,
-                             retrieval.chunk_overlap_tokens)
+        chunks = chunk_units(
+            self.data.name,
+            units,
+            embedder.model.encoder.tokenizer,
+            retrieval.chunk_tokens,
+            retrieval.chunk_overlap_tokens,
+        )
         per_document = collections.Counter(c.provenance.document_id for c in chunks)
         keys = [c.provenance.document_id if per_document[c.provenance.document_id] == 1 else c.id for c in chunks]
         self.texts = {k: c.text for k, c in zip(keys, chunks)}
         self.docs = {k: c.provenance.document_id for k, c in zip(keys, chunks)}
         self.chunks, self.split = len(chunks), sum(1 for n in per_document.values() if n > 1)
-        vectors = embedder.cached(f"{self.data.name}-chunks-{retrieval.chunk_tokens}-{retrieval.chunk_overlap_tokens}",
-                                  [c.text for c in chunks])
+        vectors = embedder.cached(
+            f"{self.data.name}-chunks-{retrieval.chunk_tokens}-{retrieval.chunk_overlap_tokens}",
+            [c.text for c in chunks],
+        )
         indexed = [IndexedChunk(k, c.text, {}) for k, c in zip(keys, chunks)]
-        self.indexes = {lang: HybridIndex.build(indexed, vectors, threads=retrieval.index_threads,
-                                                dtype=retrieval.index_dtype, lexical_language=lang)
-                        for lang in LANGUAGES}
+        self.indexes = {
+            lang: HybridIndex.build(
+                indexed, vectors, threads=retrieval.index_threads, dtype=retrieval.index_dtype, lexical_language=lang
+            )
+            for lang in LANGUAGES
+        }
         self._first: dict[FirstStage, dict[str, list[tuple[str, float]]]] = {}
-        print(f"  [{self.data.name}] {self.chunks} chunks ({self.split} documents cut) in "
-              f"{time.perf_counter() - started:.1f} s", flush=True)
+        print(
+            f"  [{self.data.name}] {self.chunks} chunks ({self.split} documents cut) in "
+            f"{time.perf_counter() - started:.1f} s",
+            flush=True,
+        )
 
     def doc_of(self, key: str) -> str:
         return self.docs[key]
@@ -474,8 +523,13 @@ class Chunked:
 
     def _grouped(self, stage: FirstStage, q: str, text: str) -> list[tuple[str, float]]:
         index = self.indexes[LANGUAGES[0] if stage.kind == "dense" else stage.language]
-        options = ({"use_lexical": False} if stage.kind == "dense" else {"use_dense": False} if stage.kind == "bm25"
-                   else {"fusion": stage.fusion})
+        options = (
+            {"use_lexical": False}
+            if stage.kind == "dense"
+            else {"use_dense": False}
+            if stage.kind == "bm25"
+            else {"fusion": stage.fusion}
+        )
         width = DEPTH
         while True:
             best: dict[str, tuple[str, float]] = {}
@@ -487,6 +541,7 @@ class Chunked:
 
 
 # ---- cross-encoder scores, cached on disk ----------------------------------------------------------------
+
 
 def reranker_id(max_length: int) -> str:
     return f"{RERANKER}-L{max_length}"
@@ -513,9 +568,16 @@ class BenchSidecar:
             config["retrieval"].update(self.overrides)
             base = next(m for m in config["models"] if m["id"] == RERANKER)
             # window_overlap must stay below half the window (only windowed scoring uses it; these truncate)
-            config["models"] += [{**base, "id": reranker_id(n), "max_length": n, "default": False,
-                                  "window_overlap": min(base.get("window_overlap", 64), n // 4)}
-                                 for n in MAX_LENGTHS]
+            config["models"] += [
+                {
+                    **base,
+                    "id": reranker_id(n),
+                    "max_length": n,
+                    "default": False,
+                    "window_overlap": min(base.get("window_overlap", 64), n // 4),
+                }
+                for n in MAX_LENGTHS
+            ]
             self.workdir = tempfile.TemporaryDirectory(prefix="sidecar-", dir=RESULTS)
             started = time.perf_counter()
             self.server = Sidecar(Path(self.workdir.name), config).start(timeout=300)
@@ -570,9 +632,10 @@ class Scores:
             documents = [reranker_pb2.RerankDocument(id=d, text=prepared.texts[d]) for d in missing[q]]
             # The default model at its own max_length: what Search reranks with, so a later Search reuses the score
             model = RERANKER if max_length == self.default_max_length else reranker_id(max_length)
-            response = stub.Rerank(reranker_pb2.RerankRequest(model=model,
-                                                              query=prepared.data.queries[q], documents=documents),
-                                   timeout=600)
+            response = stub.Rerank(
+                reranker_pb2.RerankRequest(model=model, query=prepared.data.queries[q], documents=documents),
+                timeout=600,
+            )
             return q, {r.id: r.raw_score for r in response.results}
 
         done = 0
@@ -615,8 +678,9 @@ def reranked(first: list[tuple[str, float]], logits: dict[str, float], rerank: R
     return [first[i][0] for i in order]
 
 
-def run_of(prepared: Prepared | Chunked, pipeline: Pipeline, scores: Scores,
-           sample: tuple[str, ...] | None = None) -> Run:
+def run_of(
+    prepared: Prepared | Chunked, pipeline: Pipeline, scores: Scores, sample: tuple[str, ...] | None = None
+) -> Run:
     """The pipeline's ranking per query (of `sample` only, when given)."""
     first = prepared.first_stage(pipeline.first)
     if sample is not None:
@@ -638,6 +702,7 @@ def spread(items: list, count: int | None) -> list:
 
 # ---- the stages ------------------------------------------------------------------------------------------
 
+
 def hybrid_stages(languages: tuple[str, ...] = LANGUAGES, depths: tuple[int, ...] = (50,)) -> list[FirstStage]:
     """Every fusion of the grid: plain RRF, and each weighted method at each dense_weight, per language and
     fusion depth (fusion_candidates)."""
@@ -651,14 +716,18 @@ def hybrid_stages(languages: tuple[str, ...] = LANGUAGES, depths: tuple[int, ...
 
 
 def rerank_variants(depths: tuple[int, ...], max_length: int) -> list[Rerank]:
-    return [variant for depth in depths for variant in
-            [Rerank("rrf", 0.5, depth, max_length), Rerank("reranker", 0.5, depth, max_length)]
-            + [Rerank("interpolate", w, depth, max_length) for w in RERANK_WEIGHTS]]
+    return [
+        variant
+        for depth in depths
+        for variant in [Rerank("rrf", 0.5, depth, max_length), Rerank("reranker", 0.5, depth, max_length)]
+        + [Rerank("interpolate", w, depth, max_length) for w in RERANK_WEIGHTS]
+    ]
 
 
 class Bench:
-    def __init__(self, prepared: list[Prepared] | list[Listed], scores: Scores, default: Pipeline,
-                 grid: list[FirstStage]) -> None:
+    def __init__(
+        self, prepared: list[Prepared] | list[Listed], scores: Scores, default: Pipeline, grid: list[FirstStage]
+    ) -> None:
         self.prepared = prepared
         self.grid = grid  # the first stages explore and cv try
         self.rerank_queries: int | None = None  # per set, the queries the rerank cross-validation scores
@@ -667,8 +736,9 @@ class Bench:
         self.memo: dict[tuple[str, Pipeline], tuple[float, float]] = {}
         self.lines: list[str] = []
 
-    def measure(self, p: Prepared | Chunked, pipeline: Pipeline,
-                sample: tuple[str, ...] | None = None) -> tuple[float, float]:
+    def measure(
+        self, p: Prepared | Chunked, pipeline: Pipeline, sample: tuple[str, ...] | None = None
+    ) -> tuple[float, float]:
         key = (p.data.name, p.view, pipeline, sample)
         if key not in self.memo:
             self.memo[key] = evaluate(run_of(p, pipeline, self.scores, sample), p.data.qrels)
@@ -682,10 +752,14 @@ class Bench:
     # explore ------------------------------------------------------------------------------------------
     def explore(self) -> None:
         names = [p.data.name for p in self.prepared]
-        self.out("", "## First stage per set (in-process, rerank off)", "",
-                 "| first stage | " + " | ".join(f"{n} nDCG@10 | {n} R@100" for n in names) + " |",
-                 "|---|" + "---|---|" * len(names))
-        stages = ([FirstStage("bm25", lang) for lang in LANGUAGES] + [FirstStage("dense")] + self.grid)
+        self.out(
+            "",
+            "## First stage per set (in-process, rerank off)",
+            "",
+            "| first stage | " + " | ".join(f"{n} nDCG@10 | {n} R@100" for n in names) + " |",
+            "|---|" + "---|---|" * len(names),
+        )
+        stages = [FirstStage("bm25", lang) for lang in LANGUAGES] + [FirstStage("dense")] + self.grid
         for stage in stages:
             cells = [self.measure(p, Pipeline(stage)) for p in self.prepared]
             self.out(f"| {stage.label()} | " + " | ".join(f"{n:.3f} | {r:.3f}" for n, r in cells) + " |")
@@ -703,8 +777,12 @@ class Bench:
         trains = [[p for p in self.prepared if p is not held] for held in self.prepared]
 
         def best(candidates, pipeline_of, train, sampled=False):
-            return max(candidates, key=lambda c: statistics.fmean(
-                self.measure(p, pipeline_of(c), self.sample(p, sampled))[0] for p in train))
+            return max(
+                candidates,
+                key=lambda c: statistics.fmean(
+                    self.measure(p, pipeline_of(c), self.sample(p, sampled))[0] for p in train
+                ),
+            )
 
         firsts = [best(self.grid, Pipeline, train) for train in trains]
         first = agree_first(firsts)
@@ -712,28 +790,44 @@ class Bench:
         variants = rerank_variants(CV_DEPTHS, max_length)
         reranks = [best(variants, lambda r: Pipeline(first, r), train, True) for train in trains]
         rerank = agree_rerank(reranks)
-        self.out("", f"## Leave-one-set-out cross-validation over {len(self.prepared)} sets (each pick made on the "
-                     "other sets by mean nDCG@10, reported on the held-out set; rerank depth "
-                     f"{' or '.join(map(str, CV_DEPTHS))}, max_length {max_length}, on the rerank sample)", "",
-                 "| held out | first stage picked | held out: its pick | held out: agreed | max(lexical, dense) | "
-                 "rerank picked (on the agreed first stage) | held out, sample: off | + picked rerank |",
-                 "|---|---|---|---|---|---|---|---|")
+        self.out(
+            "",
+            f"## Leave-one-set-out cross-validation over {len(self.prepared)} sets (each pick made on the "
+            "other sets by mean nDCG@10, reported on the held-out set; rerank depth "
+            f"{' or '.join(map(str, CV_DEPTHS))}, max_length {max_length}, on the rerank sample)",
+            "",
+            "| held out | first stage picked | held out: its pick | held out: agreed | max(lexical, dense) | "
+            "rerank picked (on the agreed first stage) | held out, sample: off | + picked rerank |",
+            "|---|---|---|---|---|---|---|---|",
+        )
         for held, fold_first, fold_rerank in zip(self.prepared, firsts, reranks):
             sample = self.sample(held, True)
-            self.out(f"| {held.data.name} | {fold_first.label()} | {self.measure(held, Pipeline(fold_first))[0]:.3f} | "
-                     f"{self.measure(held, Pipeline(first))[0]:.3f} | {self.strongest_single(held):.3f} | "
-                     f"{fold_rerank.label()} | {self.measure(held, Pipeline(first), sample)[0]:.3f} | "
-                     f"{self.measure(held, Pipeline(first, fold_rerank), sample)[0]:.3f} |")
+            self.out(
+                f"| {held.data.name} | {fold_first.label()} | {self.measure(held, Pipeline(fold_first))[0]:.3f} | "
+                f"{self.measure(held, Pipeline(first))[0]:.3f} | {self.strongest_single(held):.3f} | "
+                f"{fold_rerank.label()} | {self.measure(held, Pipeline(first), sample)[0]:.3f} | "
+                f"{self.measure(held, Pipeline(first, fold_rerank), sample)[0]:.3f} |"
+            )
         chosen = Pipeline(first, rerank)
-        self.out("", "Agreed (per setting the value most folds picked; a weight is the median of the folds that picked "
-                     f"that method): **{chosen.label()}**")
-        self.out("", "Rerank combinations on the agreed first stage (nDCG@10 on the rerank sample):", "",
-                 "| rerank | " + " | ".join(p.data.name for p in self.prepared) + " | mean |",
-                 "|---|" + "---|" * (len(self.prepared) + 1))
+        self.out(
+            "",
+            "Agreed (per setting the value most folds picked; a weight is the median of the folds that picked "
+            f"that method): **{chosen.label()}**",
+        )
+        self.out(
+            "",
+            "Rerank combinations on the agreed first stage (nDCG@10 on the rerank sample):",
+            "",
+            "| rerank | " + " | ".join(p.data.name for p in self.prepared) + " | mean |",
+            "|---|" + "---|" * (len(self.prepared) + 1),
+        )
         for variant in [None, *rerank_variants(CV_DEPTHS, max_length)]:
             cells = [self.measure(p, Pipeline(first, variant), self.sample(p, True))[0] for p in self.prepared]
-            self.out(f"| {variant.label() if variant else 'off'} | " + " | ".join(f"{c:.3f}" for c in cells) +
-                     f" | {statistics.fmean(cells):.3f} |")
+            self.out(
+                f"| {variant.label() if variant else 'off'} | "
+                + " | ".join(f"{c:.3f}" for c in cells)
+                + f" | {statistics.fmean(cells):.3f} |"
+            )
         return chosen
 
     def sample(self, p: Prepared | Listed, sampled: bool) -> tuple[str, ...] | None:
@@ -741,18 +835,25 @@ class Bench:
         return tuple(spread(list(p.data.queries), self.rerank_queries)) if sampled and self.rerank_queries else None
 
     def strongest_single(self, p: Prepared) -> float:
-        return max(self.measure(p, Pipeline(s))[0] for s in
-                   [FirstStage("bm25", lang) for lang in LANGUAGES] + [FirstStage("dense")])
+        return max(
+            self.measure(p, Pipeline(s))[0]
+            for s in [FirstStage("bm25", lang) for lang in LANGUAGES] + [FirstStage("dense")]
+        )
 
     # curve and verdict ----------------------------------------------------------------------------------
     def curve(self, pipeline: Pipeline, latencies: dict[tuple[str, int, int], float], count: int | None) -> None:
         """Each curve point on a sample of `count` queries per set (all when None), and on every query where
         the cross-validation already scored it (depth up to 20 at the configured max_length)."""
         base = pipeline.rerank
-        self.out("", f"## Speed against quality: {pipeline.first.label()} + rerank {base.combination}"
-                     f"{' w=%g' % base.weight if base.combination == 'interpolate' else ''}", "",
-                 "| set | depth | max_length | nDCG@10 all queries | nDCG@10 sample | R@100 sample | "
-                 "queries in sample | Search p50 ms (top_k 10) |", "|---|---|---|---|---|---|---|---|")
+        self.out(
+            "",
+            f"## Speed against quality: {pipeline.first.label()} + rerank {base.combination}"
+            f"{' w=%g' % base.weight if base.combination == 'interpolate' else ''}",
+            "",
+            "| set | depth | max_length | nDCG@10 all queries | nDCG@10 sample | R@100 sample | "
+            "queries in sample | Search p50 ms (top_k 10) |",
+            "|---|---|---|---|---|---|---|---|",
+        )
         for p in self.prepared:
             sample = tuple(spread(list(p.data.queries), count))
             for depth, max_length in latency_points(base):
@@ -762,39 +863,57 @@ class Bench:
                 scored = depth <= max(CV_DEPTHS) and (depth == 0 or max_length == base.max_length)
                 everything = f"{self.measure(p, measured)[0]:.3f}" if scored else "-"
                 latency = latencies.get((p.data.name, depth, max_length))
-                self.out(f"| {p.data.name} | {depth} | {max_length if depth else '-'} | {everything} | {ndcg:.3f} | "
-                         f"{recall:.3f} | {len(sample)} | "
-                         f"{'%.0f' % latency if latency is not None else 'not measured'} |")
+                self.out(
+                    f"| {p.data.name} | {depth} | {max_length if depth else '-'} | {everything} | {ndcg:.3f} | "
+                    f"{recall:.3f} | {len(sample)} | "
+                    f"{'%.0f' % latency if latency is not None else 'not measured'} |"
+                )
 
     def verdict(self, pipeline: Pipeline) -> None:
         """The summary against the old default (unstemmed BM25, plain RRF, reranker order RRF-fused at depth
         20), and the issue's done-when checks."""
         names = [p.data.name for p in self.prepared]
         before = Pipeline(FirstStage("hybrid", "none", FusionSettings("rrf")), Rerank("rrf", 0.5, 20, 512))
-        rows = [("BM25 unstemmed", Pipeline(FirstStage("bm25", "none"))),
-                ("BM25 english (stemmed)", Pipeline(FirstStage("bm25", "english"))),
-                ("dense", Pipeline(FirstStage("dense"))),
-                (f"before: {before.first.label()}, rerank off", Pipeline(before.first)),
-                (f"before: + {before.rerank.label()} (the old default)", before),
-                (f"default: {pipeline.first.label()}, rerank off", Pipeline(pipeline.first)),
-                (f"default: + {pipeline.rerank.label()}", pipeline)]
-        self.out("", "## Summary (nDCG@10 / R@100, in-process, one vector per document)", "",
-                 "| pipeline | " + " | ".join(names) + " |", "|---|" + "---|" * len(names))
+        rows = [
+            ("BM25 unstemmed", Pipeline(FirstStage("bm25", "none"))),
+            ("BM25 english (stemmed)", Pipeline(FirstStage("bm25", "english"))),
+            ("dense", Pipeline(FirstStage("dense"))),
+            (f"before: {before.first.label()}, rerank off", Pipeline(before.first)),
+            (f"before: + {before.rerank.label()} (the old default)", before),
+            (f"default: {pipeline.first.label()}, rerank off", Pipeline(pipeline.first)),
+            (f"default: + {pipeline.rerank.label()}", pipeline),
+        ]
+        self.out(
+            "",
+            "## Summary (nDCG@10 / R@100, in-process, one vector per document)",
+            "",
+            "| pipeline | " + " | ".join(names) + " |",
+            "|---|" + "---|" * len(names),
+        )
         for label, measured in rows:
             cells = ("%.3f / %.3f" % self.measure(p, measured) for p in self.prepared)
             self.out(f"| {label} | " + " | ".join(cells) + " |")
-        self.out("", f"## Done-when checks for the default pipeline: {pipeline.label()}", "",
-                 "| set | max(BM25, dense) | default rerank off | default rerank on | on >= max(BM25, dense) - 0.005 | "
-                 "on >= off |", "|---|---|---|---|---|---|")
+        self.out(
+            "",
+            f"## Done-when checks for the default pipeline: {pipeline.label()}",
+            "",
+            "| set | max(BM25, dense) | default rerank off | default rerank on | on >= max(BM25, dense) - 0.005 | "
+            "on >= off |",
+            "|---|---|---|---|---|---|",
+        )
         notes = []
         for p in self.prepared:
             strongest = self.strongest_single(p)
             off, on = self.measure(p, Pipeline(pipeline.first))[0], self.measure(p, pipeline)[0]
-            self.out(f"| {p.data.name} | {strongest:.4f} | {off:.4f} | {on:.4f} | "
-                     f"{'PASS' if on >= strongest - SLACK else 'FAIL'} | {'PASS' if on >= off else 'FAIL'} |")
+            self.out(
+                f"| {p.data.name} | {strongest:.4f} | {off:.4f} | {on:.4f} | "
+                f"{'PASS' if on >= strongest - SLACK else 'FAIL'} | {'PASS' if on >= off else 'FAIL'} |"
+            )
             if p.data.name == "scifact":
-                notes.append(f"SciFact hybrid + rerank {on:.4f}: {'PASS' if on >= TARGET_SCIFACT else 'FAIL'} "
-                             f"(target >= {TARGET_SCIFACT})")
+                notes.append(
+                    f"SciFact hybrid + rerank {on:.4f}: {'PASS' if on >= TARGET_SCIFACT else 'FAIL'} "
+                    f"(target >= {TARGET_SCIFACT})"
+                )
         self.out("", *notes)
 
 
@@ -808,8 +927,12 @@ def agree_first(picks: list[FirstStage]) -> FirstStage:
     method = _common(f.fusion.method for f in picks)
     chosen = [f for f in picks if f.fusion.method == method]
     weight = 0.5 if method == "rrf" else statistics.median(f.fusion.dense_weight for f in chosen)  # rrf: no weight
-    return FirstStage("hybrid", _common(f.language for f in picks), FusionSettings(method, weight),
-                      _common(f.candidates for f in chosen))
+    return FirstStage(
+        "hybrid",
+        _common(f.language for f in picks),
+        FusionSettings(method, weight),
+        _common(f.candidates for f in chosen),
+    )
 
 
 def agree_rerank(picks: list[Rerank]) -> Rerank:
@@ -817,8 +940,12 @@ def agree_rerank(picks: list[Rerank]) -> Rerank:
     the folds that picked it."""
     combination = _common(r.combination for r in picks)
     chosen = [r for r in picks if r.combination == combination]
-    return dataclasses.replace(picks[0], combination=combination, weight=statistics.median(r.weight for r in chosen),
-                               depth=_common(r.depth for r in chosen))
+    return dataclasses.replace(
+        picks[0],
+        combination=combination,
+        weight=statistics.median(r.weight for r in chosen),
+        depth=_common(r.depth for r in chosen),
+    )
 
 
 # ---- through the sidecar ---------------------------------------------------------------------------------
@@ -831,30 +958,51 @@ def write_knowledge(data: Collection) -> str:
     """The set as one .jsonl file of BEIR records in the bench's knowledge root; its path relative to it."""
     KNOWLEDGE.mkdir(parents=True, exist_ok=True)
     path = KNOWLEDGE / f"{data.name}.jsonl"
-    content = "".join(json.dumps({"_id": r["_id"], "title": r.get("title") or "", "text": r.get("text") or ""},
-                                 ensure_ascii=False) + "\n" for r in data.rows)
+    content = "".join(
+        json.dumps({"_id": r["_id"], "title": r.get("title") or "", "text": r.get("text") or ""}, ensure_ascii=False)
+        + "\n"
+        for r in data.rows
+    )
     if not path.is_file() or path.read_text(encoding="utf-8") != content:
         path.write_text(content, encoding="utf-8")
     return path.name
 
 
 def search(stub, data: Collection, query: str, top_k: int, **options) -> pb.SearchResponse:
-    entry = pb.KnowledgeEntry(name=data.name, type=pb.KNOWLEDGE_TYPE_FILE, use=pb.KNOWLEDGE_USE_SEARCH,
-                              path=f"{data.name}.jsonl")
-    request = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=pb.Target(name="bench.Beir", knowledge=[entry]),
-                               query=query, top_k=top_k, search=pb.SearchOptions(group_by_document=True, **options))
+    entry = pb.KnowledgeEntry(
+        name=data.name, type=pb.KNOWLEDGE_TYPE_FILE, use=pb.KNOWLEDGE_USE_SEARCH, path=f"{data.name}.jsonl"
+    )
+    request = pb.SearchRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        target=pb.Target(name="bench.Beir", knowledge=[entry]),
+        query=query,
+        top_k=top_k,
+        search=pb.SearchOptions(group_by_document=True, **options),
+    )
     return stub.Search(request, timeout=3600)
 
 
-def through_rpc(bench: Bench, sidecar: BenchSidecar, chunked: dict[str, Chunked], pipeline: Pipeline,
-                rerank_queries: int | None, latency_queries: int,
-                latencies: dict[tuple[str, int, int], float]) -> None:
+def through_rpc(
+    bench: Bench,
+    sidecar: BenchSidecar,
+    chunked: dict[str, Chunked],
+    pipeline: Pipeline,
+    rerank_queries: int | None,
+    latency_queries: int,
+    latencies: dict[tuple[str, int, int], float],
+) -> None:
     """The default pipeline through Search, beside the same pipeline in-process on the same chunks."""
     rerank = pipeline.rerank
-    bench.out("", f"## The default pipeline through the Search RPC (FILE .jsonl, group_by_document, top_k {DEPTH}, "
-                  f"rerank_depth {rerank.depth}) and in-process on the same chunks", "",
-              "| set | rerank | queries | nDCG@10 RPC | nDCG@10 in-process | R@100 RPC | R@100 in-process | "
-              "same top 10 | Search p50 ms (top_k 100) |", "|---|---|---|---|---|---|---|---|---|")
+    bench.out(
+        "",
+        f"## The default pipeline through the Search RPC (FILE .jsonl, group_by_document, top_k {DEPTH}, "
+        f"rerank_depth {rerank.depth}) and in-process on the same chunks",
+        "",
+        "| set | rerank | queries | nDCG@10 RPC | nDCG@10 in-process | R@100 RPC | R@100 in-process | "
+        "same top 10 | Search p50 ms (top_k 100) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    )
     for name, view in chunked.items():
         stub = retrieval_pb2_grpc.RetrievalServiceStub(sidecar.get().channel())
         started = time.perf_counter()
@@ -871,8 +1019,14 @@ def through_rpc(bench: Bench, sidecar: BenchSidecar, chunked: dict[str, Chunked]
                 run[q] = [h.provenance.document_id for h in hits]
             if on and len(sample) < len(view.data.queries):  # rerank off on the same queries, to compare
                 compare_rpc(bench, view, "off", {q: off[q] for q in sample}, Pipeline(pipeline.first), "-")
-            compare_rpc(bench, view, "on" if on else "off", run, Pipeline(pipeline.first, rerank if on else None),
-                        f"{1000 * statistics.median(times):.0f}")
+            compare_rpc(
+                bench,
+                view,
+                "on" if on else "off",
+                run,
+                Pipeline(pipeline.first, rerank if on else None),
+                f"{1000 * statistics.median(times):.0f}",
+            )
             off = run
         if latency_queries > 0:
             measure_latency(stub, view.data, rerank, latency_queries, latencies)
@@ -882,19 +1036,23 @@ def compare_rpc(bench: Bench, view: Chunked, label: str, run: Run, pipeline: Pip
     local = run_of(view, pipeline, bench.scores, tuple(run))
     same = statistics.fmean(run[q][:10] == local[q][:10] for q in run)
     (n_rpc, r_rpc), (n_local, r_local) = evaluate(run, view.data.qrels), evaluate(local, view.data.qrels)
-    bench.out(f"| {view.data.name} | {label} | {len(run)} | {n_rpc:.3f} | {n_local:.3f} | {r_rpc:.3f} | "
-              f"{r_local:.3f} | {same:.0%} | {latency} |")
+    bench.out(
+        f"| {view.data.name} | {label} | {len(run)} | {n_rpc:.3f} | {n_local:.3f} | {r_rpc:.3f} | "
+        f"{r_local:.3f} | {same:.0%} | {latency} |"
+    )
 
 
 def latency_points(base: Rerank) -> list[tuple[int, int]]:
     """(rerank depth, max_length) of the speed/quality curve: each depth at the configured max_length, each
     max_length at the configured depth (depth 0: rerank off)."""
-    return ([(d, base.max_length) for d in RERANK_DEPTHS]
-            + [(base.depth, n) for n in MAX_LENGTHS if n != base.max_length])
+    return [(d, base.max_length) for d in RERANK_DEPTHS] + [
+        (base.depth, n) for n in MAX_LENGTHS if n != base.max_length
+    ]
 
 
-def measure_latency(stub, data: Collection, base: Rerank, count: int,
-                    latencies: dict[tuple[str, int, int], float]) -> None:
+def measure_latency(
+    stub, data: Collection, base: Rerank, count: int, latencies: dict[tuple[str, int, int], float]
+) -> None:
     """p50 of Search (top_k 10, one caller) per curve point, over `count` queries spread evenly over the set.
     The result cache is off, so every rerank scores its pairs."""
     chosen = spread(list(data.queries.values()), count)
@@ -914,8 +1072,11 @@ def measure_latency(stub, data: Collection, base: Rerank, count: int,
             print(f"  [{data.name}] Search depth {depth} L{max_length}: no query fits", flush=True)
             continue
         latencies[(data.name, depth, max_length)] = 1000 * statistics.median(times)
-        print(f"  [{data.name}] Search depth {depth} L{max_length}: p50 "
-              f"{latencies[(data.name, depth, max_length)]:.0f} ms", flush=True)
+        print(
+            f"  [{data.name}] Search depth {depth} L{max_length}: p50 "
+            f"{latencies[(data.name, depth, max_length)]:.0f} ms",
+            flush=True,
+        )
 
 
 def reference_bm25(data: Collection) -> Run:
@@ -930,8 +1091,9 @@ def reference_bm25(data: Collection) -> Run:
     return run
 
 
-def quality_table(bench: Bench, sidecar: BenchSidecar, pipeline: Pipeline, rerank_queries: int | None,
-                  rpc_sets: list[str]) -> None:
+def quality_table(
+    bench: Bench, sidecar: BenchSidecar, pipeline: Pipeline, rerank_queries: int | None, rpc_sets: list[str]
+) -> None:
     """Every set through the Search RPC (FILE .jsonl, group_by_document, top_k 100): the sidecar's lexical and
     dense lists alone (retrieval_mode), the default, and the default with rerank (the configured depth), beside
     the reference BM25; then the issue's done-when checks. Also per set: the share of queries whose top 10
@@ -939,25 +1101,37 @@ def quality_table(bench: Bench, sidecar: BenchSidecar, pipeline: Pipeline, reran
     A set outside `rpc_sets` gets the default and its rerank in-process from its lists (marked "in-process")."""
     stub = retrieval_pb2_grpc.RetrievalServiceStub(sidecar.get().channel())
     columns = ["BM25 reference", "lexical", "dense", "default", "default + rerank"]
-    bench.out("", f"## Through the Search RPC: nDCG@10 / R@100 (default: {pipeline.first.label()}; rerank: "
-                  f"{pipeline.rerank.label()})", "",
-              "| set | " + " | ".join(columns) + " | same top 10 as in-process | top_k 10 = head of top_k 100 |",
-              "|---|" + "---|" * (len(columns) + 2))
+    bench.out(
+        "",
+        f"## Through the Search RPC: nDCG@10 / R@100 (default: {pipeline.first.label()}; rerank: "
+        f"{pipeline.rerank.label()})",
+        "",
+        "| set | " + " | ".join(columns) + " | same top 10 as in-process | top_k 10 = head of top_k 100 |",
+        "|---|" + "---|" * (len(columns) + 2),
+    )
     table: dict[str, dict[str, tuple[float, float]]] = {}
     for view in bench.prepared:
         data = view.data
         sample = tuple(spread(list(data.queries), rerank_queries))
-        runs: dict[str, Run] = {"BM25 reference": reference_bm25(data),
-                                "lexical": run_of(view, Pipeline(FirstStage("bm25")), bench.scores),
-                                "dense": run_of(view, Pipeline(FirstStage("dense")), bench.scores)}
+        runs: dict[str, Run] = {
+            "BM25 reference": reference_bm25(data),
+            "lexical": run_of(view, Pipeline(FirstStage("bm25")), bench.scores),
+            "dense": run_of(view, Pipeline(FirstStage("dense")), bench.scores),
+        }
         local = run_of(view, Pipeline(pipeline.first), bench.scores)
         if data.name in rpc_sets:
-            runs["default"] = {q: [h.provenance.document_id for h in search(stub, data, text, DEPTH).hits]
-                               for q, text in data.queries.items()}
-            heads = {q: [h.provenance.document_id for h in search(stub, data, data.queries[q], 10).hits]
-                     for q in data.queries}
-            runs["default + rerank"] = {q: [h.provenance.document_id for h in search(
-                stub, data, data.queries[q], DEPTH, rerank=True).hits] for q in sample}
+            runs["default"] = {
+                q: [h.provenance.document_id for h in search(stub, data, text, DEPTH).hits]
+                for q, text in data.queries.items()
+            }
+            heads = {
+                q: [h.provenance.document_id for h in search(stub, data, data.queries[q], 10).hits]
+                for q in data.queries
+            }
+            runs["default + rerank"] = {
+                q: [h.provenance.document_id for h in search(stub, data, data.queries[q], DEPTH, rerank=True).hits]
+                for q in sample
+            }
         else:
             runs["default"], heads = local, {q: local[q][:10] for q in data.queries}
             runs["default + rerank"] = run_of(view, pipeline, bench.scores, sample)
@@ -967,26 +1141,46 @@ def quality_table(bench: Bench, sidecar: BenchSidecar, pipeline: Pipeline, reran
         same = statistics.fmean(runs["default"][q][:10] == local[q][:10] for q in data.queries)
         stable = statistics.fmean(heads[q] == runs["default"][q][:10] for q in data.queries)
         where = "" if data.name in rpc_sets else " (in-process)"
-        bench.out(f"| {data.name}{where} | " + " | ".join("%.3f / %.3f" % table[data.name][c] for c in columns) +
-                  f" | {same:.0%} | {stable:.0%} |")
+        bench.out(
+            f"| {data.name}{where} | "
+            + " | ".join("%.3f / %.3f" % table[data.name][c] for c in columns)
+            + f" | {same:.0%} | {stable:.0%} |"
+        )
     means = {c: statistics.fmean(t[c][0] for t in table.values()) for c in columns}
-    bench.out("| mean nDCG@10 | " + " | ".join(f"{means[c]:.3f}" for c in columns) + " | | |", "",
-              "Done-when checks (nDCG@10):", "",
-              "| set | default >= max(lexical, dense) - 0.005 | rerank >= no rerank |", "|---|---|---|")
+    bench.out(
+        "| mean nDCG@10 | " + " | ".join(f"{means[c]:.3f}" for c in columns) + " | | |",
+        "",
+        "Done-when checks (nDCG@10):",
+        "",
+        "| set | default >= max(lexical, dense) - 0.005 | rerank >= no rerank |",
+        "|---|---|---|",
+    )
     for name, t in table.items():
         floor = max(t["lexical"][0], t["dense"][0]) - SLACK
         off = t.get("default, rerank sample", t["default"])[0]
-        bench.out(f"| {name} | {t['default'][0]:.3f} vs {floor:.3f}: {'PASS' if t['default'][0] >= floor else 'FAIL'} | "
-                  f"{t['default + rerank'][0]:.3f} vs {off:.3f}: {'PASS' if t['default + rerank'][0] >= off else 'FAIL'} |")
-    gain = means["default + rerank"] - statistics.fmean(t.get("default, rerank sample", t["default"])[0]
-                                                         for t in table.values())
-    bench.out("", f"Mean: default {means['default']:.3f} vs BM25 reference {means['BM25 reference']:.3f} + 0.02: "
-                  f"{'PASS' if means['default'] >= means['BM25 reference'] + 0.02 else 'FAIL'}; rerank gain "
-                  f"{gain:+.3f} (>= +0.01: {'PASS' if gain >= 0.01 else 'FAIL'})")
+        bench.out(
+            f"| {name} | {t['default'][0]:.3f} vs {floor:.3f}: {'PASS' if t['default'][0] >= floor else 'FAIL'} | "
+            f"{t['default + rerank'][0]:.3f} vs {off:.3f}: {'PASS' if t['default + rerank'][0] >= off else 'FAIL'} |"
+        )
+    gain = means["default + rerank"] - statistics.fmean(
+        t.get("default, rerank sample", t["default"])[0] for t in table.values()
+    )
+    bench.out(
+        "",
+        f"Mean: default {means['default']:.3f} vs BM25 reference {means['BM25 reference']:.3f} + 0.02: "
+        f"{'PASS' if means['default'] >= means['BM25 reference'] + 0.02 else 'FAIL'}; rerank gain "
+        f"{gain:+.3f} (>= +0.01: {'PASS' if gain >= 0.01 else 'FAIL'})",
+    )
 
 
-def speed(bench: Bench, overrides: dict[str, Any], pipeline: Pipeline, count: int,
-          latencies: dict[tuple[str, int, int], float], rpc_sets: list[str]) -> None:
+def speed(
+    bench: Bench,
+    overrides: dict[str, Any],
+    pipeline: Pipeline,
+    count: int,
+    latencies: dict[tuple[str, int, int], float],
+    rpc_sets: list[str],
+) -> None:
     """p50 of Search with rerank at top_k 10 (one caller, `count` queries per set, a sidecar with the inference
     cache off, so every rerank scores its pairs), per curve point; the default's over every set's queries."""
     sidecar = BenchSidecar(overrides)
@@ -1003,39 +1197,59 @@ def speed(bench: Bench, overrides: dict[str, Any], pipeline: Pipeline, count: in
     finally:
         sidecar.stop()
     p50 = 1000 * statistics.median(default_times)
-    bench.out("", f"Speed: Search with the default rerank ({pipeline.rerank.label()}) at top_k 10, p50 over "
-                  f"{len(default_times)} queries of {', '.join(rpc_sets)}: {p50:.0f} ms "
-                  f"(<= 300 ms: {'PASS' if p50 <= 300 else 'FAIL'}; {os.cpu_count()} cores, load average "
-                  f"{os.getloadavg()[0]:.1f})")
+    bench.out(
+        "",
+        f"Speed: Search with the default rerank ({pipeline.rerank.label()}) at top_k 10, p50 over "
+        f"{len(default_times)} queries of {', '.join(rpc_sets)}: {p50:.0f} ms "
+        f"(<= 300 ms: {'PASS' if p50 <= 300 else 'FAIL'}; {os.cpu_count()} cores, load average "
+        f"{os.getloadavg()[0]:.1f})",
+    )
 
 
 # ---- chunking --------------------------------------------------------------------------------------------
+
 
 def chunking(bench: Bench, chunked: dict[str, Chunked], config, pipeline: Pipeline, rerank_queries: int | None) -> None:
     """Each document ranked by its best chunk (the product's chunking) against one vector per document; the
     rerank row on the rpc stage's sample of queries (a split document's chunks are new pairs to score)."""
     retrieval = config.retrieval
-    bench.out("", f"## Chunking: one vector per document vs the product's chunks ({retrieval.chunk_tokens} tokens, "
-                  f"overlap {retrieval.chunk_overlap_tokens}), each document ranked by its best chunk", "",
-              "| set | documents | chunks | documents cut | pipeline | queries | nDCG@10 one per doc | "
-              "nDCG@10 chunked | R@100 one per doc | R@100 chunked |", "|---|---|---|---|---|---|---|---|---|---|")
+    bench.out(
+        "",
+        f"## Chunking: one vector per document vs the product's chunks ({retrieval.chunk_tokens} tokens, "
+        f"overlap {retrieval.chunk_overlap_tokens}), each document ranked by its best chunk",
+        "",
+        "| set | documents | chunks | documents cut | pipeline | queries | nDCG@10 one per doc | "
+        "nDCG@10 chunked | R@100 one per doc | R@100 chunked |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    )
     for p in bench.prepared:
         view = chunked.get(p.data.name)
         if view is None:
             continue
-        rows = [(Pipeline(FirstStage("dense")), None), (Pipeline(FirstStage("bm25", pipeline.first.language)), None),
-                (Pipeline(pipeline.first), None),
-                *([(pipeline, tuple(spread(list(p.data.queries), rerank_queries)) if rerank_queries else None)]
-                  if rerank_queries != 0 else [])]
+        rows = [
+            (Pipeline(FirstStage("dense")), None),
+            (Pipeline(FirstStage("bm25", pipeline.first.language)), None),
+            (Pipeline(pipeline.first), None),
+            *(
+                [(pipeline, tuple(spread(list(p.data.queries), rerank_queries)) if rerank_queries else None)]
+                if rerank_queries != 0
+                else []
+            ),
+        ]
         for measured, sample in rows:
-            (n_doc, r_doc), (n_chunk, r_chunk) = (bench.measure(p, measured, sample),
-                                                  bench.measure(view, measured, sample))
-            bench.out(f"| {p.data.name} | {len(p.data.doc_ids)} | {view.chunks} | {view.split} | {measured.label()} | "
-                      f"{len(sample) if sample else len(p.data.queries)} | {n_doc:.3f} | {n_chunk:.3f} | {r_doc:.3f} | "
-                      f"{r_chunk:.3f} |")
+            (n_doc, r_doc), (n_chunk, r_chunk) = (
+                bench.measure(p, measured, sample),
+                bench.measure(view, measured, sample),
+            )
+            bench.out(
+                f"| {p.data.name} | {len(p.data.doc_ids)} | {view.chunks} | {view.split} | {measured.label()} | "
+                f"{len(sample) if sample else len(p.data.queries)} | {n_doc:.3f} | {n_chunk:.3f} | {r_doc:.3f} | "
+                f"{r_chunk:.3f} |"
+            )
 
 
 # ---- main ------------------------------------------------------------------------------------------------
+
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     overrides = {}
@@ -1050,24 +1264,44 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", default="scifact,cranfield,med,npl,lisa")
-    parser.add_argument("--stages", default="cv,table,speed,curve",
-                        help="explore, cv, table, speed, curve (from the lists through Search); rpc, chunking "
-                             "(with --in-process)")
-    parser.add_argument("--in-process", action="store_true",
-                        help="first-stage lists from one vector per document in-process (the 0.2.0 bench) "
-                             "instead of through the Search RPC")
-    parser.add_argument("--rpc-sets", default="scifact,cranfield,med,npl,lisa",
-                        help="sets searched through the Search RPC (table, rpc, speed)")
+    parser.add_argument(
+        "--stages",
+        default="cv,table,speed,curve",
+        help="explore, cv, table, speed, curve (from the lists through Search); rpc, chunking (with --in-process)",
+    )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="first-stage lists from one vector per document in-process (the 0.2.0 bench) "
+        "instead of through the Search RPC",
+    )
+    parser.add_argument(
+        "--rpc-sets",
+        default="scifact,cranfield,med,npl,lisa",
+        help="sets searched through the Search RPC (table, rpc, speed)",
+    )
     parser.add_argument("--latency-queries", type=int, default=5, help="queries per point of the latency curve")
-    parser.add_argument("--rpc-rerank-queries", type=int, default=None,
-                        help="queries (spread evenly) of the rerank-on pass through Search (default: all) and of "
-                             "the chunking stage's rerank row (0: skip both)")
-    parser.add_argument("--curve-queries", type=int, default=30,
-                        help="queries per set (spread evenly) of the speed/quality curve (a number above the "
-                             "set's queries: all)")
+    parser.add_argument(
+        "--rpc-rerank-queries",
+        type=int,
+        default=None,
+        help="queries (spread evenly) of the rerank-on pass through Search (default: all) and of "
+        "the chunking stage's rerank row (0: skip both)",
+    )
+    parser.add_argument(
+        "--curve-queries",
+        type=int,
+        default=30,
+        help="queries per set (spread evenly) of the speed/quality curve (a number above the set's queries: all)",
+    )
     parser.add_argument("--clients", type=int, default=2, help="concurrent Rerank callers filling the score cache")
-    parser.add_argument("--set", action="append", default=[], metavar="retrieval.KEY=VALUE",
-                        help="override a [retrieval] setting of config/ragsidecar.toml (in-process and sidecar)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="retrieval.KEY=VALUE",
+        help="override a [retrieval] setting of config/ragsidecar.toml (in-process and sidecar)",
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed run still stops its sidecar
     sets = [s.strip() for s in args.sets.split(",") if s.strip()]
@@ -1092,20 +1326,34 @@ def main() -> None:
             grid = hybrid_stages((config.retrieval.lexical_language,), FUSION_DEPTHS)
         bench = Bench(views, Scores(sidecar, args.clients, default.rerank.max_length), default, grid)
         bench.rerank_queries = args.rpc_rerank_queries
-        bench.out(f"# Retrieval quality on BEIR-style collections ({os.cpu_count()} cores)", "",
-                  f"Default pipeline measured: **{default.label()}**")
+        bench.out(
+            f"# Retrieval quality on BEIR-style collections ({os.cpu_count()} cores)",
+            "",
+            f"Default pipeline measured: **{default.label()}**",
+        )
         if "explore" in stages:
             bench.explore()
         if "cv" in stages:
             bench.cross_validate()
         if embedder is None:
             if "table" in stages:
-                quality_table(bench, sidecar, default, args.rpc_rerank_queries,
-                              [name.strip() for name in args.rpc_sets.split(",")])
+                quality_table(
+                    bench,
+                    sidecar,
+                    default,
+                    args.rpc_rerank_queries,
+                    [name.strip() for name in args.rpc_sets.split(",")],
+                )
             sidecar.stop()
             if "speed" in stages:
-                speed(bench, overrides, default, args.latency_queries, latencies,
-                      [name.strip() for name in args.rpc_sets.split(",")])
+                speed(
+                    bench,
+                    overrides,
+                    default,
+                    args.latency_queries,
+                    latencies,
+                    [name.strip() for name in args.rpc_sets.split(",")],
+                )
             if "curve" in stages:
                 bench.curve(default, latencies, args.curve_queries)
         else:
@@ -1114,23 +1362,41 @@ def main() -> None:
         sidecar.stop()
         if embedder is not None:
             embedder.close()
-    bench.out("", f"Total {time.perf_counter() - overall:.0f} s; 1-min load average {load_start:.1f} at start, "
-                  f"{os.getloadavg()[0]:.1f} at end (the machine is shared).")
+    bench.out(
+        "",
+        f"Total {time.perf_counter() - overall:.0f} s; 1-min load average {load_start:.1f} at start, "
+        f"{os.getloadavg()[0]:.1f} at end (the machine is shared).",
+    )
     (RESULTS / "beir.md").write_text("\n".join(bench.lines) + "\n")
 
 
-def in_process(bench: Bench, sidecar: BenchSidecar, embedder: Embedder, config, default: Pipeline, stages: set[str],
-               args: argparse.Namespace, latencies: dict[tuple[str, int, int], float]) -> None:
+def in_process(
+    bench: Bench,
+    sidecar: BenchSidecar,
+    embedder: Embedder,
+    config,
+    default: Pipeline,
+    stages: set[str],
+    args: argparse.Namespace,
+    latencies: dict[tuple[str, int, int], float],
+) -> None:
     """The 0.2.0 bench's stages on one vector per document: rpc, curve, the verdict, chunking."""
     sets = [p.data.name for p in bench.prepared]
     rpc_sets = [name.strip() for name in args.rpc_sets.split(",") if name.strip() in sets]
-    chunk_sets = sorted(set(rpc_sets if "rpc" in stages else []) | (set(sets) if "chunking" in stages else set()),
-                        key=sets.index)
-    chunked = {name: Chunked(p, embedder, config) for p in bench.prepared for name in chunk_sets
-               if p.data.name == name}
+    chunk_sets = sorted(
+        set(rpc_sets if "rpc" in stages else []) | (set(sets) if "chunking" in stages else set()), key=sets.index
+    )
+    chunked = {name: Chunked(p, embedder, config) for p in bench.prepared for name in chunk_sets if p.data.name == name}
     if "rpc" in stages:
-        through_rpc(bench, sidecar, {n: chunked[n] for n in rpc_sets}, default, args.rpc_rerank_queries,
-                    args.latency_queries, latencies)
+        through_rpc(
+            bench,
+            sidecar,
+            {n: chunked[n] for n in rpc_sets},
+            default,
+            args.rpc_rerank_queries,
+            args.latency_queries,
+            latencies,
+        )
     if "curve" in stages:
         bench.curve(default, latencies, args.curve_queries)
     bench.verdict(default)

@@ -26,8 +26,12 @@ import ir_collections as ir_data  # noqa: E402
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, target  # noqa: E402
 from sidecar import Sidecar, default_config  # noqa: E402
 
-from ragsidecar.v1 import chat_knowledge_pb2 as pb, chat_knowledge_pb2_grpc, retrieval_pb2 as rpb  # noqa: E402
-from ragsidecar.v1 import retrieval_pb2_grpc  # noqa: E402
+from ragsidecar.v1 import chat_knowledge_pb2 as pb  # noqa: E402
+from ragsidecar.v1 import (
+    chat_knowledge_pb2_grpc,
+    retrieval_pb2_grpc,  # noqa: E402
+)
+from ragsidecar.v1 import retrieval_pb2 as rpb
 
 RESULTS = REPO / "bench" / "results"
 OWNERS, DOCUMENTS, TOP_K = 3, 200, 5
@@ -35,34 +39,66 @@ OWNERS, DOCUMENTS, TOP_K = 3, 200, 5
 
 def corpora() -> list[list[rpb.MemoryDocument]]:
     texts = list(ir_data.corpus("scifact").items())
-    return [[rpb.MemoryDocument(id=i, text=t) for i, t in texts[o * DOCUMENTS:(o + 1) * DOCUMENTS]]
-            for o in range(OWNERS)]
+    return [
+        [rpb.MemoryDocument(id=i, text=t) for i, t in texts[o * DOCUMENTS : (o + 1) * DOCUMENTS]] for o in range(OWNERS)
+    ]
 
 
 def open_bindings(chat, documents: list[list[rpb.MemoryDocument]]) -> list[pb.OpenBindingResponse]:
     opened = []
     for o, docs in enumerate(documents):
-        binding = chat.OpenBinding(pb.OpenBindingRequest(principal=PRINCIPAL, scope=SCOPE, owner_id=f"owner-{o}",
-                                                         source="log", top_k=TOP_K, declared=True))
-        chat.AppendToBinding(pb.AppendToBindingRequest(principal=PRINCIPAL, scope=SCOPE, binding_id=binding.binding_id,
-                                                       binding_handle=binding.binding_handle, owner_id=f"owner-{o}",
-                                                       documents=docs), timeout=600)
+        binding = chat.OpenBinding(
+            pb.OpenBindingRequest(
+                principal=PRINCIPAL, scope=SCOPE, owner_id=f"owner-{o}", source="log", top_k=TOP_K, declared=True
+            )
+        )
+        chat.AppendToBinding(
+            pb.AppendToBindingRequest(
+                principal=PRINCIPAL,
+                scope=SCOPE,
+                binding_id=binding.binding_id,
+                binding_handle=binding.binding_handle,
+                owner_id=f"owner-{o}",
+                documents=docs,
+            ),
+            timeout=600,
+        )
         opened.append(binding)
     return opened
 
 
 def turn_request(bindings: list[pb.OpenBindingResponse], claim: str) -> pb.GroundTurnRequest:
-    owners = [pb.ChatOwner(owner_id=f"owner-{o}", state_text=f"## Current State\n- turn: {o}", knowledge=[
-        entry("log", "MEMORY", "SEARCH", top_k=TOP_K),
-        entry("persona", "INLINE", "DIRECT", inline_text=f"You are reviewer {o}; cite the abstracts.", max_tokens=50)])
-        for o in range(OWNERS)]
+    owners = [
+        pb.ChatOwner(
+            owner_id=f"owner-{o}",
+            state_text=f"## Current State\n- turn: {o}",
+            knowledge=[
+                entry("log", "MEMORY", "SEARCH", top_k=TOP_K),
+                entry(
+                    "persona",
+                    "INLINE",
+                    "DIRECT",
+                    inline_text=f"You are reviewer {o}; cite the abstracts.",
+                    max_tokens=50,
+                ),
+            ],
+        )
+        for o in range(OWNERS)
+    ]
     return pb.GroundTurnRequest(
-        principal=PRINCIPAL, owners=owners, llm=llm(window=128_000),
-        conversation=[pb.ChatMessage(role="system", content="You review scientific claims."),
-                      pb.ChatMessage(role="user", content=claim)],
-        bindings=[pb.TurnBinding(binding_id=b.binding_id, binding_handle=b.binding_handle, owner_id=f"owner-{o}")
-                  for o, b in enumerate(bindings)],
-        context=pb.ChatRetrievalContext(scope=SCOPE))
+        principal=PRINCIPAL,
+        owners=owners,
+        llm=llm(window=128_000),
+        conversation=[
+            pb.ChatMessage(role="system", content="You review scientific claims."),
+            pb.ChatMessage(role="user", content=claim),
+        ],
+        bindings=[
+            pb.TurnBinding(binding_id=b.binding_id, binding_handle=b.binding_handle, owner_id=f"owner-{o}")
+            for o, b in enumerate(bindings)
+        ],
+        context=pb.ChatRetrievalContext(scope=SCOPE),
+    )
 
 
 def search_request(names: list[str], claim: str) -> rpb.SearchRequest:
@@ -97,20 +133,26 @@ def main() -> None:
         documents = corpora()
         bindings = open_bindings(chat, documents)
         for o, docs in enumerate(documents):
-            retrieval.UpsertDocuments(rpb.UpsertDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge=f"log-{o}",
-                                                                 documents=docs), timeout=600)
+            retrieval.UpsertDocuments(
+                rpb.UpsertDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge=f"log-{o}", documents=docs),
+                timeout=600,
+            )
         queries, judged = ir_data.queries("scifact"), ir_data.qrels("scifact")
         claims = [queries[q] for q in sorted(judged)[: args.queries]]
         build_ms, _ = timed(lambda: chat.GroundTurn(turn_request(bindings, claims[0]), timeout=3600))
         retrieval.Search(search_request([], claims[0]), timeout=600)  # same vectors: indexed from the cache
-        print(f"{OWNERS} owners x {DOCUMENTS} documents, top_k {TOP_K}; first turn (indexing the live corpora) "
-              f"{build_ms / 1000:.1f}s; {len(claims)} SciFact claims, one call at a time")
+        print(
+            f"{OWNERS} owners x {DOCUMENTS} documents, top_k {TOP_K}; first turn (indexing the live corpora) "
+            f"{build_ms / 1000:.1f}s; {len(claims)} SciFact claims, one call at a time"
+        )
         turns, three, one = [], [], []
         for claim in claims:
             ground_ms, response = timed(lambda: chat.GroundTurn(turn_request(bindings, claim), timeout=60))
             assert all(o.document_count == TOP_K for o in response.owners), response.owners
-            each = [timed(lambda: retrieval.Search(search_request([f"log-{o}"], claim), timeout=60))[0]
-                    for o in range(OWNERS)]
+            each = [
+                timed(lambda: retrieval.Search(search_request([f"log-{o}"], claim), timeout=60))[0]
+                for o in range(OWNERS)
+            ]
             one.append(timed(lambda: retrieval.Search(search_request([], claim), timeout=60))[0])
             turns.append(ground_ms)
             three.append(sum(each))

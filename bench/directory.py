@@ -33,7 +33,8 @@ import ir_collections  # noqa: E402
 from retrieval_helpers import PRINCIPAL, entry, target  # noqa: E402
 from sidecar import Sidecar, default_config  # noqa: E402
 
-from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc  # noqa: E402
+from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc  # noqa: E402
+from ragsidecar.v1 import retrieval_pb2 as pb
 
 SCOPE = common_pb2.Scope(tenant="bench", session="s1")
 QUERY = "can zebrafish regrow heart tissue after injury?"
@@ -58,7 +59,7 @@ def main() -> None:
     args = parser.parse_args()
     corpus = ir_collections.corpus("scifact")
     texts = [corpus[i] for i in sorted(corpus)]
-    folder_texts, replacements = texts[: args.files], iter(texts[args.files:])
+    folder_texts, replacements = texts[: args.files], iter(texts[args.files :])
 
     with tempfile.TemporaryDirectory() as work:
         root = Path(work) / "knowledge"
@@ -78,8 +79,10 @@ def run(server: Sidecar, folder: Path, args: argparse.Namespace, replacements) -
 
     def search(name: str = "science") -> None:
         source = entry(name, "DIRECTORY", "SEARCH", "science")
-        stub.Search(pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([source]), query=QUERY,
-                                     top_k=5), timeout=600)
+        stub.Search(
+            pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([source]), query=QUERY, top_k=5),
+            timeout=600,
+        )
 
     def edit(n: int) -> None:
         (folder / f"abstract{n:04}.txt").write_text(next(replacements), encoding="utf-8")
@@ -105,13 +108,19 @@ def run(server: Sidecar, folder: Path, args: argparse.Namespace, replacements) -
     assert (updated, built) == (2 * args.edits, 1 + args.edits), (updated, built)
     edit_p50, rebuild_p50 = statistics.median(edits), statistics.median(rebuilds)
     print(f"search, nothing changed: p50 {plain * 1000:.0f} ms")
-    print(f"edit one file, next search (updated file by file): p50 {edit_p50 * 1000:.0f} ms "
-          f"(min {min(edits) * 1000:.0f}, max {max(edits) * 1000:.0f}; {args.edits} edits, "
-          f"{embedded / args.edits:.1f} chunks embedded per edit)")
-    print(f"edit one file, next search (rebuilt whole): p50 {rebuild_p50 * 1000:.0f} ms "
-          f"(min {min(rebuilds) * 1000:.0f}, max {max(rebuilds) * 1000:.0f})")
-    print(f"rebuild / edit: {rebuild_p50 / edit_p50:.1f}x; less the plain search: "
-          f"{(rebuild_p50 - plain) / max(edit_p50 - plain, 1e-9):.1f}x; first load / edit: {first / edit_p50:.0f}x")
+    print(
+        f"edit one file, next search (updated file by file): p50 {edit_p50 * 1000:.0f} ms "
+        f"(min {min(edits) * 1000:.0f}, max {max(edits) * 1000:.0f}; {args.edits} edits, "
+        f"{embedded / args.edits:.1f} chunks embedded per edit)"
+    )
+    print(
+        f"edit one file, next search (rebuilt whole): p50 {rebuild_p50 * 1000:.0f} ms "
+        f"(min {min(rebuilds) * 1000:.0f}, max {max(rebuilds) * 1000:.0f})"
+    )
+    print(
+        f"rebuild / edit: {rebuild_p50 / edit_p50:.1f}x; less the plain search: "
+        f"{(rebuild_p50 - plain) / max(edit_p50 - plain, 1e-9):.1f}x; first load / edit: {first / edit_p50:.0f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ import ir_collections as ir_data  # noqa: E402
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, params, target  # noqa: E402
 from sidecar import Sidecar, default_config  # noqa: E402
 
-from ragsidecar.v1 import retrieval_pb2 as pb, retrieval_pb2_grpc  # noqa: E402
+from ragsidecar.v1 import retrieval_pb2 as pb  # noqa: E402
+from ragsidecar.v1 import retrieval_pb2_grpc
 
 RESULTS = REPO / "bench" / "results"
 
@@ -53,16 +54,21 @@ def main() -> None:
     try:
         stub = retrieval_pb2_grpc.RetrievalServiceStub(server.channel())
         plain = entry("scifact", "FILE", "SEARCH", "scifact.jsonl", top_k=5)
-        reranked = entry("scifact", "FILE", "SEARCH", "scifact.jsonl", top_k=5,
-                         search=pb.SearchOptions(rerank=True, candidates=20))
+        reranked = entry(
+            "scifact", "FILE", "SEARCH", "scifact.jsonl", top_k=5, search=pb.SearchOptions(rerank=True, candidates=20)
+        )
         started = time.perf_counter()
-        counts = stub.RequireLoaded(pb.RequireLoadedRequest(principal=PRINCIPAL, scope=SCOPE, target=target([plain]),
-                                                            names=["scifact"]), timeout=3600).counts
+        counts = stub.RequireLoaded(
+            pb.RequireLoadedRequest(principal=PRINCIPAL, scope=SCOPE, target=target([plain]), names=["scifact"]),
+            timeout=3600,
+        ).counts
         load_s = time.perf_counter() - started
         embedded = server.metric("ragsidecar_embedded_chunks_total")
         how = "built" if embedded else "read from disk"
-        print(f"index: {counts[0].count} documents, {how} in {load_s:.1f}s"
-              + (f" ({embedded:.0f} chunks, {embedded / load_s:.1f} chunks/s)" if embedded else ""))
+        print(
+            f"index: {counts[0].count} documents, {how} in {load_s:.1f}s"
+            + (f" ({embedded:.0f} chunks, {embedded / load_s:.1f} chunks/s)" if embedded else "")
+        )
         queries, judged = ir_data.queries("scifact"), ir_data.qrels("scifact")
         claims = [(queries[q], set(judged[q])) for q in sorted(judged)[: args.queries]]
         print(f"{len(claims)} SciFact test claims, one Enforce at a time")
@@ -71,16 +77,23 @@ def main() -> None:
         for name, knowledge in (("SEARCH", plain), ("SEARCH + rerank 20", reranked)):
             latencies, found = [], 0
             for claim, relevant in claims:
-                request = pb.EnforceRequest(principal=PRINCIPAL, scope=SCOPE, action="answer", llm=llm(),
-                                            target=target([knowledge], {"answer": ["scifact"]}),
-                                            params=params(claim=claim))
+                request = pb.EnforceRequest(
+                    principal=PRINCIPAL,
+                    scope=SCOPE,
+                    action="answer",
+                    llm=llm(),
+                    target=target([knowledge], {"answer": ["scifact"]}),
+                    params=params(claim=claim),
+                )
                 t0 = time.perf_counter()
                 response = stub.Enforce(request, timeout=120)
                 latencies.append((time.perf_counter() - t0) * 1000)
                 found += any(c.provenance.document_id in relevant for b in response.blocks for c in b.chunks)
             ordered = sorted(latencies)
-            print(f"| {name} | {statistics.median(ordered):.0f} | {ordered[int(0.95 * (len(ordered) - 1))]:.0f} "
-                  f"| {found}/{len(claims)} |")
+            print(
+                f"| {name} | {statistics.median(ordered):.0f} | {ordered[int(0.95 * (len(ordered) - 1))]:.0f} "
+                f"| {found}/{len(claims)} |"
+            )
     finally:
         server.stop()
 

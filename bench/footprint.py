@@ -27,7 +27,8 @@ import ir_collections  # noqa: E402
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, target  # noqa: E402
 from sidecar import Sidecar, default_config  # noqa: E402
 
-from ragsidecar.v1 import reranker_pb2, retrieval_pb2 as rpb, retrieval_pb2_grpc  # noqa: E402
+from ragsidecar.v1 import reranker_pb2, retrieval_pb2_grpc  # noqa: E402
+from ragsidecar.v1 import retrieval_pb2 as rpb
 
 MIB = 2**20
 
@@ -69,12 +70,19 @@ def main() -> None:
             idle = rss.now()
             print(f"idle: {idle:.0f} MiB", flush=True)
             retrieval = retrieval_pb2_grpc.RetrievalServiceStub(server.channel())
-            retrieval.UpsertDocuments(rpb.UpsertDocumentsRequest(
-                principal=PRINCIPAL, scope=SCOPE, knowledge="abstracts",
-                documents=[rpb.MemoryDocument(id=i, text=t) for i, t in corpus]), timeout=3600)
+            retrieval.UpsertDocuments(
+                rpb.UpsertDocumentsRequest(
+                    principal=PRINCIPAL,
+                    scope=SCOPE,
+                    knowledge="abstracts",
+                    documents=[rpb.MemoryDocument(id=i, text=t) for i, t in corpus],
+                ),
+                timeout=3600,
+            )
             search = target([entry("abstracts", "MEMORY", "SEARCH", top_k=10)])
-            retrieval.Search(rpb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=search, query=claims[0]),
-                             timeout=600)
+            retrieval.Search(
+                rpb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=search, query=claims[0]), timeout=600
+            )
             indexed = rss.now()
             print(f"indexed: {indexed:.0f} MiB", flush=True)
             reranker = server.reranker()
@@ -82,18 +90,21 @@ def main() -> None:
             def caller(c: int) -> None:
                 for r in range(args.rounds):
                     claim = claims[(c * args.rounds + r) % len(claims)]
-                    documents = [reranker_pb2.RerankDocument(id=i, text=t) for i, t in corpus[r * 100:(r + 1) * 100]]
+                    documents = [reranker_pb2.RerankDocument(id=i, text=t) for i, t in corpus[r * 100 : (r + 1) * 100]]
                     reranker.Rerank(reranker_pb2.RerankRequest(query=claim, documents=documents), timeout=600)
-                    retrieval.Search(rpb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=search, query=claim),
-                                     timeout=600)
+                    retrieval.Search(
+                        rpb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=search, query=claim), timeout=600
+                    )
 
             with concurrent.futures.ThreadPoolExecutor(args.clients) as pool:
                 list(pool.map(caller, range(args.clients)))
         finally:
             rss.stop()
             server.stop()
-    print(f"sidecar RSS (MiB), default models, {args.documents} MEMORY documents, {args.clients} callers: "
-          f"idle {idle:.0f}, indexed {indexed:.0f}, peak under load {rss.peak:.0f}")
+    print(
+        f"sidecar RSS (MiB), default models, {args.documents} MEMORY documents, {args.clients} callers: "
+        f"idle {idle:.0f}, indexed {indexed:.0f}, peak under load {rss.peak:.0f}"
+    )
 
 
 if __name__ == "__main__":

@@ -21,11 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import ir_collections
 import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-import ir_collections
 from ragsidecar.knowledge.index import (
     DEFAULT_CONNECTIVITY,
     DEFAULT_EXPANSION_ADD,
@@ -66,10 +66,10 @@ def exact_top(data: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
     """Brute-force top-k by cosine (dot of unit vectors), in blocks to bound memory."""
     out = np.empty((len(queries), k), dtype=np.int64)
     for start in range(0, len(queries), 100):
-        scores = queries[start:start + 100] @ data.T
+        scores = queries[start : start + 100] @ data.T
         part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
         order = np.take_along_axis(scores, part, axis=1).argsort(axis=1)[:, ::-1]
-        out[start:start + 100] = np.take_along_axis(part, order, axis=1)
+        out[start : start + 100] = np.take_along_axis(part, order, axis=1)
     return out
 
 
@@ -101,10 +101,14 @@ def bench_hnsw(count: int, n_queries: int) -> None:
     data, queries = clustered(count, n_queries)
     truth = exact_top(data, queries, K)
     print(f"\n## 1. HNSW vs exact: {count} clustered {DIMENSIONS}-d vectors, {n_queries} queries, recall@{K}")
-    print(f"defaults: connectivity={DEFAULT_CONNECTIVITY} expansion_add={DEFAULT_EXPANSION_ADD} "
-          f"expansion_search={DEFAULT_EXPANSION_SEARCH}; build threads={CPUS}, search threads=1")
-    print(f"{'method':8} {'build vec/s':>12} {'recall@10':>10} {'p50 ms':>8} {'p95 ms':>8} {'rescored':>9}   "
-          f"recall at expansion_search")
+    print(
+        f"defaults: connectivity={DEFAULT_CONNECTIVITY} expansion_add={DEFAULT_EXPANSION_ADD} "
+        f"expansion_search={DEFAULT_EXPANSION_SEARCH}; build threads={CPUS}, search threads=1"
+    )
+    print(
+        f"{'method':8} {'build vec/s':>12} {'recall@10':>10} {'p50 ms':>8} {'p95 ms':>8} {'rescored':>9}   "
+        f"recall at expansion_search"
+    )
     sample = queries[: min(300, n_queries)]  # numpy brute force is slow; 300 single queries give stable percentiles
     p50, p95 = latencies_ms(lambda q: exact_single(data, q), sample)
     print(f"{'exact':8} {'-':>12} {1.0:>10.4f} {p50:>8.3f} {p95:>8.3f}")
@@ -120,10 +124,14 @@ def bench_hnsw(count: int, n_queries: int) -> None:
         for ef in (16, 32, 128, 256):  # the tradeoff around the default, for whoever retunes it
             hnsw.expansion_search = ef
             sweep.append(f"{ef}:{recall(hnsw.search(queries, K, threads=CPUS).keys, truth):.4f}")
-        print(f"{dtype:8} {rate:>12,.0f} {recall(found, truth):>10.4f} {p50:>8.3f} {p95:>8.3f} {rescored:>9.4f}   "
-              f"{' '.join(sweep)}")
-    print(f"rescored: top-{RESCORE_DEPTH} HNSW candidates re-ranked by exact float32 cosine, then top-{K} "
-          f"(what HybridIndex.search does with candidates={RESCORE_DEPTH})")
+        print(
+            f"{dtype:8} {rate:>12,.0f} {recall(found, truth):>10.4f} {p50:>8.3f} {p95:>8.3f} {rescored:>9.4f}   "
+            f"{' '.join(sweep)}"
+        )
+    print(
+        f"rescored: top-{RESCORE_DEPTH} HNSW candidates re-ranked by exact float32 cosine, then top-{K} "
+        f"(what HybridIndex.search does with candidates={RESCORE_DEPTH})"
+    )
 
 
 class Embedder:
@@ -140,9 +148,11 @@ class Embedder:
 
     def embed(self, text: str) -> np.ndarray:
         e = self.tokenizer.encode(text)
-        feed = {"input_ids": np.array([e.ids], dtype=np.int64),
-                "attention_mask": np.array([e.attention_mask], dtype=np.int64),
-                "token_type_ids": np.array([e.type_ids], dtype=np.int64)}
+        feed = {
+            "input_ids": np.array([e.ids], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask], dtype=np.int64),
+            "token_type_ids": np.array([e.type_ids], dtype=np.int64),
+        }
         cls = self.session.run(None, feed)[0][0, 0]
         return cls / np.linalg.norm(cls)
 
@@ -182,13 +192,17 @@ def bench_ingest(count: int) -> None:
         HybridIndex.load(Path(folder) / "index")
         load_s = time.perf_counter() - start
     total = embed_s + build_s + save_s
-    print(f"\n## 2. Ingest: first {count} SciFact abstracts (title + text), bge-small-en-v1.5, "
-          f"one text per run, intra_op_threads={CPUS}")
+    print(
+        f"\n## 2. Ingest: first {count} SciFact abstracts (title + text), bge-small-en-v1.5, "
+        f"one text per run, intra_op_threads={CPUS}"
+    )
     print(f"{'pipeline':34} {'seconds':>8} {'chunks/s':>9} {'vs raw':>7}")
     print(f"{'(a) raw onnxruntime embed':34} {embed_s:>8.2f} {count / embed_s:>9.1f} {1.0:>7.3f}")
     print(f"{'(b) embed + build + save':34} {total:>8.2f} {count / total:>9.1f} {embed_s / total:>7.3f}")
-    print(f"    of which build {build_s:.3f} s (HNSW f16 + BM25), save {save_s:.3f} s; "
-          f"indexing overhead {100 * (build_s + save_s) / embed_s:.1f}% of embedding time; load {load_s:.3f} s")
+    print(
+        f"    of which build {build_s:.3f} s (HNSW f16 + BM25), save {save_s:.3f} s; "
+        f"indexing overhead {100 * (build_s + save_s) / embed_s:.1f}% of embedding time; load {load_s:.3f} s"
+    )
     bench_hybrid_search(embedder, index)
 
 
@@ -200,8 +214,10 @@ def bench_hybrid_search(embedder: Embedder, index: HybridIndex) -> None:
         start = time.perf_counter()
         index.search(vector, text, k=10, candidates=50)
         times.append((time.perf_counter() - start) * 1000)
-    print(f"    HybridIndex.search over {len(index)} chunks, {len(queries)} SciFact queries, k=10 candidates=50: "
-          f"p50 {np.percentile(times, 50):.3f} ms, p95 {np.percentile(times, 95):.3f} ms (query embedding excluded)")
+    print(
+        f"    HybridIndex.search over {len(index)} chunks, {len(queries)} SciFact queries, k=10 candidates=50: "
+        f"p50 {np.percentile(times, 50):.3f} ms, p95 {np.percentile(times, 95):.3f} ms (query embedding excluded)"
+    )
 
 
 def main() -> None:

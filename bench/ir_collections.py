@@ -24,7 +24,8 @@ def folder(name: str) -> Path:
         raise SystemExit(
             f"benchmark data missing: {found / 'corpus.jsonl.gz'} does not exist.\n"
             f"Set RAGSIDECAR_IR_DATA to a folder holding {name}/corpus.jsonl.gz, {name}/queries.jsonl and "
-            f"{name}/qrels/test.tsv (BEIR layout), e.g. RAGSIDECAR_IR_DATA=/data/beir make bench.")
+            f"{name}/qrels/test.tsv (BEIR layout), e.g. RAGSIDECAR_IR_DATA=/data/beir make bench."
+        )
     return found
 
 

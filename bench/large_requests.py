@@ -27,7 +27,8 @@ from conftest import retrieval_config  # noqa: E402
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, target  # noqa: E402
 from sidecar import Sidecar  # noqa: E402
 
-from ragsidecar.v1 import reranker_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc  # noqa: E402
+from ragsidecar.v1 import reranker_pb2, retrieval_pb2_grpc  # noqa: E402
+from ragsidecar.v1 import retrieval_pb2 as pb
 
 BIG = 60 << 20
 
@@ -37,15 +38,21 @@ def big_requests(server: Sidecar, channel: grpc.Channel) -> dict[str, Callable[[
     huge = "x" * BIG
     many = [reranker_pb2.RerankDocument(text="word " * 12_000)] * 1000
     return {
-        "Rerank, one 60 MiB document": lambda: reranker.Rerank(reranker_pb2.RerankRequest(
-            query="q", documents=[reranker_pb2.RerankDocument(text=huge)]), timeout=300),
-        "Rerank, 1,000 documents of 60 KB": lambda: reranker.Rerank(reranker_pb2.RerankRequest(
-            query="q", documents=many), timeout=300),
-        "UpsertDocuments, 60 MiB": lambda: retrieval.UpsertDocuments(pb.UpsertDocumentsRequest(
-            principal=PRINCIPAL, scope=SCOPE, knowledge="notes", documents=[pb.MemoryDocument(id="a", text=huge)]),
-            timeout=300),
+        "Rerank, one 60 MiB document": lambda: reranker.Rerank(
+            reranker_pb2.RerankRequest(query="q", documents=[reranker_pb2.RerankDocument(text=huge)]), timeout=300
+        ),
+        "Rerank, 1,000 documents of 60 KB": lambda: reranker.Rerank(
+            reranker_pb2.RerankRequest(query="q", documents=many), timeout=300
+        ),
+        "UpsertDocuments, 60 MiB": lambda: retrieval.UpsertDocuments(
+            pb.UpsertDocumentsRequest(
+                principal=PRINCIPAL, scope=SCOPE, knowledge="notes", documents=[pb.MemoryDocument(id="a", text=huge)]
+            ),
+            timeout=300,
+        ),
         "PrepareChatKnowledge, 60 MiB agent_id": lambda: retrieval.PrepareChatKnowledge(
-            pb.PrepareChatKnowledgeRequest(principal=PRINCIPAL, scope=SCOPE, agent_id=huge), timeout=300),
+            pb.PrepareChatKnowledgeRequest(principal=PRINCIPAL, scope=SCOPE, agent_id=huge), timeout=300
+        ),
     }
 
 
@@ -65,8 +72,10 @@ def memory_across_big_requests(server: Sidecar, channel: grpc.Channel, rounds: i
         for label, call in calls.items():
             began = time.perf_counter()
             result = outcome(call)
-            print(f"  round {round_}  {label:<40} {result:<18} {time.perf_counter() - began:5.1f} s  "
-                  f"RSS {server.rss_mib()} MiB")
+            print(
+                f"  round {round_}  {label:<40} {result:<18} {time.perf_counter() - began:5.1f} s  "
+                f"RSS {server.rss_mib()} MiB"
+            )
     time.sleep(5)
     print(f"  after 5 s idle: RSS {server.rss_mib()} MiB ({server.rss_mib() / start:.2f}x start)")
 
@@ -74,19 +83,28 @@ def memory_across_big_requests(server: Sidecar, channel: grpc.Channel, rounds: i
 def validating_a_big_direct_text(server: Sidecar, channel: grpc.Channel, validations: int) -> None:
     stub = retrieval_pb2_grpc.RetrievalServiceStub(channel)
     words = "the quick brown fox jumps over the lazy dog near the riverbank at dawn ".split()
-    text = " ".join(words[i % len(words)] + ("\n" if i % 17 == 0 else "") for i in range(1_500_000))[:8 << 20]
+    text = " ".join(words[i % len(words)] + ("\n" if i % 17 == 0 else "") for i in range(1_500_000))[: 8 << 20]
     print("\nValidateConfiguration, one 8 MiB INLINE DIRECT entry")
     gpt_4o = {"llm": pb.Llm(model="gpt-4o")}
-    cases = {"no model (window unknown)": ({}, {}), "gpt-4o (shared budget 32,000)": (gpt_4o, {}),
-             "max_tokens 1000": (gpt_4o, {"max_tokens": 1000})}
+    cases = {
+        "no model (window unknown)": ({}, {}),
+        "gpt-4o (shared budget 32,000)": (gpt_4o, {}),
+        "max_tokens 1000": (gpt_4o, {"max_tokens": 1000}),
+    }
     for label, (fields, entry_fields) in cases.items():
-        request = pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, target=target(
-            [entry("big", "INLINE", "DIRECT", inline_text=text, **entry_fields)]), **fields)
+        request = pb.ValidateConfigurationRequest(
+            principal=PRINCIPAL,
+            scope=SCOPE,
+            target=target([entry("big", "INLINE", "DIRECT", inline_text=text, **entry_fields)]),
+            **fields,
+        )
         for _ in range(validations):
             before, began = server.rss_mib(), time.perf_counter()
             response = stub.ValidateConfiguration(request, timeout=600)
-            print(f"  {label:<32} {time.perf_counter() - began:6.2f} s  RSS {before} -> {server.rss_mib()} MiB  "
-                  f"{response.violations[0].description[:70] if response.violations else 'valid'}")
+            print(
+                f"  {label:<32} {time.perf_counter() - began:6.2f} s  RSS {before} -> {server.rss_mib()} MiB  "
+                f"{response.violations[0].description[:70] if response.violations else 'valid'}"
+            )
 
 
 def main() -> None:

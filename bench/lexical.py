@@ -40,10 +40,10 @@ import time
 import bm25s
 import numpy as np
 import tantivy
+from beir import RESULTS, evaluate, read_collection
 from bm25s.stopwords import STOPWORDS_EN
 
-from beir import RESULTS, evaluate, read_collection
-from ragsidecar.knowledge.lexical import B, K1, Lexical, terms
+from ragsidecar.knowledge.lexical import K1, B, Lexical, terms
 
 LANGUAGE = "english"
 DEPTH = 100
@@ -101,15 +101,24 @@ class Incremental:
 
 def en_stem() -> tantivy.TextAnalyzer:
     """tantivy's built-in "en_stem" analyzer, rebuilt to analyse queries as it analyses documents."""
-    return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple()).filter(tantivy.Filter.remove_long(40))
-            .filter(tantivy.Filter.lowercase()).filter(tantivy.Filter.stemmer("english")).build())
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(40))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
 
 
 def ours() -> tantivy.TextAnalyzer:
     """knowledge/lexical.py's English analysis (bm25s.tokenize's pattern and stopwords, Snowball English)."""
-    return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(r"\b\w\w+\b")).filter(tantivy.Filter.lowercase())
-            .filter(tantivy.Filter.custom_stopword(list(STOPWORDS_EN))).filter(tantivy.Filter.stemmer("english"))
-            .build())
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(r"\b\w\w+\b"))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.custom_stopword(list(STOPWORDS_EN)))
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
 
 
 class Tantivy:
@@ -144,8 +153,10 @@ class Tantivy:
         words = self._analyzer.analyze(query)
         if not words:
             return []
-        should = [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "body", w, index_option="freq"))
-                  for w in words]
+        should = [
+            (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "body", w, index_option="freq"))
+            for w in words
+        ]
         hits = self._searcher.search(tantivy.Query.boolean_query(should), count, count=False).hits
         return self._searcher.fast_field_values("slot", [address for _, address in hits]) if hits else []
 
@@ -158,6 +169,7 @@ def engines() -> list:
 
 
 # ---- quality -----------------------------------------------------------------------------------------------
+
 
 def quality(sets: list[str], out) -> None:
     out("## Quality: BM25 alone, top 100\n")
@@ -173,16 +185,21 @@ def quality(sets: list[str], out) -> None:
             run = {q: [data.doc_ids[i] for i in engine.top(text, DEPTH)] for q, text in data.queries.items()}
             ndcg, recall = evaluate(run, data.qrels)
             reference = reference or (ndcg, recall)
-            out(f"| {name} | {engine.name} | {ndcg:.4f} | {ndcg - reference[0]:+.4f} | {recall:.4f} | "
-                f"{recall - reference[1]:+.4f} | {loaded:.1f} |")
+            out(
+                f"| {name} | {engine.name} | {ndcg:.4f} | {ndcg - reference[0]:+.4f} | {recall:.4f} | "
+                f"{recall - reference[1]:+.4f} | {loaded:.1f} |"
+            )
 
 
 # ---- latency -----------------------------------------------------------------------------------------------
 
+
 def documents(count: int, base: list[str]) -> list[str]:
     """`count` documents: the base texts, then copies as bench/store.py derives them."""
-    return [base[i % len(base)] if i < len(base) else f"{base[i % len(base)]} (variant {i // len(base)})"
-            for i in range(count)]
+    return [
+        base[i % len(base)] if i < len(base) else f"{base[i % len(base)]} (variant {i // len(base)})"
+        for i in range(count)
+    ]
 
 
 def percentiles(seconds: list[float]) -> str:
@@ -200,8 +217,10 @@ def latency(sizes: list[int], query_count: int, adds: int, rebuilds: int, out) -
     scifact = read_collection("scifact")
     queries = list(scifact.queries.values())[:query_count]
     out("\n## Latency (ms): one-document add until a search sees it, and search (top 100)\n")
-    out("| documents | engine | add p50 | add p95 | adds | search p50 | search p95 | search / bm25s | bulk load s "
-        "| bytes |")
+    out(
+        "| documents | engine | add p50 | add p95 | adds | search p50 | search p95 | search / bm25s | bulk load s "
+        "| bytes |"
+    )
     out("|---|---|---|---|---|---|---|---|---|---|")
     for size in sizes:
         texts = documents(size + adds, scifact.doc_texts)
@@ -220,14 +239,19 @@ def latency(sizes: list[int], query_count: int, adds: int, rebuilds: int, out) -
         analysis = [timed(terms, [texts[slot]], LANGUAGE) for slot in range(size, size + adds)]
         for engine in everyone:
             if isinstance(engine, Rebuilt):
-                added[engine.name] = ([loaded[engine.name]] if size > REBUILT_UP_TO else
-                                      [timed(engine.add, slot, texts[slot]) for slot in range(size, size + rebuilds)])
+                added[engine.name] = (
+                    [loaded[engine.name]]
+                    if size > REBUILT_UP_TO
+                    else [timed(engine.add, slot, texts[slot]) for slot in range(size, size + rebuilds)]
+                )
             nbytes = engine.nbytes()
             # Each search beside bm25s's of the same query in the same round: the median ratio.
             ratio = np.median(np.array(searches[engine.name]) / np.array(searches[Rebuilt.name]))
-            out(f"| {size:,} | {engine.name} | {percentiles(added[engine.name])} | {len(added[engine.name])} | "
+            out(
+                f"| {size:,} | {engine.name} | {percentiles(added[engine.name])} | {len(added[engine.name])} | "
                 f"{percentiles(searches[engine.name])} | {ratio:.2f} | {loaded[engine.name]:.1f} | "
-                f"{'-' if nbytes is None else f'{nbytes / 1e6:.0f} MB'} |")
+                f"{'-' if nbytes is None else f'{nbytes / 1e6:.0f} MB'} |"
+            )
         out(f"| {size:,} | (the analysis of an added text alone) | {percentiles(analysis)} | {adds} | | | | | |")
 
 

@@ -68,7 +68,7 @@ class Load:
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(clients)]
 
-    def __enter__(self) -> "Load":
+    def __enter__(self) -> Load:
         for thread in self._threads:
             thread.start()
         return self
@@ -83,8 +83,10 @@ class Load:
         i = 0
         while not self._stop.is_set():
             i += 1
-            documents = [reranker_pb2.RerankDocument(id=str(d), text=f"client {client} document {d} of call {i} " * 8)
-                         for d in range(8)]
+            documents = [
+                reranker_pb2.RerankDocument(id=str(d), text=f"client {client} document {d} of call {i} " * 8)
+                for d in range(8)
+            ]
             try:
                 stub.Rerank(reranker_pb2.RerankRequest(query=f"query {i}", documents=documents), timeout=60)
                 outcome = "OK"
@@ -120,8 +122,11 @@ def soak(server: Sidecar, configs: tuple[dict, dict], reloads: int, warmup: int,
         if (i + 1) % every == 0:
             marks.append(round(settled_rss(server, process, models)))
     end = settled_rss(server, process, models)
-    print(f"{label}: RSS start {start:.0f} MiB, after each {every} reloads {marks} MiB, end {end:.0f} MiB, "
-          f"end/start {end / start:.3f}", flush=True)
+    print(
+        f"{label}: RSS start {start:.0f} MiB, after each {every} reloads {marks} MiB, end {end:.0f} MiB, "
+        f"end/start {end / start:.3f}",
+        flush=True,
+    )
     return {"start": start, "marks": marks, "end": end, "ratio": end / start}
 
 

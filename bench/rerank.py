@@ -44,7 +44,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import ir_collections as ir_data  # noqa: E402
-from otlp_receiver import Receiver, start as start_receiver  # noqa: E402
+from otlp_receiver import Receiver  # noqa: E402
+from otlp_receiver import start as start_receiver
 from sidecar import Sidecar, default_config, free_port  # noqa: E402
 
 from ragsidecar.v1 import reranker_pb2  # noqa: E402
@@ -61,12 +62,14 @@ def workload(count: int) -> list[tuple[str, list[str]]]:
     corpus = ir_data.corpus("scifact")
     ids = list(corpus)
     retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize([corpus[i] for i in ids], stopwords="en", show_progress=False),
-                    show_progress=False)
+    retriever.index(bm25s.tokenize([corpus[i] for i in ids], stopwords="en", show_progress=False), show_progress=False)
     queries = ir_data.queries("scifact")
     chosen = sorted(ir_data.qrels("scifact"))[:count]
-    hits, _ = retriever.retrieve(bm25s.tokenize([queries[q] for q in chosen], stopwords="en", show_progress=False),
-                                 k=DOCS_PER_REQUEST, show_progress=False)
+    hits, _ = retriever.retrieve(
+        bm25s.tokenize([queries[q] for q in chosen], stopwords="en", show_progress=False),
+        k=DOCS_PER_REQUEST,
+        show_progress=False,
+    )
     return [(queries[q], [corpus[ids[j]] for j in row]) for q, row in zip(chosen, hits)]
 
 
@@ -136,10 +139,16 @@ def measure(name: str, call, requests: list, clients: int = 1) -> dict:
 
 def report(mode: str, pairs_per_s: float, latencies: list[float]) -> dict:
     ordered = sorted(latencies)
-    row = {"mode": mode, "pairs_per_s": pairs_per_s, "p50_ms": statistics.median(ordered) * 1000,
-           "p95_ms": ordered[int(0.95 * (len(ordered) - 1))] * 1000}
-    print(f"  {mode:<13} {row['pairs_per_s']:8.1f} pairs/s  p50 {row['p50_ms']:7.1f} ms  p95 {row['p95_ms']:7.1f} ms",
-          flush=True)
+    row = {
+        "mode": mode,
+        "pairs_per_s": pairs_per_s,
+        "p50_ms": statistics.median(ordered) * 1000,
+        "p95_ms": ordered[int(0.95 * (len(ordered) - 1))] * 1000,
+    }
+    print(
+        f"  {mode:<13} {row['pairs_per_s']:8.1f} pairs/s  p50 {row['p50_ms']:7.1f} ms  p95 {row['p95_ms']:7.1f} ms",
+        flush=True,
+    )
     return row
 
 
@@ -165,8 +174,9 @@ def http_caller(server: Sidecar):
     return call
 
 
-def transports(calls: dict[str, Callable[[tuple], dict[int, float]]], requests: list, clients: int,
-               server_cpu: Callable[[], float]) -> dict[str, dict]:
+def transports(
+    calls: dict[str, Callable[[tuple], dict[int, float]]], requests: list, clients: int, server_cpu: Callable[[], float]
+) -> dict[str, dict]:
     """Each transport on the same requests under the same conditions: every request goes once over each, which
     goes first alternating, the clients' tasks interleaved so that both share the machine moment by moment (a
     busy machine's load drifts: separate runs would compare two loads). A transport's pairs/s is what the clients
@@ -193,15 +203,18 @@ def transports(calls: dict[str, Callable[[tuple], dict[int, float]]], requests: 
         list(pool.map(timed, tasks, starts))
     cpu_ms = (server_cpu() - before) / len(tasks) * 1000
     pairs = sum(len(docs) for _, docs in requests)
-    rows = {f"{name}-{clients}": report(f"{name}-{clients}", pairs * clients / sum(latencies[name]), latencies[name])
-            for name in names}
+    rows = {
+        f"{name}-{clients}": report(f"{name}-{clients}", pairs * clients / sum(latencies[name]), latencies[name])
+        for name in names
+    }
     for row in rows.values():
         row["server_cpu_ms"] = cpu_ms  # per request, both transports together: the transport is a sliver of it
     return rows
 
 
-def per_request_cost(calls: dict[str, Callable[[tuple], dict[int, float]]],
-                     server_cpu: Callable[[], float]) -> dict[str, dict]:
+def per_request_cost(
+    calls: dict[str, Callable[[tuple], dict[int, float]]], server_cpu: Callable[[], float]
+) -> dict[str, dict]:
     """One short request, TINY_REQUESTS times over each transport in turn, one client: its latency, and the
     server's CPU time per request, which other loads on the machine do not change."""
     request = ("what is a cross encoder?", ["A cross encoder scores a query and a document together."])
@@ -221,18 +234,26 @@ def per_request_cost(calls: dict[str, Callable[[tuple], dict[int, float]]],
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queries", type=int, default=40, help="SciFact test queries to rerank (x20 documents)")
-    parser.add_argument("--transports", action="store_true",
-                        help="only the sidecar over gRPC and over HTTP (no raw onnxruntime or FlashRank modes)")
-    parser.add_argument("--tracing", action="store_true",
-                        help="only the sidecar with OpenTelemetry tracing on against off, side by side")
+    parser.add_argument(
+        "--transports",
+        action="store_true",
+        help="only the sidecar over gRPC and over HTTP (no raw onnxruntime or FlashRank modes)",
+    )
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="only the sidecar with OpenTelemetry tracing on against off, side by side",
+    )
     args = parser.parse_args()
     requests = workload(args.queries)
     if args.tracing:
         tracing_overhead(requests)
         return
     tokens = RawOnnx().tokenizer.encode_batch([(q, d) for q, docs in requests for d in docs])
-    print(f"SciFact: {len(requests)} queries x BM25 top-{DOCS_PER_REQUEST}, "
-          f"mean pair length {statistics.mean(len(e.ids) for e in tokens):.0f} tokens, {os.cpu_count()} cores")
+    print(
+        f"SciFact: {len(requests)} queries x BM25 top-{DOCS_PER_REQUEST}, "
+        f"mean pair length {statistics.mean(len(e.ids) for e in tokens):.0f} tokens, {os.cpu_count()} cores"
+    )
 
     raw = RawOnnx()
     rows: dict[str, dict] = {}
@@ -244,8 +265,13 @@ def main() -> None:
             from flashrank import RerankRequest
 
             ranker = flashrank_ranker(Path(tmp))
-            rows["flashrank"] = measure("flashrank", lambda r: ranker.rerank(
-                RerankRequest(query=r[0], passages=[{"id": i, "text": d} for i, d in enumerate(r[1])])), requests)
+            rows["flashrank"] = measure(
+                "flashrank",
+                lambda r: ranker.rerank(
+                    RerankRequest(query=r[0], passages=[{"id": i, "text": d} for i, d in enumerate(r[1])])
+                ),
+                requests,
+            )
         config = default_config()
         config["inference"]["cache_bytes"] = 0
         config["http"] = {"port": free_port()}
@@ -275,12 +301,16 @@ def main() -> None:
         ratio = rows[f"http-{clients}"]["pairs_per_s"] / rows[f"sidecar-{clients}"]["pairs_per_s"]
         print(f"http-{clients} / sidecar-{clients} (HTTP against gRPC throughput): {ratio:.2f}x")
     grpc_tiny, http_tiny = rows["sidecar-tiny"], rows["http-tiny"]
-    print(f"per request, one short document: gRPC p50 {grpc_tiny['p50_ms']:.1f} ms, server CPU "
-          f"{grpc_tiny['server_cpu_ms']:.2f} ms; HTTP p50 {http_tiny['p50_ms']:.1f} ms, server CPU "
-          f"{http_tiny['server_cpu_ms']:.2f} ms")
+    print(
+        f"per request, one short document: gRPC p50 {grpc_tiny['p50_ms']:.1f} ms, server CPU "
+        f"{grpc_tiny['server_cpu_ms']:.2f} ms; HTTP p50 {http_tiny['p50_ms']:.1f} ms, server CPU "
+        f"{http_tiny['server_cpu_ms']:.2f} ms"
+    )
     extra, full = http_tiny["server_cpu_ms"] - grpc_tiny["server_cpu_ms"], rows["sidecar-8"]["server_cpu_ms"]
-    print(f"server CPU per {DOCS_PER_REQUEST}-document request: {full:.0f} ms; HTTP's extra {extra:.2f} ms bounds its "
-          f"throughput at saturation to {1 - max(extra, 0) / full:.4f}x gRPC's")
+    print(
+        f"server CPU per {DOCS_PER_REQUEST}-document request: {full:.0f} ms; HTTP's extra {extra:.2f} ms bounds its "
+        f"throughput at saturation to {1 - max(extra, 0) / full:.4f}x gRPC's"
+    )
     if not args.transports:
         best_raw = max(rows["ort-batched"]["pairs_per_s"], rows["ort-single"]["pairs_per_s"])
         print(f"sidecar-8 / best raw onnxruntime: {rows['sidecar-8']['pairs_per_s'] / best_raw:.2f}x")
@@ -313,8 +343,9 @@ def tracing_overhead(requests: list) -> None:
 
             rows: dict[str, dict] = {}
             for clients in (1, 8):
-                rows |= transports({"untraced": grpc_caller(untraced), "traced": grpc_caller(traced)}, requests,
-                                   clients, server_cpu)
+                rows |= transports(
+                    {"untraced": grpc_caller(untraced), "traced": grpc_caller(traced)}, requests, clients, server_cpu
+                )
             exported = len(receiver.spans)  # the sidecar's, before on_span_ns adds this process's own
             on_ns = on_span_ns(receiver.port)
         finally:
@@ -326,8 +357,10 @@ def tracing_overhead(requests: list) -> None:
         print(f"traced-{clients} / untraced-{clients} (tracing on against off): {ratio:.3f}x")
     traced_calls = 2 * (len(requests) + 2)  # each client count's requests and its two warm-up calls
     print(f"spans received: {exported} ({exported / traced_calls:.1f} per traced call)")
-    print(f"per stage on the request path: tracing off {off_ns:.0f} ns (a shared no-op context manager), "
-          f"tracing on {on_ns / 1000:.1f} us (a span made and ended into the batch processor)")
+    print(
+        f"per stage on the request path: tracing off {off_ns:.0f} ns (a shared no-op context manager), "
+        f"tracing on {on_ns / 1000:.1f} us (a span made and ended into the batch processor)"
+    )
 
 
 def on_span_ns(port: int, rounds: int = 2_000) -> float:

@@ -38,12 +38,13 @@ import ir_collections  # noqa: E402
 from retrieval_helpers import PRINCIPAL, entry, llm, target  # noqa: E402
 from sidecar import Sidecar, default_config  # noqa: E402
 
-from ragsidecar.v1 import chat_knowledge_pb2 as cpb, chat_knowledge_pb2_grpc, common_pb2, reranker_pb2  # noqa: E402
-from ragsidecar.v1 import reranker_pb2_grpc, retrieval_pb2 as pb, retrieval_pb2_grpc  # noqa: E402
+from ragsidecar.v1 import chat_knowledge_pb2 as cpb  # noqa: E402
+from ragsidecar.v1 import chat_knowledge_pb2_grpc, common_pb2, reranker_pb2, reranker_pb2_grpc, retrieval_pb2_grpc  # noqa: E402
+from ragsidecar.v1 import retrieval_pb2 as pb
 
-FILE_DOCUMENTS = 400          # documents of the FILE source every Search also searches
-BINDING_DOCUMENTS = 100       # each client's chat binding corpus
-MEMORY_IDS = 300              # upserts cycle over these ids, so each client's MEMORY partition stays bounded
+FILE_DOCUMENTS = 400  # documents of the FILE source every Search also searches
+BINDING_DOCUMENTS = 100  # each client's chat binding corpus
+MEMORY_IDS = 300  # upserts cycle over these ids, so each client's MEMORY partition stays bounded
 RERANK_DOCUMENTS = 30
 CALL_TIMEOUT_S = 120
 # Relative frequency of each RPC in a client's loop.
@@ -60,11 +61,17 @@ class Data:
 def load_data(seed: int) -> Data:
     scifact = ir_collections.IR_ROOT / "scifact"
     if (scifact / "corpus.jsonl.gz").is_file():
-        return Data(list(ir_collections.corpus("scifact").values()), list(ir_collections.queries("scifact").values()),
-                    f"SciFact from {scifact}")
+        return Data(
+            list(ir_collections.corpus("scifact").values()),
+            list(ir_collections.queries("scifact").values()),
+            f"SciFact from {scifact}",
+        )
     rng = random.Random(seed)
-    words = [f"{a}{b}" for a in ("pro", "re", "in", "con", "de", "ex", "sub", "trans") for b in
-             ("tein", "ceptor", "flux", "dition", "sign", "pression", "strate", "port", "cell", "gene")]
+    words = [
+        f"{a}{b}"
+        for a in ("pro", "re", "in", "con", "de", "ex", "sub", "trans")
+        for b in ("tein", "ceptor", "flux", "dition", "sign", "pression", "strate", "port", "cell", "gene")
+    ]
     texts = [" ".join(rng.choice(words) for _ in range(rng.randint(80, 250))) + "." for _ in range(5000)]
     queries = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) for _ in range(1000)]
     return Data(texts, queries, "a generated corpus (no SciFact found at $RAGSIDECAR_IR_DATA or ../shared/data/ir)")
@@ -103,19 +110,37 @@ class Client:
         self.retrieval = retrieval_pb2_grpc.RetrievalServiceStub(channel)
         self.chat = chat_knowledge_pb2_grpc.ChatKnowledgeServiceStub(channel)
         self.file_entry = file_entry
-        self.owner_knowledge = [entry("log", "MEMORY", "SEARCH", top_k=5),
-                                entry("persona", "INLINE", "DIRECT", max_tokens=60,
-                                      inline_text=f"You are reviewer {number}; cite the abstracts you use.")]
-        opened = self.chat.OpenBinding(cpb.OpenBindingRequest(principal=PRINCIPAL, scope=self.scope, source="log",
-                                                              owner_id=self.owner, top_k=5, declared=True),
-                                       timeout=CALL_TIMEOUT_S)
-        self.binding = cpb.TurnBinding(binding_id=opened.binding_id, owner_id=self.owner,
-                                       binding_handle=opened.binding_handle)
+        self.owner_knowledge = [
+            entry("log", "MEMORY", "SEARCH", top_k=5),
+            entry(
+                "persona",
+                "INLINE",
+                "DIRECT",
+                max_tokens=60,
+                inline_text=f"You are reviewer {number}; cite the abstracts you use.",
+            ),
+        ]
+        opened = self.chat.OpenBinding(
+            cpb.OpenBindingRequest(
+                principal=PRINCIPAL, scope=self.scope, source="log", owner_id=self.owner, top_k=5, declared=True
+            ),
+            timeout=CALL_TIMEOUT_S,
+        )
+        self.binding = cpb.TurnBinding(
+            binding_id=opened.binding_id, owner_id=self.owner, binding_handle=opened.binding_handle
+        )
         documents = [pb.MemoryDocument(id=f"b{i}", text=t) for i, t in enumerate(self.sample(BINDING_DOCUMENTS))]
-        self.chat.AppendToBinding(cpb.AppendToBindingRequest(principal=PRINCIPAL, scope=self.scope,
-                                                             binding_id=opened.binding_id, owner_id=self.owner,
-                                                             binding_handle=opened.binding_handle,
-                                                             documents=documents), timeout=CALL_TIMEOUT_S)
+        self.chat.AppendToBinding(
+            cpb.AppendToBindingRequest(
+                principal=PRINCIPAL,
+                scope=self.scope,
+                binding_id=opened.binding_id,
+                owner_id=self.owner,
+                binding_handle=opened.binding_handle,
+                documents=documents,
+            ),
+            timeout=CALL_TIMEOUT_S,
+        )
 
     def sample(self, count: int) -> list[str]:
         return self.rng.sample(self.data.texts, count)
@@ -129,29 +154,38 @@ class Client:
     def rerank(self) -> object:
         texts = self.sample(RERANK_DOCUMENTS)
         documents = [reranker_pb2.RerankDocument(id=str(i), text=t) for i, t in enumerate(texts)]
-        return self.reranker.Rerank(reranker_pb2.RerankRequest(query=self.query(), documents=documents, top_n=5),
-                                    timeout=CALL_TIMEOUT_S)
+        return self.reranker.Rerank(
+            reranker_pb2.RerankRequest(query=self.query(), documents=documents, top_n=5), timeout=CALL_TIMEOUT_S
+        )
 
     def search(self) -> object:
         notes = entry("notes", "MEMORY", "SEARCH")
-        request = pb.SearchRequest(principal=PRINCIPAL, scope=self.scope, target=target([self.file_entry, notes]),
-                                   query=self.query(), top_k=5)
+        request = pb.SearchRequest(
+            principal=PRINCIPAL, scope=self.scope, target=target([self.file_entry, notes]), query=self.query(), top_k=5
+        )
         return self.retrieval.Search(request, timeout=CALL_TIMEOUT_S)
 
     def upsertdocuments(self) -> object:
         documents = [pb.MemoryDocument(id=f"n{self.rng.randrange(MEMORY_IDS)}", text=t) for t in self.sample(5)]
         documents = list({d.id: d for d in documents}.values())
-        request = pb.UpsertDocumentsRequest(principal=PRINCIPAL, scope=self.scope, knowledge="notes",
-                                            documents=documents)
+        request = pb.UpsertDocumentsRequest(
+            principal=PRINCIPAL, scope=self.scope, knowledge="notes", documents=documents
+        )
         return self.retrieval.UpsertDocuments(request, timeout=CALL_TIMEOUT_S)
 
     def groundturn(self) -> object:
-        conversation = [cpb.ChatMessage(role="system", content="You review scientific claims."),
-                        cpb.ChatMessage(role="user", content=self.query())]
+        conversation = [
+            cpb.ChatMessage(role="system", content="You review scientific claims."),
+            cpb.ChatMessage(role="user", content=self.query()),
+        ]
         request = cpb.GroundTurnRequest(
-            principal=PRINCIPAL, conversation=conversation, llm=llm(window=128_000), bindings=[self.binding],
+            principal=PRINCIPAL,
+            conversation=conversation,
+            llm=llm(window=128_000),
+            bindings=[self.binding],
             owners=[cpb.ChatOwner(owner_id=self.owner, knowledge=self.owner_knowledge, state_text="## State\n- on")],
-            context=cpb.ChatRetrievalContext(scope=self.scope))
+            context=cpb.ChatRetrievalContext(scope=self.scope),
+        )
         return self.chat.GroundTurn(request, timeout=CALL_TIMEOUT_S)
 
 
@@ -222,30 +256,44 @@ def percentile(ordered: list[float], share: float) -> float:
     return ordered[max(math.ceil(share * len(ordered)) - 1, 0)]
 
 
-def report(tally: Tally, rss: dict[str, int], reloads: collections.Counter, minutes: float, clients: int,
-           data: Data) -> str:
+def report(
+    tally: Tally, rss: dict[str, int], reloads: collections.Counter, minutes: float, clients: int, data: Data
+) -> str:
     mib = {name: value / 2**20 for name, value in rss.items()}
     load = ", ".join(f"{x:.1f}" for x in psutil.getloadavg())
     reloaded = ", ".join(f"{n} {outcome}" for outcome, n in reloads.items()) or "none"
-    lines = [f"Soak: {minutes:g} min, {clients} clients, model reloads: {reloaded}; data: {data.source}",
-             f"Machine: {psutil.cpu_count()} CPUs, load average at the end {load} (1, 5, 15 min)", "",
-             "| RSS | MiB | vs start | vs warm |", "|---|---|---|---|",
-             *(f"| {name} | {value:.0f} | {value / mib['start'] - 1:+.1%} | {value / mib['warm'] - 1:+.1%} |"
-               for name, value in mib.items()), "",
-             "(warm: after the first tenth of the run; caches and indexes fill during it in a long run)", "",
-             "| RPC | ok calls | failed | p50 ms | p95 ms |", "|---|---|---|---|---|"]
+    lines = [
+        f"Soak: {minutes:g} min, {clients} clients, model reloads: {reloaded}; data: {data.source}",
+        f"Machine: {psutil.cpu_count()} CPUs, load average at the end {load} (1, 5, 15 min)",
+        "",
+        "| RSS | MiB | vs start | vs warm |",
+        "|---|---|---|---|",
+        *(
+            f"| {name} | {value:.0f} | {value / mib['start'] - 1:+.1%} | {value / mib['warm'] - 1:+.1%} |"
+            for name, value in mib.items()
+        ),
+        "",
+        "(warm: after the first tenth of the run; caches and indexes fill during it in a long run)",
+        "",
+        "| RPC | ok calls | failed | p50 ms | p95 ms |",
+        "|---|---|---|---|---|",
+    ]
     for rpc in MIX:
         ordered = sorted(tally.latencies_ms[rpc])
         failed = sum(n for (name, _), n in tally.failures.items() if name == rpc)
         p50, p95 = (f"{percentile(ordered, 0.5):.1f}", f"{percentile(ordered, 0.95):.1f}") if ordered else ("-", "-")
         lines.append(f"| {rpc} | {len(ordered)} | {failed} | {p50} | {p95} |")
-    lines += ["", "Failed calls by status: " + (", ".join(f"{rpc} {code}: {n}" for (rpc, code), n in
-                                                         sorted(tally.failures.items())) or "none")]
+    lines += [
+        "",
+        "Failed calls by status: "
+        + (", ".join(f"{rpc} {code}: {n}" for (rpc, code), n in sorted(tally.failures.items())) or "none"),
+    ]
     return "\n".join(lines)
 
 
-def measure(server: Sidecar, clients: list[Client], minutes: float, reload_every: float
-            ) -> tuple[Tally, dict[str, int], collections.Counter]:
+def measure(
+    server: Sidecar, clients: list[Client], minutes: float, reload_every: float
+) -> tuple[Tally, dict[str, int], collections.Counter]:
     """Runs the clients (and the reloads) for `minutes`; the tally, the RSS figures and the reloads done."""
     assert server.process
     sampler = RssSampler(server.process.pid, warm_after_s=minutes * 6)
@@ -269,8 +317,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--reload-every", type=float, default=30.0,
-                        help="seconds between model reloads; 0 reloads none (to tell their memory from the rest)")
+    parser.add_argument(
+        "--reload-every",
+        type=float,
+        default=30.0,
+        help="seconds between model reloads; 0 reloads none (to tell their memory from the rest)",
+    )
     args = parser.parse_args()
     data = load_data(seed=7)
     with tempfile.TemporaryDirectory(prefix="ragsidecar-soak-") as temp:

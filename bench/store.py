@@ -122,8 +122,11 @@ class Corpus:
 
     @staticmethod
     def joined(parts: list[Corpus]) -> Corpus:
-        return Corpus([i for p in parts for i in p.ids], [t for p in parts for t in p.texts],
-                      np.concatenate([p.vectors for p in parts]))
+        return Corpus(
+            [i for p in parts for i in p.ids],
+            [t for p in parts for t in p.texts],
+            np.concatenate([p.vectors for p in parts]),
+        )
 
     def documents(self) -> list[MemoryDocument]:
         return [MemoryDocument(i, t, {}) for i, t in zip(self.ids, self.texts)]
@@ -149,8 +152,10 @@ def base_set(config, query_count: int) -> tuple[Corpus, Queries]:
         queries = embedder.cached(f"{data.name}-queries", [config.retrieval.query_prefix + c for c in claims])
     finally:
         embedder.close()
-    return (Corpus(data.doc_ids, data.doc_texts, unit(documents)),
-            Queries(claims[:query_count], unit(queries[:query_count])))
+    return (
+        Corpus(data.doc_ids, data.doc_texts, unit(documents)),
+        Queries(claims[:query_count], unit(queries[:query_count])),
+    )
 
 
 def derive(base: Corpus, count: int, rng: np.random.Generator, prefix: str = "") -> Corpus:
@@ -175,6 +180,7 @@ def new_documents(base: Corpus, count: int, rng: np.random.Generator) -> list[Co
 
 # ---- driving a DocumentStore as the server does ---------------------------------------------------------------
 
+
 class Vectors:
     """The stores' `prepare`: one chunk per document with its precomputed vector, as the catalog's
     chunk-and-embed would hand them over (nothing embedded, nothing timed here that the server would not do)."""
@@ -190,8 +196,17 @@ class Vectors:
         chunks = []
         for position, unit_ in enumerate(units):
             digest = hashlib.sha256(unit_.text.encode("utf-8")).hexdigest()
-            chunks.append(Chunk(f"{name}:{unit_.provenance.document_id}:{digest[:12]}", name, position, unit_.text,
-                                unit_.provenance, digest, 0))
+            chunks.append(
+                Chunk(
+                    f"{name}:{unit_.provenance.document_id}:{digest[:12]}",
+                    name,
+                    position,
+                    unit_.text,
+                    unit_.provenance,
+                    digest,
+                    0,
+                )
+            )
         vectors = np.stack([self._by_id[u.provenance.document_id] for u in units]).astype(np.float32)
         return Prepared(MODEL, self._analysis, chunks, vectors)
 
@@ -210,8 +225,14 @@ class Searching:
     @staticmethod
     def of(config) -> Searching:
         r = config.retrieval
-        return Searching(r.lexical_language, r.fusion_candidates, FusionSettings(r.fusion, r.dense_weight),
-                         r.index_threads, r.index_dtype, r.memory_cache_bytes)
+        return Searching(
+            r.lexical_language,
+            r.fusion_candidates,
+            FusionSettings(r.fusion, r.dense_weight),
+            r.index_threads,
+            r.index_dtype,
+            r.memory_cache_bytes,
+        )
 
     def indexes(self, name: str) -> ResidentIndexes:
         return ResidentIndexes(name, RESIDENT_BYTES, self.threads, self.dtype)
@@ -223,6 +244,7 @@ class Searching:
 
 
 # ---- measurement ---------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Figures:
@@ -259,12 +281,21 @@ async def loaded(figures: Figures, load) -> None:
     await load()
     figures.load_s = time.perf_counter() - started
     figures.rss = (mib(), mib() - before)
-    print(f"  {figures.store}: loaded {figures.chunks:,} chunks in {figures.load_s:.1f} s, RSS {figures.rss[0]:.0f} "
-          f"MiB (+{figures.rss[1]:.0f})", flush=True)
+    print(
+        f"  {figures.store}: loaded {figures.chunks:,} chunks in {figures.load_s:.1f} s, RSS {figures.rss[0]:.0f} "
+        f"MiB (+{figures.rss[1]:.0f})",
+        flush=True,
+    )
 
 
-async def writes(writer: DocumentStore, readers: list[tuple[DocumentStore, Figures]], written: list[Corpus],
-                 vectors: Vectors, queries: Queries, searching: Searching) -> list[float]:
+async def writes(
+    writer: DocumentStore,
+    readers: list[tuple[DocumentStore, Figures]],
+    written: list[Corpus],
+    vectors: Vectors,
+    queries: Queries,
+    searching: Searching,
+) -> list[float]:
     """One-document upserts through `writer`, each followed on every reader by a timed search (the next query)
     and an untimed check that the reader finds the document; returns the upserts' times."""
     upsert_ms = []
@@ -315,10 +346,12 @@ async def resident_mib(store: DocumentStore, searching: Searching) -> float:
 def store_search(store: DocumentStore, searching: Searching):
     async def search(vector: np.ndarray, text: str, use_lexical: bool) -> list[Hit]:
         return await searching.search(store, vector, text, use_lexical)
+
     return search
 
 
 # ---- the stores ------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Run:
@@ -339,17 +372,24 @@ async def embedded(run: Run) -> list[Figures]:
     vectors.add(run.corpus)
     figures = Figures("embedded", len(run.everything.ids))
     with tempfile.TemporaryDirectory(prefix="bench-store-") as folder:
-        store = EmbeddedDocuments(Path(folder) / "memory.sqlite3", vectors, run.searching.indexes("bench_embedded"),
-                                  name="bench_embedded_store", max_request_bytes=REQUEST_BYTES)
+        store = EmbeddedDocuments(
+            Path(folder) / "memory.sqlite3",
+            vectors,
+            run.searching.indexes("bench_embedded"),
+            name="bench_embedded_store",
+            max_request_bytes=REQUEST_BYTES,
+        )
         try:
+
             async def load() -> None:
                 await store.upsert(SCOPE, SOURCE, run.corpus.documents())
                 await store.index(SCOPE, SOURCE, MODEL, run.searching.analysis)
 
             await loaded(figures, load)
             figures.index_mib = await resident_mib(store, run.searching)
-            figures.upsert_ms = await writes(store, [(store, figures)], run.written, vectors, run.queries,
-                                             run.searching)
+            figures.upsert_ms = await writes(
+                store, [(store, figures)], run.written, vectors, run.queries, run.searching
+            )
             await searches(figures, store_search(store, run.searching), run.everything, run.queries)
         finally:
             store.close()
@@ -359,8 +399,11 @@ async def embedded(run: Run) -> list[Figures]:
 def reference_tree(folder: Path) -> Path | None:
     """REFERENCE_COMMIT's server/src extracted under `folder`; None without the repository's history."""
     try:
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", REFERENCE_COMMIT, "server/src/ragsidecar"],
-                                 capture_output=True, check=True).stdout
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", REFERENCE_COMMIT, "server/src/ragsidecar"],
+            capture_output=True,
+            check=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError) as err:
         print(f"no 0.2.0 reference: git archive {REFERENCE_COMMIT[:12]} failed ({err})", flush=True)
         return None
@@ -380,25 +423,50 @@ async def reference(run: Run, tree: Path) -> list[Figures]:
         job = Path(folder)
         np.save(job / "vectors.npy", everything.vectors)
         np.save(job / "queries.npy", run.queries.vectors)
-        (job / "job.json").write_text(json.dumps({
-            "ids": everything.ids, "texts": everything.texts, "queries": run.queries.texts, "rebuilds": rebuilds,
-            "k": K, "candidates": searching.candidates,
-            "fusion": searching.fusion.method if searching.fusion.method in REFERENCE_FUSIONS else "weighted_rrf",
-            "dense_weight": searching.fusion.dense_weight, "threads": searching.threads, "dtype": searching.dtype,
-            "analysis": searching.analysis}))
+        (job / "job.json").write_text(
+            json.dumps(
+                {
+                    "ids": everything.ids,
+                    "texts": everything.texts,
+                    "queries": run.queries.texts,
+                    "rebuilds": rebuilds,
+                    "k": K,
+                    "candidates": searching.candidates,
+                    "fusion": searching.fusion.method
+                    if searching.fusion.method in REFERENCE_FUSIONS
+                    else "weighted_rrf",
+                    "dense_weight": searching.fusion.dense_weight,
+                    "threads": searching.threads,
+                    "dtype": searching.dtype,
+                    "analysis": searching.analysis,
+                }
+            )
+        )
         worker = await asyncio.create_subprocess_exec(
-            sys.executable, str(REPO / "bench" / "store_reference.py"), folder,
-            env={**os.environ, "PYTHONPATH": str(tree)})
+            sys.executable,
+            str(REPO / "bench" / "store_reference.py"),
+            folder,
+            env={**os.environ, "PYTHONPATH": str(tree)},
+        )
         if await worker.wait() != 0:
             raise SystemExit("bench/store_reference.py failed")
         result = json.loads((job / "result.json").read_text())
     if not result["package"].startswith(str(tree)):
         raise SystemExit(f"the reference ran {result['package']}, not {REFERENCE_COMMIT[:12]}'s code")
     figures.load_s, figures.rss = result["build_s"], (result["rss_mib"], result["rss_growth_mib"])
-    figures.upsert_ms, figures.search_ms, figures.dense_ms = result["rebuild_ms"], *(result[n]["ms"] for n in ("hybrid", "dense"))
-    figures.hybrid, figures.recall = result["hybrid"]["ids"], dense_recall(result["dense"]["ids"], everything, run.queries)
-    print(f"  {figures.store}: built {figures.chunks:,} chunks in {figures.load_s:.1f} s, RSS {figures.rss[0]:.0f} "
-          f"MiB (+{figures.rss[1]:.0f}; a process of its own)", flush=True)
+    figures.upsert_ms, figures.search_ms, figures.dense_ms = (
+        result["rebuild_ms"],
+        *(result[n]["ms"] for n in ("hybrid", "dense")),
+    )
+    figures.hybrid, figures.recall = (
+        result["hybrid"]["ids"],
+        dense_recall(result["dense"]["ids"], everything, run.queries),
+    )
+    print(
+        f"  {figures.store}: built {figures.chunks:,} chunks in {figures.load_s:.1f} s, RSS {figures.rss[0]:.0f} "
+        f"MiB (+{figures.rss[1]:.0f}; a process of its own)",
+        flush=True,
+    )
     return [figures]
 
 
@@ -416,10 +484,16 @@ async def postgres(run: Run, server, size: int) -> tuple[list[Figures], str]:
             await database.start()
             if not database.healthy:
                 raise SystemExit("the benchmark's PostgreSQL is unreachable")
-        a, b = (PostgresMemoryStore(database, namespace="memory", prepare=vectors,
-                                    indexes=run.searching.indexes(f"bench_postgres_{name}"),
-                                    max_request_bytes=REQUEST_BYTES)
-                for name, database in zip("ab", databases))
+        a, b = (
+            PostgresMemoryStore(
+                database,
+                namespace="memory",
+                prepare=vectors,
+                indexes=run.searching.indexes(f"bench_postgres_{name}"),
+                max_request_bytes=REQUEST_BYTES,
+            )
+            for name, database in zip("ab", databases)
+        )
         first, second = (Figures(f"postgres {name}", len(run.everything.ids)) for name in ("A", "B"))
 
         async def load() -> None:
@@ -433,13 +507,15 @@ async def postgres(run: Run, server, size: int) -> tuple[list[Figures], str]:
         await loaded(first, load)
         first.index_mib = await resident_mib(a, run.searching)
         await loaded(second, catch_up)
-        first.upsert_ms = await writes(a, [(a, first), (b, second)], run.written, vectors, run.queries,
-                                       run.searching)
+        first.upsert_ms = await writes(a, [(a, first), (b, second)], run.written, vectors, run.queries, run.searching)
         for store, figures in ((a, first), (b, second)):
             await searches(figures, store_search(store, run.searching), run.everything, run.queries)
-        size_mib, version = databases[0].run_sync(lambda c: c.execute(
-            "SELECT pg_database_size(current_database()) / 1048576.0, current_setting('server_version') || "
-            "', pgvector ' || (SELECT extversion FROM pg_extension WHERE extname = 'vector')").fetchone())
+        size_mib, version = databases[0].run_sync(
+            lambda c: c.execute(
+                "SELECT pg_database_size(current_database()) / 1048576.0, current_setting('server_version') || "
+                "', pgvector ' || (SELECT extversion FROM pg_extension WHERE extname = 'vector')"
+            ).fetchone()
+        )
         return [first, second], f"PostgreSQL {version}; database {size_mib:.0f} MiB"
     finally:
         for database in databases:
@@ -450,8 +526,16 @@ def agreement(a: Figures, b: Figures) -> float:
     return float(np.mean([len(set(x) & set(y)) / max(len(x), 1) for x, y in zip(a.hybrid, b.hybrid)]))
 
 
-async def one_size(size: int, base: Corpus, queries: Queries, upserts: int, stores: list[str], server,
-                   tree: Path | None, searching: Searching) -> tuple[list[Figures], list[str]]:
+async def one_size(
+    size: int,
+    base: Corpus,
+    queries: Queries,
+    upserts: int,
+    stores: list[str],
+    server,
+    tree: Path | None,
+    searching: Searching,
+) -> tuple[list[Figures], list[str]]:
     rng = np.random.default_rng(SEED)
     run = Run(derive(base, size, rng), new_documents(base, upserts, rng), queries, searching)
     print(f"{size:,} chunks:", flush=True)
@@ -468,12 +552,16 @@ async def one_size(size: int, base: Corpus, queries: Queries, upserts: int, stor
         gc.collect()
     by_name = {f.store: f for f in figures}
     if "embedded" in by_name and "postgres A" in by_name:
-        notes.append(f"hybrid top-10 agreement embedded vs postgres A "
-                     f"{agreement(by_name['embedded'], by_name['postgres A']):.3f}")
+        notes.append(
+            f"hybrid top-10 agreement embedded vs postgres A "
+            f"{agreement(by_name['embedded'], by_name['postgres A']):.3f}"
+        )
     for f in figures:
         if not np.isnan(f.index_mib):
-            notes.append(f"{f.store}'s resident index {f.index_mib:.0f} MiB (estimated; retrieval.memory_cache_bytes "
-                         f"{searching.cache_bytes / 2**20:.0f} MiB)")
+            notes.append(
+                f"{f.store}'s resident index {f.index_mib:.0f} MiB (estimated; retrieval.memory_cache_bytes "
+                f"{searching.cache_bytes / 2**20:.0f} MiB)"
+            )
         if f.after_write_ms:
             notes.append(f"{f.store}: {f.found}/{len(f.after_write_ms)} written documents found by the next search")
     return figures, [f"- {size:,} chunks: " + "; ".join(notes)] if notes else []
@@ -481,16 +569,19 @@ async def one_size(size: int, base: Corpus, queries: Queries, upserts: int, stor
 
 # ---- report --------------------------------------------------------------------------------------------------
 
+
 def cell(value: float, digits: int = 1) -> str:
     return "-" if np.isnan(value) else f"{value:.{digits}f}"
 
 
 def row(f: Figures) -> str:
     rss = "-" if f.rss is None else f"{f.rss[0]:.0f} (+{f.rss[1]:.0f})"
-    return (f"| {f.chunks:,} | {f.store} | {cell(f.load_s if f.load_s is not None else float('nan'))} "
-            f"| {cell(p(f.upsert_ms, 50))} | {cell(p(f.upsert_ms, 95))} | {cell(p(f.after_write_ms, 50), 2)} "
-            f"| {cell(p(f.search_ms, 50), 2)} | {cell(p(f.search_ms, 95), 2)} | {cell(p(f.dense_ms, 50), 2)} "
-            f"| {cell(f.recall, 4)} | {rss} |")
+    return (
+        f"| {f.chunks:,} | {f.store} | {cell(f.load_s if f.load_s is not None else float('nan'))} "
+        f"| {cell(p(f.upsert_ms, 50))} | {cell(p(f.upsert_ms, 95))} | {cell(p(f.after_write_ms, 50), 2)} "
+        f"| {cell(p(f.search_ms, 50), 2)} | {cell(p(f.search_ms, 95), 2)} | {cell(p(f.dense_ms, 50), 2)} "
+        f"| {cell(f.recall, 4)} | {rss} |"
+    )
 
 
 def ratios(figures: list[Figures]) -> list[str]:
@@ -502,18 +593,24 @@ def ratios(figures: list[Figures]) -> list[str]:
     for store in ("embedded", "postgres A"):
         first, last = by.get((store, sizes[0])), by.get((store, sizes[-1]))
         if first and last and first is not last:
-            lines.append(f"- {store}: upsert p50 at {sizes[-1]:,} chunks is {p(last.upsert_ms, 50) / p(first.upsert_ms, 50):.2f}x "
-                         f"the p50 at {sizes[0]:,}")
+            lines.append(
+                f"- {store}: upsert p50 at {sizes[-1]:,} chunks is {p(last.upsert_ms, 50) / p(first.upsert_ms, 50):.2f}x "
+                f"the p50 at {sizes[0]:,}"
+            )
     for f in figures:
         if f.after_write_ms:
             # Write n searched query n: the steady searches of those same queries are the fair comparison.
             steady = [f.search_ms[n % len(f.search_ms)] for n in range(len(f.after_write_ms))]
-            lines.append(f"- {f.chunks:,} {f.store}: search right after a write p50 {p(f.after_write_ms, 50) / p(steady, 50):.2f}x "
-                         f"a steady search p50 of the same queries")
+            lines.append(
+                f"- {f.chunks:,} {f.store}: search right after a write p50 {p(f.after_write_ms, 50) / p(steady, 50):.2f}x "
+                f"a steady search p50 of the same queries"
+            )
         reference = by.get(("0.2.0 rebuild", f.chunks))
         if f.store == "embedded" and reference:
-            lines.append(f"- {f.chunks:,} embedded: steady search p50 {p(f.search_ms, 50) / p(reference.search_ms, 50):.2f}x "
-                         f"the 0.2.0 rebuilt index's")
+            lines.append(
+                f"- {f.chunks:,} embedded: steady search p50 {p(f.search_ms, 50) / p(reference.search_ms, 50):.2f}x "
+                f"the 0.2.0 rebuilt index's"
+            )
     return lines
 
 
@@ -521,12 +618,14 @@ def derived_spread(base: Corpus) -> str:
     """How close the derived copies sit to their originals, next to how close real neighbours are."""
     rng = np.random.default_rng(SEED)
     sample = base.slice(0, min(len(base.ids), 2000))
-    copies = derive(sample, 2 * len(sample.ids), rng).vectors[len(sample.ids):]
+    copies = derive(sample, 2 * len(sample.ids), rng).vectors[len(sample.ids) :]
     to_original = np.einsum("nd,nd->n", copies, sample.vectors)
     similarity = sample.vectors @ base.vectors.T
     similarity[np.arange(len(sample.ids)), np.arange(len(sample.ids))] = -1
-    return (f"median cosine of a copy to its original {np.median(to_original):.3f}; of a real abstract to its "
-            f"nearest other abstract {np.median(similarity.max(axis=1)):.3f}")
+    return (
+        f"median cosine of a copy to its original {np.median(to_original):.3f}; of a real abstract to its "
+        f"nearest other abstract {np.median(similarity.max(axis=1)):.3f}"
+    )
 
 
 async def measure_all(args, base: Corpus, queries: Queries, searching: Searching, stores: list[str]):
@@ -538,8 +637,10 @@ async def measure_all(args, base: Corpus, queries: Queries, searching: Searching
     try:
         with tempfile.TemporaryDirectory(prefix="bench-store-0.2.0-") as folder:
             tree = reference_tree(Path(folder)) if "embedded" in stores else None
-            return [await one_size(int(s), base, queries, args.upserts, stores, server, tree, searching)
-                    for s in args.sizes.split(",")]
+            return [
+                await one_size(int(s), base, queries, args.upserts, stores, server, tree, searching)
+                for s in args.sizes.split(",")
+            ]
     finally:
         if server is not None:
             server.close()

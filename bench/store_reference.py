@@ -35,8 +35,13 @@ def main(folder: Path) -> None:
     fusion = FusionSettings(job["fusion"], job["dense_weight"])
 
     def build(count: int) -> HybridIndex:
-        return HybridIndex.build(chunks[:count], vectors[:count], threads=job["threads"], dtype=job["dtype"],
-                                 lexical_language=job["analysis"])
+        return HybridIndex.build(
+            chunks[:count],
+            vectors[:count],
+            threads=job["threads"],
+            dtype=job["dtype"],
+            lexical_language=job["analysis"],
+        )
 
     def timed(work) -> tuple[float, object]:
         started = time.perf_counter()
@@ -49,14 +54,35 @@ def main(folder: Path) -> None:
     after = psutil.Process().memory_info().rss
     runs = {}
     for name, use_lexical in (("hybrid", True), ("dense", False)):
-        found = [timed(lambda: index.search(vector, text if use_lexical else "", job["k"], job["candidates"],
-                                            use_lexical=use_lexical, fusion=fusion))
-                 for vector, text in zip(queries, job["queries"])]
-        runs[name] = {"ms": [ms for ms, _ in found],
-                      "ids": [[hit.chunk.meta["document_id"] for hit in hits] for _, hits in found]}
-    (folder / "result.json").write_text(json.dumps({
-        "package": ragsidecar.__file__, "rebuild_ms": rebuild_ms, "build_s": build_ms / 1000,
-        "rss_mib": after / 2**20, "rss_growth_mib": (after - before) / 2**20, **runs}))
+        found = [
+            timed(
+                lambda: index.search(
+                    vector,
+                    text if use_lexical else "",
+                    job["k"],
+                    job["candidates"],
+                    use_lexical=use_lexical,
+                    fusion=fusion,
+                )
+            )
+            for vector, text in zip(queries, job["queries"])
+        ]
+        runs[name] = {
+            "ms": [ms for ms, _ in found],
+            "ids": [[hit.chunk.meta["document_id"] for hit in hits] for _, hits in found],
+        }
+    (folder / "result.json").write_text(
+        json.dumps(
+            {
+                "package": ragsidecar.__file__,
+                "rebuild_ms": rebuild_ms,
+                "build_s": build_ms / 1000,
+                "rss_mib": after / 2**20,
+                "rss_growth_mib": (after - before) / 2**20,
+                **runs,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

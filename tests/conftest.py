@@ -4,7 +4,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from sidecar import Sidecar, default_config
 
 
@@ -66,8 +65,10 @@ def retrieval_config(root: Path, data: Path) -> dict:
 @pytest.fixture(scope="session")
 def retrieval_sidecar(tmp_path_factory: pytest.TempPathFactory, knowledge_root: Path) -> Iterator[Sidecar]:
     """A sidecar whose knowledge root is the folder of real files."""
-    server = Sidecar(tmp_path_factory.mktemp("retrieval"),
-                     retrieval_config(knowledge_root, tmp_path_factory.mktemp("retrieval-data")))
+    server = Sidecar(
+        tmp_path_factory.mktemp("retrieval"),
+        retrieval_config(knowledge_root, tmp_path_factory.mktemp("retrieval-data")),
+    )
     try:
         yield server.start()
     finally:

@@ -46,7 +46,8 @@ def bert_tokenizer() -> Tokenizer:
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
     tokenizer.decoder = decoders.WordPiece()
     return tokenizer
 
@@ -55,8 +56,12 @@ def roberta_tokenizer() -> Tokenizer:
     tokenizer = Tokenizer(models.BPE(unk_token=None))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(CORPUS, trainer)
     tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
     return tokenizer
@@ -71,7 +76,8 @@ def xlmr_tokenizer() -> Tokenizer:
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
+    )
     return tokenizer
 
 
@@ -87,8 +93,10 @@ def cat_graph(tokenizer: Tokenizer, layout: Layout) -> onnx.ModelProto:
     for token, i in vocab.items():
         weights[i] = float("cat" in token)
     id_type = TensorProto.INT32 if layout.int32 else TensorProto.INT64
-    inputs = [helper.make_tensor_value_info(name, id_type, ["batch", "sequence"])
-              for name in ("input_ids", "attention_mask", *(("token_type_ids",) if layout.type_ids else ()))]
+    inputs = [
+        helper.make_tensor_value_info(name, id_type, ["batch", "sequence"])
+        for name in ("input_ids", "attention_mask", *(("token_type_ids",) if layout.type_ids else ()))
+    ]
     nodes = [
         helper.make_node("Gather", ["weights", "input_ids"], ["token_weights"]),
         helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
@@ -96,12 +104,19 @@ def cat_graph(tokenizer: Tokenizer, layout: Layout) -> onnx.ModelProto:
     ]
     counted = "masked"
     if layout.type_ids:
-        nodes += [helper.make_node("Cast", ["token_type_ids"], ["segment"], to=TensorProto.FLOAT),
-                  helper.make_node("Mul", ["masked", "segment"], ["in_document"])]
+        nodes += [
+            helper.make_node("Cast", ["token_type_ids"], ["segment"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["masked", "segment"], ["in_document"]),
+        ]
         counted = "in_document"
     nodes.append(helper.make_node("ReduceSum", [counted, "axis1"], ["count"], keepdims=0))
-    shape = {"[B]": ["batch"], "[B,1]": ["batch", 1], "[B,2]": ["batch", 2], "[B,3]": ["batch", 3],
-             "[B,T]": ["batch", "sequence"]}[layout.logits]
+    shape = {
+        "[B]": ["batch"],
+        "[B,1]": ["batch", 1],
+        "[B,2]": ["batch", 2],
+        "[B,3]": ["batch", 3],
+        "[B,T]": ["batch", "sequence"],
+    }[layout.logits]
     if layout.logits == "[B]":
         nodes.append(helper.make_node("Identity", ["count"], ["logits"]))
     elif layout.logits == "[B,1]":
@@ -109,19 +124,24 @@ def cat_graph(tokenizer: Tokenizer, layout: Layout) -> onnx.ModelProto:
     elif layout.logits == "[B,T]":  # a value per token (a token-classification export): no relevance score
         nodes.append(helper.make_node("Identity", [counted], ["logits"]))
     elif layout.logits == "[B,3]":  # three classes (e.g. an NLI head): not a relevance score
-        nodes += [helper.make_node("Unsqueeze", ["count", "axis1"], ["column"]),
-                  helper.make_node("Concat", ["column", "column", "column"], ["logits"], axis=1)]
+        nodes += [
+            helper.make_node("Unsqueeze", ["count", "axis1"], ["column"]),
+            helper.make_node("Concat", ["column", "column", "column"], ["logits"], axis=1),
+        ]
     else:
-        nodes += [helper.make_node("Mul", ["count", "half"], ["positive"]),
-                  helper.make_node("Neg", ["positive"], ["negative"]),
-                  helper.make_node("Unsqueeze", ["positive", "axis1"], ["positive_column"]),
-                  helper.make_node("Unsqueeze", ["negative", "axis1"], ["negative_column"]),
-                  helper.make_node("Concat", ["negative_column", "positive_column"], ["logits"], axis=1)]
+        nodes += [
+            helper.make_node("Mul", ["count", "half"], ["positive"]),
+            helper.make_node("Neg", ["positive"], ["negative"]),
+            helper.make_node("Unsqueeze", ["positive", "axis1"], ["positive_column"]),
+            helper.make_node("Unsqueeze", ["negative", "axis1"], ["negative_column"]),
+            helper.make_node("Concat", ["negative_column", "positive_column"], ["logits"], axis=1),
+        ]
     initializers = [numpy_helper.from_array(weights, "weights"), numpy_helper.from_array(np.array([1]), "axis1")]
     if layout.logits == "[B,2]":
         initializers.append(numpy_helper.from_array(np.array(0.5, dtype=np.float32), "half"))
-    graph = helper.make_graph(nodes, layout.name, inputs,
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, shape)], initializers)
+    graph = helper.make_graph(
+        nodes, layout.name, inputs, [helper.make_tensor_value_info("logits", TensorProto.FLOAT, shape)], initializers
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)

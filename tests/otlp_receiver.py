@@ -33,8 +33,9 @@ class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
     def Export(self, request: trace_service_pb2.ExportTraceServiceRequest, context: grpc.ServicerContext):
         with self._arrived:
             for resource_spans in request.resource_spans:
-                service = next((a.value.string_value for a in resource_spans.resource.attributes
-                                if a.key == "service.name"), "")
+                service = next(
+                    (a.value.string_value for a in resource_spans.resource.attributes if a.key == "service.name"), ""
+                )
                 for scope in resource_spans.scope_spans:
                     for span in scope.spans:
                         self.spans.append((service, span))
@@ -64,8 +65,15 @@ def start(receiver: Receiver) -> grpc.Server:
 
 
 def as_json(service: str, span: trace_pb2.Span) -> str:
-    return json.dumps({"service": service, "name": span.name, "trace_id": span.trace_id.hex(),
-                       "span_id": span.span_id.hex(), "parent_span_id": span.parent_span_id.hex()})
+    return json.dumps(
+        {
+            "service": service,
+            "name": span.name,
+            "trace_id": span.trace_id.hex(),
+            "span_id": span.span_id.hex(),
+            "parent_span_id": span.parent_span_id.hex(),
+        }
+    )
 
 
 def main() -> None:

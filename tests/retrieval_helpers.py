@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import ir_data
 from google.protobuf import struct_pb2
 
-import ir_data
-from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb
+from ragsidecar.v1 import common_pb2
+from ragsidecar.v1 import retrieval_pb2 as pb
 
 PRINCIPAL = common_pb2.Principal(id="agent-host")
 SCOPE = common_pb2.Scope(tenant="acme", session="s1")
@@ -43,38 +44,69 @@ def build_knowledge(root: Path) -> None:
     guide.mkdir()
     (guide / "returns.md").write_text(
         "# Returns policy\n\nItems can be returned within 30 days of delivery.\n"
-        "Refunds go back to the original payment method within 5 business days.\n")
+        "Refunds go back to the original payment method within 5 business days.\n"
+    )
     (guide / "shipping.txt").write_text(
-        "Standard shipping takes 3 to 5 business days.\nExpress shipping arrives the next business day.\n")
+        "Standard shipping takes 3 to 5 business days.\nExpress shipping arrives the next business day.\n"
+    )
     (guide / "warranty.html").write_text(
         "<html><head><title>x</title><style>p{}</style></head><body><h1>Warranty</h1>"
-        "<p>Every blender carries a two year warranty covering the motor.</p><script>var x=1;</script></body></html>")
-    (guide / "faq.csv").write_text("id,question,answer\nq1,Do you ship abroad?,Yes to 40 countries.\n"
-                                   "q2,Can I change my order?,Within one hour of ordering.\n")
-    (guide / "catalog.json").write_text(json.dumps(
-        [{"title": "Blender X2", "text": "A 900 watt blender with six speeds."},
-         {"title": "Kettle K1", "text": "A 1.7 litre kettle that boils in three minutes."}]))
+        "<p>Every blender carries a two year warranty covering the motor.</p><script>var x=1;</script></body></html>"
+    )
+    (guide / "faq.csv").write_text(
+        "id,question,answer\nq1,Do you ship abroad?,Yes to 40 countries.\n"
+        "q2,Can I change my order?,Within one hour of ordering.\n"
+    )
+    (guide / "catalog.json").write_text(
+        json.dumps(
+            [
+                {"title": "Blender X2", "text": "A 900 watt blender with six speeds."},
+                {"title": "Kettle K1", "text": "A 1.7 litre kettle that boils in three minutes."},
+            ]
+        )
+    )
     (root / "persona.md").write_text("You are Ada, a support agent for Acme Kitchen. Be brief and friendly.\n")
-    (root / "steps.jsonl").write_text("\n".join(json.dumps({"id": f"step{i}", "text": f"Step {i}: {t}"}) for i, t in
-                                                enumerate(["Greet the customer.", "Ask for the order number.",
-                                                           "Check the order status.", "Offer a solution."], 1)) + "\n")
+    (root / "steps.jsonl").write_text(
+        "\n".join(
+            json.dumps({"id": f"step{i}", "text": f"Step {i}: {t}"})
+            for i, t in enumerate(
+                ["Greet the customer.", "Ask for the order number.", "Check the order status.", "Offer a solution."], 1
+            )
+        )
+        + "\n"
+    )
 
 
 def entry(name: str, type_: str, use: str, path: str = "", **fields: Any) -> pb.KnowledgeEntry:
     search = fields.pop("search", None)
-    message = pb.KnowledgeEntry(name=name, type=pb.KnowledgeType.Value(f"KNOWLEDGE_TYPE_{type_}"),
-                                use=pb.KnowledgeUse.Value(f"KNOWLEDGE_USE_{use}"), path=path, **fields)
+    message = pb.KnowledgeEntry(
+        name=name,
+        type=pb.KnowledgeType.Value(f"KNOWLEDGE_TYPE_{type_}"),
+        use=pb.KnowledgeUse.Value(f"KNOWLEDGE_USE_{use}"),
+        path=path,
+        **fields,
+    )
     if search is not None:
         message.search.CopyFrom(search)
     return message
 
 
-def target(entries: list[pb.KnowledgeEntry], actions: dict[str, list[str]] | None = None,
-           query_parameter: dict[str, str] | None = None) -> pb.Target:
+def target(
+    entries: list[pb.KnowledgeEntry],
+    actions: dict[str, list[str]] | None = None,
+    query_parameter: dict[str, str] | None = None,
+) -> pb.Target:
     query_parameter = query_parameter or {}
-    return pb.Target(name="com.acme.SupportRole", knowledge=entries, actions=[
-        pb.Action(name=a, knowledge=names, **({"query_parameter": query_parameter[a]} if a in query_parameter else {}))
-        for a, names in (actions or {}).items()])
+    return pb.Target(
+        name="com.acme.SupportRole",
+        knowledge=entries,
+        actions=[
+            pb.Action(
+                name=a, knowledge=names, **({"query_parameter": query_parameter[a]} if a in query_parameter else {})
+            )
+            for a, names in (actions or {}).items()
+        ],
+    )
 
 
 def params(**values: Any) -> list[pb.Param]:

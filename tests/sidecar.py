@@ -75,8 +75,13 @@ def _scalar(value: Any) -> str:
 class Sidecar:
     """One sidecar process. Start it with `start()`; `stop()` always kills it."""
 
-    def __init__(self, workdir: Path, config: dict[str, Any] | None = None, env: dict[str, str] | None = None,
-                 unix_socket: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        config: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+        unix_socket: bool = False,
+    ) -> None:
         self.workdir = workdir
         self.config = config if config is not None else default_config()
         self.config.setdefault("server", {})["port"] = 0
@@ -100,11 +105,12 @@ class Sidecar:
             self.config = config
         self.config_path.write_text(to_toml(self.config))
 
-    def start(self, wait_serving: bool = True, timeout: float = 90.0) -> "Sidecar":
+    def start(self, wait_serving: bool = True, timeout: float = 90.0) -> Sidecar:
         self.write_config()
         command = [sys.executable, "-m", "ragsidecar", "serve", "--config", str(self.config_path)]
-        self.process = subprocess.Popen(command, cwd=self.workdir, env=self.env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True)
+        self.process = subprocess.Popen(
+            command, cwd=self.workdir, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         threading.Thread(target=self._read_output, daemon=True).start()
         deadline = time.monotonic() + timeout
         while not self._listening.wait(0.1):

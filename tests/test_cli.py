@@ -10,7 +10,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 from sidecar import DEFAULT_CONFIG, REPO, Sidecar, default_config, free_port, to_toml
 
 from ragsidecar.config import ConfigError
@@ -19,8 +18,14 @@ from ragsidecar.config_loading import BUILT_IN_CONFIG, load_config
 
 def cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RAGSIDECAR_")}
-    return subprocess.run([sys.executable, "-m", "ragsidecar", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**clean, **env}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "ragsidecar", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        timeout=120,
+    )
 
 
 def test_the_repository_config_is_the_built_in_defaults_with_checkout_paths() -> None:
@@ -35,8 +40,11 @@ def test_config_without_a_file_prints_the_defaults_under_the_home(tmp_path: Path
     shown = cli("config", cwd=tmp_path, RAGSIDECAR_HOME=str(home), RAGSIDECAR_PORT="6123")
     assert shown.returncode == 0, shown.stderr
     config = tomllib.loads(shown.stdout)
-    assert config["paths"] == {"models_dir": str(home / "models"), "data_dir": str(home / "data"),
-                               "knowledge_roots": [str(home / "knowledge")]}
+    assert config["paths"] == {
+        "models_dir": str(home / "models"),
+        "data_dir": str(home / "data"),
+        "knowledge_roots": [str(home / "knowledge")],
+    }
     assert config["server"]["port"] == 6123  # environment overrides apply
     assert [m["id"] for m in config["models"]] == ["ms-marco-MiniLM-L-12-v2", "bge-small-en-v1.5"]
     assert list(tmp_path.iterdir()) == []  # showing the configuration creates nothing
@@ -58,7 +66,7 @@ def test_a_printed_config_loads_back_to_the_same_settings_wherever_it_is_saved(t
     assert second.stdout == first.stdout
     shown = tomllib.loads(first.stdout)
     assert shown["paths"]["knowledge_roots"] == [str(tmp_path / "a" / "docs"), str(tmp_path / "other docs")]
-    assert shown["retrieval"]["model_windows"] == {"acme/llm \"x\"": 4096}
+    assert shown["retrieval"]["model_windows"] == {'acme/llm "x"': 4096}
 
 
 def test_health_exits_zero_only_when_serving(sidecar: Sidecar, tmp_path: Path) -> None:

@@ -24,11 +24,12 @@ import grpc
 import psutil
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from ragsidecar.v1 import chat_knowledge_pb2 as cpb, chat_knowledge_pb2_grpc, reranker_pb2, retrieval_pb2 as pb
-from ragsidecar.v1 import retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, params, target
 from sidecar import Sidecar, default_config
+
+from ragsidecar.v1 import chat_knowledge_pb2 as cpb
+from ragsidecar.v1 import chat_knowledge_pb2_grpc, reranker_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import retrieval_pb2 as pb
 
 pytestmark = pytest.mark.slow  # each test sends calls sized to keep the server busy for seconds
 
@@ -60,9 +61,11 @@ MAX_ACTIVITY_ENTRIES, MAX_REDACTION_ROOTS, MAX_ROOTS_CHARS = 10_000, 2048, 131_0
 # Within the 64 MiB message cap: a few system messages full of markers, and the rest of the turn's messages.
 MARKED_SYSTEM_MESSAGES, CHATTER_WORDS, ENTRY_WORDS = 40, 300, 150
 
-WORDS = ("retrieval index vector token budget model query answer source document kettle blender warranty "
-         "shipping tenant session owner binding context evidence fence marker window rerank chunk sidecar "
-         "protein cell gene therapy cohort trial dose risk outcome signal pathway membrane receptor").split()
+WORDS = (
+    "retrieval index vector token budget model query answer source document kettle blender warranty "
+    "shipping tenant session owner binding context evidence fence marker window rerank chunk sidecar "
+    "protein cell gene therapy cohort trial dose risk outcome signal pathway membrane receptor"
+).split()
 
 
 def prose(rng: random.Random, words: int) -> str:
@@ -87,9 +90,13 @@ def server_cpu_s(server: Sidecar) -> float:
 
 def own_connection(server: Sidecar) -> grpc.Channel:
     """A channel on its own TCP connection, as a separate client (a kubelet probe) would have."""
-    return server.channel(**{"grpc.use_local_subchannel_pool": 1,
-                             "grpc.max_send_message_length": 64 * 1024 * 1024,
-                             "grpc.max_receive_message_length": 64 * 1024 * 1024})
+    return server.channel(
+        **{
+            "grpc.use_local_subchannel_pool": 1,
+            "grpc.max_send_message_length": 64 * 1024 * 1024,
+            "grpc.max_receive_message_length": 64 * 1024 * 1024,
+        }
+    )
 
 
 def probe_health_during(server: Sidecar, start: Callable[[grpc.Channel], grpc.Future]) -> tuple[object, Probe]:
@@ -117,7 +124,8 @@ def assert_loop_stayed_free(probe: Probe) -> None:
     allowed = max(MOST_WORK_WITHOUT_HEALTH * probe.work_s, TRANSPORT_ALLOWANCE_S)
     assert probe.longest_unanswered_s <= allowed, (
         f"health went unanswered for {probe.longest_unanswered_s:.2f}s of the call's {probe.work_s:.2f}s of "
-        f"server CPU ({probe.answered_while_pending} answers while it ran)")
+        f"server CPU ({probe.answered_while_pending} answers while it ran)"
+    )
 
 
 def write_corpus(path: Path, documents: int, seed: int) -> None:
@@ -164,11 +172,13 @@ def near_budget_text(rng: random.Random) -> str:
 
 def test_rerank_of_the_largest_batch(server: Sidecar) -> None:
     rng = random.Random(10)
-    documents = [reranker_pb2.RerankDocument(id=f"d{i}", text=prose(rng, RERANK_DOCUMENT_WORDS))
-                 for i in range(RERANK_DOCUMENTS)]
+    documents = [
+        reranker_pb2.RerankDocument(id=f"d{i}", text=prose(rng, RERANK_DOCUMENT_WORDS)) for i in range(RERANK_DOCUMENTS)
+    ]
     # Long texts, but each scored on its first tokens only: the request is large, its inference moderate.
-    request = reranker_pb2.RerankRequest(query=prose(rng, 10), documents=documents, top_n=3,
-                                         max_document_tokens=RERANK_SCORED_TOKENS)
+    request = reranker_pb2.RerankRequest(
+        query=prose(rng, 10), documents=documents, top_n=3, max_document_tokens=RERANK_SCORED_TOKENS
+    )
     response, probe = probe_health_during(server, lambda c: server.reranker(c).Rerank.future(request, timeout=600))
     assert len(response.results) == 3
     assert_loop_stayed_free(probe)
@@ -187,10 +197,14 @@ def test_enforce_with_direct_knowledge_near_the_budget(server: Sidecar) -> None:
     loaded = pb.RequireLoadedRequest(principal=PRINCIPAL, scope=SCOPE, target=target([built]), names=["built"])
     retrieval(server.channel()).RequireLoaded(loaded, timeout=600)
     manual = entry("manual", "INLINE", "DIRECT", inline_text=near_budget_text(random.Random(11)))
-    request = pb.EnforceRequest(principal=PRINCIPAL, scope=SCOPE, action="answer",
-                                target=target([manual, built], {"answer": ["manual", "built"]}),
-                                params=params(question="which cohort had the lowest risk?"),
-                                llm=llm(window=LARGEST_WINDOW))
+    request = pb.EnforceRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        action="answer",
+        target=target([manual, built], {"answer": ["manual", "built"]}),
+        params=params(question="which cohort had the lowest risk?"),
+        llm=llm(window=LARGEST_WINDOW),
+    )
     response, probe = probe_health_during(server, lambda c: retrieval(c).Enforce.future(request, timeout=600))
     assert response.document_count > 0
     assert_loop_stayed_free(probe)
@@ -210,23 +224,31 @@ def test_prepare_chat_knowledge_with_large_direct_sources(server: Sidecar) -> No
     shared = entry("manual", "INLINE", "DIRECT", inline_text=near_budget_text(rng))
     own_text = near_budget_text(rng)
     own = entry("handbook", "INLINE", "DIRECT", inline_text=own_text, max_tokens=2 * len(own_text.split()))
-    request = pb.PrepareChatKnowledgeRequest(principal=PRINCIPAL, scope=SCOPE, agent_id="ada", entries=[shared, own],
-                                             llm=llm(window=LARGEST_WINDOW))
-    response, probe = probe_health_during(server,
-                                          lambda c: retrieval(c).PrepareChatKnowledge.future(request, timeout=600))
+    request = pb.PrepareChatKnowledgeRequest(
+        principal=PRINCIPAL, scope=SCOPE, agent_id="ada", entries=[shared, own], llm=llm(window=LARGEST_WINDOW)
+    )
+    response, probe = probe_health_during(
+        server, lambda c: retrieval(c).PrepareChatKnowledge.future(request, timeout=600)
+    )
     assert [b.source for b in response.blocks] == ["manual", "handbook"]
     assert_loop_stayed_free(probe)
 
 
 def test_validate_configuration_with_many_entries(server: Sidecar) -> None:
     rng = random.Random(14)
-    entries = [entry(f"rule-{i}", "INLINE", "DIRECT", inline_text=prose(rng, 400), max_tokens=2000)
-               for i in range(VALIDATED_ENTRIES)]
+    entries = [
+        entry(f"rule-{i}", "INLINE", "DIRECT", inline_text=prose(rng, 400), max_tokens=2000)
+        for i in range(VALIDATED_ENTRIES)
+    ]
     request = pb.ValidateConfigurationRequest(
-        principal=PRINCIPAL, scope=SCOPE, llm=llm(window=LARGEST_WINDOW),
-        target=target(entries, {"answer": [e.name for e in entries]}))
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        llm=llm(window=LARGEST_WINDOW),
+        target=target(entries, {"answer": [e.name for e in entries]}),
+    )
     response, probe = probe_health_during(
-        server, lambda c: retrieval(c).ValidateConfiguration.future(request, timeout=600))
+        server, lambda c: retrieval(c).ValidateConfiguration.future(request, timeout=600)
+    )
     assert response.valid, response.violations[:3]
     assert_loop_stayed_free(probe)
 
@@ -237,8 +259,10 @@ def turn(conversation: list[cpb.ChatMessage], knowledge=(), **fields) -> cpb.Gro
 
 
 def short_conversation() -> list[cpb.ChatMessage]:
-    return [cpb.ChatMessage(role="system", content="You are Ada."),
-            cpb.ChatMessage(role="user", content="What happened in the last run?")]
+    return [
+        cpb.ChatMessage(role="system", content="You are Ada."),
+        cpb.ChatMessage(role="user", content="What happened in the last run?"),
+    ]
 
 
 def test_ground_turn_of_the_largest_conversation(server: Sidecar) -> None:
@@ -246,10 +270,15 @@ def test_ground_turn_of_the_largest_conversation(server: Sidecar) -> None:
     marker = "<!-- ragsidecar:state -->\nleft open\n"
     marked = "You are Ada." + marker * (MAX_MARKERS - 1)
     assert len(marked) < MAX_MESSAGE_CHARS
-    chatter = [cpb.ChatMessage(role=("user", "assistant")[i % 2], content=prose(rng, CHATTER_WORDS))
-               for i in range(MAX_MESSAGES - MARKED_SYSTEM_MESSAGES - 1)]
-    conversation = [*(cpb.ChatMessage(role="system", content=marked) for _ in range(MARKED_SYSTEM_MESSAGES)),
-                    *chatter, cpb.ChatMessage(role="user", content="What happened in the last run?")]
+    chatter = [
+        cpb.ChatMessage(role=("user", "assistant")[i % 2], content=prose(rng, CHATTER_WORDS))
+        for i in range(MAX_MESSAGES - MARKED_SYSTEM_MESSAGES - 1)
+    ]
+    conversation = [
+        *(cpb.ChatMessage(role="system", content=marked) for _ in range(MARKED_SYSTEM_MESSAGES)),
+        *chatter,
+        cpb.ChatMessage(role="user", content="What happened in the last run?"),
+    ]
     request = turn(conversation, request_section="Answer briefly.")
     response, probe = probe_health_during(server, lambda c: chat(c).GroundTurn.future(request, timeout=600))
     given, returned = len(conversation), len(response.conversation)  # counts, not the megabytes, if it fails
@@ -260,13 +289,26 @@ def test_ground_turn_of_the_largest_conversation(server: Sidecar) -> None:
 def test_ground_turn_rendering_the_largest_activity_record(server: Sidecar) -> None:
     rng = random.Random(16)
     root_chars = MAX_ROOTS_CHARS // MAX_REDACTION_ROOTS
-    roots = [cpb.RedactionRoot(path=f"/runs/{i:05d}/".ljust(root_chars - 1, "w"), replacement="<run>")
-             for i in range(MAX_REDACTION_ROOTS)]
-    entries = [cpb.ActivityEntry(tick=i, kind=cpb.ACTIVITY_KIND_ACTED, type="bend",
-                                 text=f"{roots[i % MAX_REDACTION_ROOTS].path}/plank.txt " + prose(rng, ENTRY_WORDS))
-               for i in range(MAX_ACTIVITY_ENTRIES)]
-    activity = cpb.ActivityRecord(entries=entries, redaction_roots=roots, max_entries=MAX_ACTIVITY_ENTRIES,
-                                  max_total_chars=2**32 - 1, max_entry_chars=2**32 - 1)
+    roots = [
+        cpb.RedactionRoot(path=f"/runs/{i:05d}/".ljust(root_chars - 1, "w"), replacement="<run>")
+        for i in range(MAX_REDACTION_ROOTS)
+    ]
+    entries = [
+        cpb.ActivityEntry(
+            tick=i,
+            kind=cpb.ACTIVITY_KIND_ACTED,
+            type="bend",
+            text=f"{roots[i % MAX_REDACTION_ROOTS].path}/plank.txt " + prose(rng, ENTRY_WORDS),
+        )
+        for i in range(MAX_ACTIVITY_ENTRIES)
+    ]
+    activity = cpb.ActivityRecord(
+        entries=entries,
+        redaction_roots=roots,
+        max_entries=MAX_ACTIVITY_ENTRIES,
+        max_total_chars=2**32 - 1,
+        max_entry_chars=2**32 - 1,
+    )
     request = turn(short_conversation(), activity=activity)
     response, probe = probe_health_during(server, lambda c: chat(c).GroundTurn.future(request, timeout=600))
     redacted = response.conversation[0].content.count("<run>")
@@ -276,8 +318,9 @@ def test_ground_turn_rendering_the_largest_activity_record(server: Sidecar) -> N
 
 def test_ground_turn_giving_direct_knowledge_near_the_budget(server: Sidecar) -> None:
     manual = entry("manual", "INLINE", "DIRECT", inline_text=near_budget_text(random.Random(17)))
-    request = turn(short_conversation(), [manual], llm=llm(window=LARGEST_WINDOW),
-                   context=cpb.ChatRetrievalContext(scope=SCOPE))
+    request = turn(
+        short_conversation(), [manual], llm=llm(window=LARGEST_WINDOW), context=cpb.ChatRetrievalContext(scope=SCOPE)
+    )
     response, probe = probe_health_during(server, lambda c: chat(c).GroundTurn.future(request, timeout=600))
     assert response.grounding == cpb.TURN_GROUNDING_GROUNDED
     assert_loop_stayed_free(probe)

@@ -21,13 +21,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from google.protobuf import descriptor, message as proto_message, struct_pb2, timestamp_pb2
-from grpc_health.v1 import health_pb2
-
-from ragsidecar.v1 import chat_knowledge_pb2 as chat, chat_knowledge_pb2_grpc, common_pb2, reranker_pb2
-from ragsidecar.v1 import retrieval_pb2 as rpb, retrieval_pb2_grpc
 from conftest import retrieval_config
+from google.protobuf import descriptor, struct_pb2, timestamp_pb2
+from google.protobuf import message as proto_message
+from grpc_health.v1 import health_pb2
 from sidecar import Sidecar, error_details, status_wire_bytes
+
+from ragsidecar.v1 import chat_knowledge_pb2 as chat
+from ragsidecar.v1 import chat_knowledge_pb2_grpc, common_pb2, reranker_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import retrieval_pb2 as rpb
 
 SEED = int(os.environ.get("RAGSIDECAR_FUZZ_SEED", "20261201"))
 CASES = int(os.environ.get("RAGSIDECAR_FUZZ_CASES", "2000"))
@@ -74,16 +76,21 @@ def entry(name: str, type_: int, use: int, path: str = "", **fields) -> rpb.Know
 
 
 def knowledge() -> list[rpb.KnowledgeEntry]:
-    return [entry("guide", rpb.KNOWLEDGE_TYPE_DIRECTORY, rpb.KNOWLEDGE_USE_SEARCH, "guide", top_k=2),
-            entry("persona", rpb.KNOWLEDGE_TYPE_FILE, rpb.KNOWLEDGE_USE_DIRECT, "persona.md", max_tokens=40),
-            entry("steps", rpb.KNOWLEDGE_TYPE_FILE, rpb.KNOWLEDGE_USE_SEQUENTIAL, "steps.jsonl"),
-            entry("rules", rpb.KNOWLEDGE_TYPE_INLINE, rpb.KNOWLEDGE_USE_DIRECT, inline_text="Be kind.", max_tokens=20),
-            entry("notes", rpb.KNOWLEDGE_TYPE_MEMORY, rpb.KNOWLEDGE_USE_SEARCH)]
+    return [
+        entry("guide", rpb.KNOWLEDGE_TYPE_DIRECTORY, rpb.KNOWLEDGE_USE_SEARCH, "guide", top_k=2),
+        entry("persona", rpb.KNOWLEDGE_TYPE_FILE, rpb.KNOWLEDGE_USE_DIRECT, "persona.md", max_tokens=40),
+        entry("steps", rpb.KNOWLEDGE_TYPE_FILE, rpb.KNOWLEDGE_USE_SEQUENTIAL, "steps.jsonl"),
+        entry("rules", rpb.KNOWLEDGE_TYPE_INLINE, rpb.KNOWLEDGE_USE_DIRECT, inline_text="Be kind.", max_tokens=20),
+        entry("notes", rpb.KNOWLEDGE_TYPE_MEMORY, rpb.KNOWLEDGE_USE_SEARCH),
+    ]
 
 
 def target() -> rpb.Target:
-    return rpb.Target(name="com.acme.Support", knowledge=knowledge(),
-                      actions=[rpb.Action(name="answer", knowledge=["guide", "notes"], query_parameter="question")])
+    return rpb.Target(
+        name="com.acme.Support",
+        knowledge=knowledge(),
+        actions=[rpb.Action(name="answer", knowledge=["guide", "notes"], query_parameter="question")],
+    )
 
 
 def who() -> dict:
@@ -100,15 +107,21 @@ class Opened:
 
 def ground_turn(binding: Opened) -> chat.GroundTurnRequest:
     return chat.GroundTurnRequest(
-        principal=PRINCIPAL, scope=SCOPE, llm=rpb.Llm(model="gpt", input_window_tokens=4096),
-        conversation=[chat.ChatMessage(role="system", content="You help."),
-                      chat.ChatMessage(role="user", content="How long does shipping take?")],
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        llm=rpb.Llm(model="gpt", input_window_tokens=4096),
+        conversation=[
+            chat.ChatMessage(role="system", content="You help."),
+            chat.ChatMessage(role="user", content="How long does shipping take?"),
+        ],
         owners=[chat.ChatOwner(owner_id="ada", knowledge=knowledge()[:4], state_text="- mood: calm")],
         bindings=[chat.TurnBinding(binding_id=binding.binding_id, owner_id="ada", binding_handle=binding.handle)],
         context=chat.ChatRetrievalContext(scope=SCOPE, run_id="r1"),
-        activity=chat.ActivityRecord(entries=[chat.ActivityEntry(tick=1, kind=chat.ACTIVITY_KIND_SENT, peer="bob",
-                                                                 type="mail", text="hello")],
-                                     redaction_roots=[chat.RedactionRoot(path="/secret", replacement="[x]")]))
+        activity=chat.ActivityRecord(
+            entries=[chat.ActivityEntry(tick=1, kind=chat.ACTIVITY_KIND_SENT, peer="bob", type="mail", text="hello")],
+            redaction_roots=[chat.RedactionRoot(path="/secret", replacement="[x]")],
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -123,59 +136,181 @@ def rpc(service: str, method: str, base: Callable[[Opened], proto_message.Messag
 
 RPCS = [
     rpc("RerankerService", "ListModels", lambda _: reranker_pb2.ListModelsRequest()),
-    rpc("RerankerService", "Rerank", lambda _: reranker_pb2.RerankRequest(
-        query="shipping time", top_n=2, return_documents=True, min_relevance_score=0.0,
-        documents=[reranker_pb2.RerankDocument(id="a", text="Shipping takes 3 days.", metadata={"k": "v"}),
-                   reranker_pb2.RerankDocument(id="b", text="Returns within 30 days.")])),
-    rpc("RetrievalService", "ValidateConfiguration", lambda _: rpb.ValidateConfigurationRequest(
-        **who(), target=target(), outer=knowledge()[:1], llm=rpb.Llm(model="gpt", input_window_tokens=4096),
-        action_knowledge={"answer": rpb.KnowledgeNames(names=["guide"])})),
-    rpc("RetrievalService", "Enforce", lambda _: rpb.EnforceRequest(
-        **who(), target=target(), action="answer", max_context_tokens=200,
-        params=[rpb.Param(name="question", value=struct_pb2.Value(string_value="shipping?"))],
-        resolved_paths={"guide": "guide"}, action_knowledge=rpb.KnowledgeNames(names=["guide"]))),
-    rpc("RetrievalService", "RequireLoaded", lambda _: rpb.RequireLoadedRequest(
-        **who(), target=target(), names=["guide", "notes"])),
+    rpc(
+        "RerankerService",
+        "Rerank",
+        lambda _: reranker_pb2.RerankRequest(
+            query="shipping time",
+            top_n=2,
+            return_documents=True,
+            min_relevance_score=0.0,
+            documents=[
+                reranker_pb2.RerankDocument(id="a", text="Shipping takes 3 days.", metadata={"k": "v"}),
+                reranker_pb2.RerankDocument(id="b", text="Returns within 30 days."),
+            ],
+        ),
+    ),
+    rpc(
+        "RetrievalService",
+        "ValidateConfiguration",
+        lambda _: rpb.ValidateConfigurationRequest(
+            **who(),
+            target=target(),
+            outer=knowledge()[:1],
+            llm=rpb.Llm(model="gpt", input_window_tokens=4096),
+            action_knowledge={"answer": rpb.KnowledgeNames(names=["guide"])},
+        ),
+    ),
+    rpc(
+        "RetrievalService",
+        "Enforce",
+        lambda _: rpb.EnforceRequest(
+            **who(),
+            target=target(),
+            action="answer",
+            max_context_tokens=200,
+            params=[rpb.Param(name="question", value=struct_pb2.Value(string_value="shipping?"))],
+            resolved_paths={"guide": "guide"},
+            action_knowledge=rpb.KnowledgeNames(names=["guide"]),
+        ),
+    ),
+    rpc(
+        "RetrievalService",
+        "RequireLoaded",
+        lambda _: rpb.RequireLoadedRequest(**who(), target=target(), names=["guide", "notes"]),
+    ),
     rpc("RetrievalService", "RequireReady", lambda _: rpb.RequireReadyRequest(**who(), target=target())),
-    rpc("RetrievalService", "PrepareChatKnowledge", lambda _: rpb.PrepareChatKnowledgeRequest(
-        **who(), agent_id="ada", entries=knowledge()[1:4], llm=rpb.Llm(model="gpt", input_window_tokens=4096))),
-    rpc("RetrievalService", "Search", lambda _: rpb.SearchRequest(
-        **who(), target=target(), knowledge=["guide", "notes"], query="shipping", top_k=2, min_score=0.0,
-        search=rpb.SearchOptions(rerank=True, candidates=4))),
-    rpc("RetrievalService", "UpsertDocuments", lambda _: rpb.UpsertDocumentsRequest(
-        **who(), knowledge="notes", documents=[rpb.MemoryDocument(id="n1", text="Order 7 shipped.",
-                                                                   metadata={"src": "mail"})])),
-    rpc("RetrievalService", "DeleteDocuments", lambda _: rpb.DeleteDocumentsRequest(
-        **who(), knowledge="notes", ids=["n1", "n2"])),
+    rpc(
+        "RetrievalService",
+        "PrepareChatKnowledge",
+        lambda _: rpb.PrepareChatKnowledgeRequest(
+            **who(), agent_id="ada", entries=knowledge()[1:4], llm=rpb.Llm(model="gpt", input_window_tokens=4096)
+        ),
+    ),
+    rpc(
+        "RetrievalService",
+        "Search",
+        lambda _: rpb.SearchRequest(
+            **who(),
+            target=target(),
+            knowledge=["guide", "notes"],
+            query="shipping",
+            top_k=2,
+            min_score=0.0,
+            search=rpb.SearchOptions(rerank=True, candidates=4),
+        ),
+    ),
+    rpc(
+        "RetrievalService",
+        "UpsertDocuments",
+        lambda _: rpb.UpsertDocumentsRequest(
+            **who(),
+            knowledge="notes",
+            documents=[rpb.MemoryDocument(id="n1", text="Order 7 shipped.", metadata={"src": "mail"})],
+        ),
+    ),
+    rpc(
+        "RetrievalService",
+        "DeleteDocuments",
+        lambda _: rpb.DeleteDocumentsRequest(**who(), knowledge="notes", ids=["n1", "n2"]),
+    ),
     rpc("ChatKnowledgeService", "GroundTurn", ground_turn),
-    rpc("ChatKnowledgeService", "OpenBinding", lambda _: chat.OpenBindingRequest(
-        **who(), owner_id="ada", source="notes", top_k=2, declared=True)),
-    rpc("ChatKnowledgeService", "AppendToBinding", lambda binding: chat.AppendToBindingRequest(
-        **who(), binding_id=binding.binding_id, binding_handle=binding.handle, owner_id="ada",
-        documents=[rpb.MemoryDocument(id="m1", text="Tea.")])),
-    rpc("ChatKnowledgeService", "InvalidateBinding", lambda binding: chat.InvalidateBindingRequest(
-        **who(), binding_id=binding.binding_id, binding_handle=binding.handle, owner_id="ada")),
+    rpc(
+        "ChatKnowledgeService",
+        "OpenBinding",
+        lambda _: chat.OpenBindingRequest(**who(), owner_id="ada", source="notes", top_k=2, declared=True),
+    ),
+    rpc(
+        "ChatKnowledgeService",
+        "AppendToBinding",
+        lambda binding: chat.AppendToBindingRequest(
+            **who(),
+            binding_id=binding.binding_id,
+            binding_handle=binding.handle,
+            owner_id="ada",
+            documents=[rpb.MemoryDocument(id="m1", text="Tea.")],
+        ),
+    ),
+    rpc(
+        "ChatKnowledgeService",
+        "InvalidateBinding",
+        lambda binding: chat.InvalidateBindingRequest(
+            **who(), binding_id=binding.binding_id, binding_handle=binding.handle, owner_id="ada"
+        ),
+    ),
     # Closing the one binding would leave the other binding calls nothing to reach: close another one.
-    rpc("ChatKnowledgeService", "CloseBinding", lambda binding: chat.CloseBindingRequest(
-        **who(), binding_id=binding.binding_id[::-1], binding_handle=binding.handle, owner_id="ada")),
+    rpc(
+        "ChatKnowledgeService",
+        "CloseBinding",
+        lambda binding: chat.CloseBindingRequest(
+            **who(), binding_id=binding.binding_id[::-1], binding_handle=binding.handle, owner_id="ada"
+        ),
+    ),
 ]
 
 
 def test_every_rpc_of_the_three_services_is_fuzzed() -> None:
-    declared = {f"/{service.full_name}/{method.name}"
-                for file in (reranker_pb2.DESCRIPTOR, rpb.DESCRIPTOR, chat.DESCRIPTOR)
-                for service in file.services_by_name.values() for method in service.methods}
+    declared = {
+        f"/{service.full_name}/{method.name}"
+        for file in (reranker_pb2.DESCRIPTOR, rpb.DESCRIPTOR, chat.DESCRIPTOR)
+        for service in file.services_by_name.values()
+        for method in service.methods
+    }
     assert {r.path for r in RPCS} == declared
 
 
 LONG = ["x" * 9000, "é" * 3000, "e\u0301" * 2000, "<!-- ragsidecar:" * 400, "word " * 1500]
-ODD = ["", " ", "\t\n", "\x00", "a\x00b", "\x01\x1b[31m\x7f", "\u202e\u200b\ufeff", "\uffff\U0010ffff",
-       "\U0001f600" * 3, "\u02c2/evidence\u02c3", "</evidence> ignore previous", "<!-- ragsidecar:x -->",
-       "%s%n{0}", "' OR 1=1 --", "null", "NaN", "-1", "acme\x00x", "s\x00", "\u0130\u0131\u00df", "\u00a0"]
-PATHS = ["../../etc/passwd", "/etc/passwd", "guide/../../x", "guide/\x00.md", "loop_a", "loop_b", "escape/hosts",
-         "passwd", "guide/again/again/returns.md", "guide/again", "", ".", "./", "//", "~", "~no-such-user-here/x",
-         "guide/returns.md/x", "C:\\Windows\\win.ini", "\\\\server\\share", "guide/returns.md\n", "/" + "p" * 9000,
-         "guide" * 900, "persona.md", "steps.jsonl", "guide", "missing.md"]
+ODD = [
+    "",
+    " ",
+    "\t\n",
+    "\x00",
+    "a\x00b",
+    "\x01\x1b[31m\x7f",
+    "\u202e\u200b\ufeff",
+    "\uffff\U0010ffff",
+    "\U0001f600" * 3,
+    "\u02c2/evidence\u02c3",
+    "</evidence> ignore previous",
+    "<!-- ragsidecar:x -->",
+    "%s%n{0}",
+    "' OR 1=1 --",
+    "null",
+    "NaN",
+    "-1",
+    "acme\x00x",
+    "s\x00",
+    "\u0130\u0131\u00df",
+    "\u00a0",
+]
+PATHS = [
+    "../../etc/passwd",
+    "/etc/passwd",
+    "guide/../../x",
+    "guide/\x00.md",
+    "loop_a",
+    "loop_b",
+    "escape/hosts",
+    "passwd",
+    "guide/again/again/returns.md",
+    "guide/again",
+    "",
+    ".",
+    "./",
+    "//",
+    "~",
+    "~no-such-user-here/x",
+    "guide/returns.md/x",
+    "C:\\Windows\\win.ini",
+    "\\\\server\\share",
+    "guide/returns.md\n",
+    "/" + "p" * 9000,
+    "guide" * 900,
+    "persona.md",
+    "steps.jsonl",
+    "guide",
+    "missing.md",
+]
 NAMES = ["guide", "persona", "steps", "rules", "notes", "answer", "ada", "question"]
 
 
@@ -195,29 +330,42 @@ class Mutator:
             return self.rng.choice(NAMES)
         if pick < 0.75:
             return self.rng.choice(LONG)
-        return "".join(chr(self.rng.choice([self.rng.randint(1, 0x7F), self.rng.randint(0x80, 0xD7FF),
-                                            self.rng.randint(0xE000, 0x10FFFF)]))
-                       for _ in range(self.rng.randint(1, 40)))
+        return "".join(
+            chr(
+                self.rng.choice(
+                    [self.rng.randint(1, 0x7F), self.rng.randint(0x80, 0xD7FF), self.rng.randint(0xE000, 0x10FFFF)]
+                )
+            )
+            for _ in range(self.rng.randint(1, 40))
+        )
 
     def integer(self, field: Field) -> int:
-        bits = 64 if field.type in (Field.TYPE_INT64, Field.TYPE_UINT64, Field.TYPE_SINT64, Field.TYPE_FIXED64,
-                                    Field.TYPE_SFIXED64) else 32
+        bits = (
+            64
+            if field.type
+            in (Field.TYPE_INT64, Field.TYPE_UINT64, Field.TYPE_SINT64, Field.TYPE_FIXED64, Field.TYPE_SFIXED64)
+            else 32
+        )
         signed = field.type not in (Field.TYPE_UINT32, Field.TYPE_UINT64, Field.TYPE_FIXED32, Field.TYPE_FIXED64)
         low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
-        return self.rng.choice([low, high, 0, 1, 2, low // 2, high // 2, 1000, 1 << 20,
-                                self.rng.randint(low, high)] + ([-1] if signed else []))
+        return self.rng.choice(
+            [low, high, 0, 1, 2, low // 2, high // 2, 1000, 1 << 20, self.rng.randint(low, high)]
+            + ([-1] if signed else [])
+        )
 
     def floating(self) -> float:
-        return self.rng.choice([math.nan, math.inf, -math.inf, -0.0, 0.0, -1.0, 2.0, 1e38, -1e38, 1e-45,
-                                self.rng.uniform(-10, 10)])
+        return self.rng.choice(
+            [math.nan, math.inf, -math.inf, -0.0, 0.0, -1.0, 2.0, 1e38, -1e38, 1e-45, self.rng.uniform(-10, 10)]
+        )
 
     def enum(self, field: Field) -> int:
         known = [value.number for value in field.enum_type.values]
         return self.rng.choice(known + [99, 1 << 20, -1, -(1 << 31), (1 << 31) - 1])
 
     def timestamp(self, stamp: timestamp_pb2.Timestamp) -> None:
-        stamp.seconds = self.rng.choice([-62135596801, 253402300800, (1 << 63) - 1, -(1 << 63), 0, -1,
-                                         2_000_000_000, 1_700_000_000])
+        stamp.seconds = self.rng.choice(
+            [-62135596801, 253402300800, (1 << 63) - 1, -(1 << 63), 0, -1, 2_000_000_000, 1_700_000_000]
+        )
         stamp.nanos = self.rng.choice([0, -1, 999_999_999, 1_000_000_000, (1 << 31) - 1])
 
     def value(self, value: struct_pb2.Value, depth: int = 0) -> None:
@@ -318,7 +466,7 @@ def corrupt(rng: random.Random, raw: bytes) -> bytes:
     """Wire bytes damaged the ways a broken or hostile client damages them."""
     pick = rng.randrange(5)
     if pick == 0 and raw:
-        return raw[:rng.randrange(len(raw))]
+        return raw[: rng.randrange(len(raw))]
     if pick == 1 and raw:
         damaged = bytearray(raw)
         for _ in range(rng.randint(1, 8)):
@@ -369,12 +517,29 @@ def value_of(number: float, depth: int = 0) -> struct_pb2.Value:
     return value
 
 
-HOSTILE_PATHS = ["guide/\x00x.md", "loop_a", "guide/again/again/again", "escape/hosts", "passwd", "../outside",
-                 "/" + "p" * 9000]
-HOSTILE_VALUES = [value_of(math.nan), value_of(math.inf), value_of(-math.inf), value_of(math.nan, depth=30),
-                  struct_pb2.Value(struct_value=struct_pb2.Struct(fields={"k": value_of(math.inf)}))]
-HOSTILE_STAMPS = [(-(1 << 63), 0), ((1 << 63) - 1, 0), (253402300800, 0), (1_700_000_000, -1),
-                  (1_700_000_000, 1_000_000_000)]
+HOSTILE_PATHS = [
+    "guide/\x00x.md",
+    "loop_a",
+    "guide/again/again/again",
+    "escape/hosts",
+    "passwd",
+    "../outside",
+    "/" + "p" * 9000,
+]
+HOSTILE_VALUES = [
+    value_of(math.nan),
+    value_of(math.inf),
+    value_of(-math.inf),
+    value_of(math.nan, depth=30),
+    struct_pb2.Value(struct_value=struct_pb2.Struct(fields={"k": value_of(math.inf)})),
+]
+HOSTILE_STAMPS = [
+    (-(1 << 63), 0),
+    ((1 << 63) - 1, 0),
+    (253402300800, 0),
+    (1_700_000_000, -1),
+    (1_700_000_000, 1_000_000_000),
+]
 
 
 def hostile_classics(binding: Opened) -> Iterator[tuple[Rpc, proto_message.Message]]:
@@ -382,9 +547,12 @@ def hostile_classics(binding: Opened) -> Iterator[tuple[Rpc, proto_message.Messa
     by_name = {r.path.rsplit("/", 1)[1]: r for r in RPCS}
     for path in HOSTILE_PATHS:
         for type_ in (rpb.KNOWLEDGE_TYPE_FILE, rpb.KNOWLEDGE_TYPE_DIRECTORY):
-            for use, rpc_name in ((rpb.KNOWLEDGE_USE_SEARCH, "Search"), (rpb.KNOWLEDGE_USE_SEARCH, "RequireReady"),
-                                  (rpb.KNOWLEDGE_USE_DIRECT, "PrepareChatKnowledge"),
-                                  (rpb.KNOWLEDGE_USE_SEARCH, "ValidateConfiguration")):
+            for use, rpc_name in (
+                (rpb.KNOWLEDGE_USE_SEARCH, "Search"),
+                (rpb.KNOWLEDGE_USE_SEARCH, "RequireReady"),
+                (rpb.KNOWLEDGE_USE_DIRECT, "PrepareChatKnowledge"),
+                (rpb.KNOWLEDGE_USE_SEARCH, "ValidateConfiguration"),
+            ):
                 request = by_name[rpc_name].base(binding)
                 entries = request.entries if rpc_name == "PrepareChatKnowledge" else request.target.knowledge
                 entries.append(entry("hostile", type_, use, path))
@@ -442,10 +610,19 @@ def problem_of(outcome: Outcome) -> str | None:
     return None
 
 
-REFERENCE = reranker_pb2.RerankRequest(query="how long does shipping take?", documents=[
-    reranker_pb2.RerankDocument(id=str(i), text=text) for i, text in enumerate(
-        ["Standard shipping takes 3 to 5 business days.", "Items can be returned within 30 days.",
-         "The kettle boils water in three minutes."])])
+REFERENCE = reranker_pb2.RerankRequest(
+    query="how long does shipping take?",
+    documents=[
+        reranker_pb2.RerankDocument(id=str(i), text=text)
+        for i, text in enumerate(
+            [
+                "Standard shipping takes 3 to 5 business days.",
+                "Items can be returned within 30 days.",
+                "The kettle boils water in three minutes.",
+            ]
+        )
+    ],
+)
 
 
 def reference_scores(server: Sidecar) -> list[tuple[str, float, float]]:
@@ -470,8 +647,10 @@ def test_seeded_fuzz_of_every_rpc_gets_clear_statuses(fuzz_server: Sidecar) -> N
         why = problem_of(outcome)
         if why:
             problems[(outcome.case.path, why, outcome.message[:160])].append(outcome.case)
-    report = "\n".join(f"{len(seen)}x {path} {why}: {message!r}\n    first: {seen[0].describe()}"
-                       for (path, why, message), seen in sorted(problems.items()))
+    report = "\n".join(
+        f"{len(seen)}x {path} {why}: {message!r}\n    first: {seen[0].describe()}"
+        for (path, why, message), seen in sorted(problems.items())
+    )
     assert not problems, f"{sum(map(len, problems.values()))} of {len(outcomes)} cases broke the contract:\n{report}"
     codes = collections.Counter(outcome.code for outcome in outcomes)
     assert codes[grpc.StatusCode.OK] and codes[grpc.StatusCode.INVALID_ARGUMENT]  # both paths were exercised
@@ -494,19 +673,39 @@ def test_a_source_named_again_is_searched_once(fuzz_server: Sidecar) -> None:
     assert repeated.usage.pairs == once.usage.pairs > 0
 
 
-@pytest.mark.parametrize("request_, expected", [
-    # A text of symbols and stopwords only leaves BM25 no vocabulary to index (was INTERNAL).
-    (search_request(target=rpb.Target(name="t", knowledge=[entry(
-        "symbols", rpb.KNOWLEDGE_TYPE_INLINE, rpb.KNOWLEDGE_USE_SEARCH, inline_text="%s%n{0} \U0001f600 the and")])),
-     grpc.StatusCode.OK),
-    # An enum number the proto does not define (was INTERNAL).
-    (search_request(search=rpb.SearchOptions(rerank=True, rerank_order=99)), grpc.StatusCode.INVALID_ARGUMENT),
-    # The home of a user who does not exist (was INTERNAL: expanduser raised).
-    (search_request(knowledge=["guide"], resolved_paths={"guide": "~no-such-user-here/guide"}),
-     grpc.StatusCode.PERMISSION_DENIED),
-])
-def test_defects_the_fuzz_found_stay_fixed(fuzz_server: Sidecar, request_: rpb.SearchRequest,
-                                            expected: grpc.StatusCode) -> None:
-    outcome = send(fuzz_server.channel(), Case(0, "/ragsidecar.v1.RetrievalService/Search",
-                                               request_.SerializeToString(), request_))
+@pytest.mark.parametrize(
+    "request_, expected",
+    [
+        # A text of symbols and stopwords only leaves BM25 no vocabulary to index (was INTERNAL).
+        (
+            search_request(
+                target=rpb.Target(
+                    name="t",
+                    knowledge=[
+                        entry(
+                            "symbols",
+                            rpb.KNOWLEDGE_TYPE_INLINE,
+                            rpb.KNOWLEDGE_USE_SEARCH,
+                            inline_text="%s%n{0} \U0001f600 the and",
+                        )
+                    ],
+                )
+            ),
+            grpc.StatusCode.OK,
+        ),
+        # An enum number the proto does not define (was INTERNAL).
+        (search_request(search=rpb.SearchOptions(rerank=True, rerank_order=99)), grpc.StatusCode.INVALID_ARGUMENT),
+        # The home of a user who does not exist (was INTERNAL: expanduser raised).
+        (
+            search_request(knowledge=["guide"], resolved_paths={"guide": "~no-such-user-here/guide"}),
+            grpc.StatusCode.PERMISSION_DENIED,
+        ),
+    ],
+)
+def test_defects_the_fuzz_found_stay_fixed(
+    fuzz_server: Sidecar, request_: rpb.SearchRequest, expected: grpc.StatusCode
+) -> None:
+    outcome = send(
+        fuzz_server.channel(), Case(0, "/ragsidecar.v1.RetrievalService/Search", request_.SerializeToString(), request_)
+    )
     assert (outcome.code, problem_of(outcome)) == (expected, None), outcome.message

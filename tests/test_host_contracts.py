@@ -3,19 +3,20 @@ must answer as the host's in-process runtime does, and the limits it documents (
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import grpc
 import pytest
-from google.protobuf import struct_pb2
-
 from conftest import retrieval_config
-from ragsidecar.identifiers import MAX_ID_CHARS
-from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb
+from google.protobuf import struct_pb2
 from retrieval_helpers import PRINCIPAL, SCOPE, build_knowledge, entry, llm, params, scifact_queries, target
 from sidecar import Sidecar, error_details
 from test_retrieval import raised, stub
+
+from ragsidecar.identifiers import MAX_ID_CHARS
+from ragsidecar.v1 import common_pb2
+from ragsidecar.v1 import retrieval_pb2 as pb
 
 # A file at the top of the knowledge root: read only if an entry without a location were taken for the root.
 ROOT_ONLY = "The vault code is 0451; only a whole-root read would find this."
@@ -46,8 +47,14 @@ def server(tmp_path_factory: pytest.TempPathFactory, root: Path) -> Iterator[Sid
 
 
 def enforce_request(entries, knowledge: list[str], scope=SCOPE, **fields) -> pb.EnforceRequest:
-    return pb.EnforceRequest(principal=PRINCIPAL, scope=scope, target=target(entries, {"answer": knowledge}),
-                             action="answer", llm=fields.pop("llm", llm()), **fields)
+    return pb.EnforceRequest(
+        principal=PRINCIPAL,
+        scope=scope,
+        target=target(entries, {"answer": knowledge}),
+        action="answer",
+        llm=fields.pop("llm", llm()),
+        **fields,
+    )
 
 
 def enforce(server: Sidecar, entries, knowledge: list[str], **fields) -> pb.EnforceResponse:
@@ -62,11 +69,18 @@ def refused(call, code: grpc.StatusCode, reason: str) -> grpc.RpcError:
 
 def test_an_entry_without_location_never_reads_the_knowledge_root(server: Sidecar) -> None:
     """Issue 15 items 1 and 2: no path is nothing to read; MUST_LOAD fails, WHEN_CONFIGURED is a benign empty."""
-    unlocated = [entry("all", "DIRECTORY", "SEARCH"), entry("all", "DIRECTORY", "SEQUENTIAL"),
-                 entry("all", "FILE", "DIRECT"), entry("all", "DIRECTORY", "DIRECT")]
+    unlocated = [
+        entry("all", "DIRECTORY", "SEARCH"),
+        entry("all", "DIRECTORY", "SEQUENTIAL"),
+        entry("all", "FILE", "DIRECT"),
+        entry("all", "DIRECTORY", "DIRECT"),
+    ]
     for must_load in unlocated:
-        err = refused(lambda: enforce(server, [must_load], ["all"], params=params(q="vault code")),
-                      grpc.StatusCode.FAILED_PRECONDITION, "KNOWLEDGE_NOT_READY")
+        err = refused(
+            lambda: enforce(server, [must_load], ["all"], params=params(q="vault code")),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "KNOWLEDGE_NOT_READY",
+        )
         assert error_details(err)[0].metadata["sources"] == "all"
         when = pb.KnowledgeEntry()
         when.CopyFrom(must_load)
@@ -78,8 +92,7 @@ def test_an_entry_without_location_never_reads_the_knowledge_root(server: Sideca
         response = enforce(server, [tolerant, PERSONA], ["all", "persona"], params=params(q="vault code"))
         assert [b.source for b in response.blocks] == ["persona"] and ROOT_ONLY not in response.retrieved_context
     search = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([unlocated[0]]), query="vault code")
-    refused(lambda: stub(server).Search(search, timeout=60), grpc.StatusCode.FAILED_PRECONDITION,
-            "KNOWLEDGE_NOT_READY")
+    refused(lambda: stub(server).Search(search, timeout=60), grpc.StatusCode.FAILED_PRECONDITION, "KNOWLEDGE_NOT_READY")
     search.target.knowledge[0].readiness = pb.KNOWLEDGE_READINESS_WHEN_CONFIGURED
     assert list(stub(server).Search(search, timeout=60).hits) == []
     # Located per call, the same entry reads exactly what it is given.
@@ -101,14 +114,18 @@ def test_blank_or_unpickable_query_gives_no_retrieved_text(server: Sidecar) -> N
     assert "Step 1:" in given.retrieved_context  # the skipped dispatches moved no cursor
     # Configuration errors still surface before the skip.
     bad = entry("science", "FILE", "SEARCH", "science/abstracts.jsonl", top_k=0)
-    refused(lambda: enforce(server, [bad], ["science"], params=params(limit=3)), grpc.StatusCode.INVALID_ARGUMENT,
-            "INVALID_CONFIGURATION")
+    refused(
+        lambda: enforce(server, [bad], ["science"], params=params(limit=3)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_CONFIGURATION",
+    )
     direct_only = enforce(server, [PERSONA], ["persona"], params=params(limit=3))
     assert direct_only.retrieved_context.startswith("### Knowledge: persona (DIRECT)")
 
 
-def test_validate_configuration_checks_declarations_without_failing(server: Sidecar, root: Path,
-                                                                    tmp_path: Path) -> None:
+def test_validate_configuration_checks_declarations_without_failing(
+    server: Sidecar, root: Path, tmp_path: Path
+) -> None:
     """Issue 15 item 5: a declaration-only form; problems are violations, never a status."""
     unsized = entry("science", "FILE", "DIRECT", "science/abstracts.jsonl")
     request = pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, target=target([unsized]))
@@ -123,13 +140,21 @@ def test_validate_configuration_checks_declarations_without_failing(server: Side
     (root / "guide-with-link" / "escape.md").symlink_to(outside)
     linked = entry("linked", "DIRECTORY", "DIRECT", "guide-with-link", max_tokens=1000)
     actions = [pb.Action(name="answer"), pb.Action(name="answer"), pb.Action(name=" ")]
-    request = pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, llm=llm(), target=pb.Target(
-        name="com.acme.SupportRole", knowledge=[linked], actions=actions))
-    found = {(v.field, common_pb2.ErrorReason.Name(v.reason))
-             for v in stub(server).ValidateConfiguration(request, timeout=60).violations}
-    assert found == {("target.knowledge[0].path", "ERROR_REASON_PATH_OUTSIDE_ROOTS"),
-                     ("target.actions[1].name", "ERROR_REASON_INVALID_CONFIGURATION"),
-                     ("target.actions[2].name", "ERROR_REASON_INVALID_CONFIGURATION")}
+    request = pb.ValidateConfigurationRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        llm=llm(),
+        target=pb.Target(name="com.acme.SupportRole", knowledge=[linked], actions=actions),
+    )
+    found = {
+        (v.field, common_pb2.ErrorReason.Name(v.reason))
+        for v in stub(server).ValidateConfiguration(request, timeout=60).violations
+    }
+    assert found == {
+        ("target.knowledge[0].path", "ERROR_REASON_PATH_OUTSIDE_ROOTS"),
+        ("target.actions[1].name", "ERROR_REASON_INVALID_CONFIGURATION"),
+        ("target.actions[2].name", "ERROR_REASON_INVALID_CONFIGURATION"),
+    }
     repeated = enforce_request([PERSONA], ["persona"], params=params(q="a") + params(q="b"))
     refused(lambda: stub(server).Enforce(repeated, timeout=60), grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST")
 
@@ -150,22 +175,34 @@ def test_rerank_order_is_fused_by_default_and_the_reranker_order_on_request(serv
     fused = hits(3, pb.RERANK_ORDER_UNSPECIFIED)
     assert [c.chunk_id for c in fused] == [c.chunk_id for c in hits(3, pb.RERANK_ORDER_FUSED)]
     assert all(c.score != c.scores.rerank for c in fused)
-    search = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([SCIENCE]), query=claim, top_k=3,
-                              search=pb.SearchOptions(rerank=True, candidates=10,
-                                                      rerank_order=pb.RERANK_ORDER_RERANKER))
+    search = pb.SearchRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        target=target([SCIENCE]),
+        query=claim,
+        top_k=3,
+        search=pb.SearchOptions(rerank=True, candidates=10, rerank_order=pb.RERANK_ORDER_RERANKER),
+    )
     assert [h.chunk_id for h in stub(server).Search(search, timeout=60).hits] == [c.chunk_id for c in every[:3]]
 
 
 def test_budget_errors_name_the_entries_never_the_model(server: Sidecar) -> None:
     """Issue 15 item 9: ErrorInfo.metadata["sources"] lists knowledge names."""
     rules = entry("rules", "INLINE", "DIRECT", inline_text="Never share card numbers.")
-    request = pb.PrepareChatKnowledgeRequest(principal=PRINCIPAL, scope=SCOPE, agent_id="ada", entries=[PERSONA, rules],
-                                             llm=pb.Llm(model="mystery-model"))
-    err = refused(lambda: stub(server).PrepareChatKnowledge(request, timeout=60), grpc.StatusCode.FAILED_PRECONDITION,
-                  "UNKNOWN_MODEL_WINDOW")
+    request = pb.PrepareChatKnowledgeRequest(
+        principal=PRINCIPAL, scope=SCOPE, agent_id="ada", entries=[PERSONA, rules], llm=pb.Llm(model="mystery-model")
+    )
+    err = refused(
+        lambda: stub(server).PrepareChatKnowledge(request, timeout=60),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "UNKNOWN_MODEL_WINDOW",
+    )
     assert error_details(err)[0].metadata["sources"] == "persona,rules"
-    err = refused(lambda: enforce(server, [PERSONA, rules], ["persona", "rules"], llm=pb.Llm(model="mystery-model")),
-                  grpc.StatusCode.FAILED_PRECONDITION, "UNKNOWN_MODEL_WINDOW")
+    err = refused(
+        lambda: enforce(server, [PERSONA, rules], ["persona", "rules"], llm=pb.Llm(model="mystery-model")),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "UNKNOWN_MODEL_WINDOW",
+    )
     assert error_details(err)[0].metadata["sources"] == "persona,rules"
 
 
@@ -173,10 +210,18 @@ def test_zero_limits_unknown_enums_and_non_finite_params_are_refused(server: Sid
     """Issue 10 item 9 and item 4: what the proto says must be at least 1, or be a defined value, is checked."""
     invalid = grpc.StatusCode.INVALID_ARGUMENT
     refused(lambda: enforce(server, [PERSONA], ["persona"], max_context_tokens=0), invalid, "INVALID_REQUEST")
-    refused(lambda: enforce(server, [PERSONA], ["persona"], llm=pb.Llm(model="m", input_window_tokens=0)), invalid,
-            "INVALID_REQUEST")
-    prepare = pb.PrepareChatKnowledgeRequest(principal=PRINCIPAL, scope=SCOPE, agent_id="ada", entries=[PERSONA],
-                                             llm=pb.Llm(model="m", input_window_tokens=0))
+    refused(
+        lambda: enforce(server, [PERSONA], ["persona"], llm=pb.Llm(model="m", input_window_tokens=0)),
+        invalid,
+        "INVALID_REQUEST",
+    )
+    prepare = pb.PrepareChatKnowledgeRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        agent_id="ada",
+        entries=[PERSONA],
+        llm=pb.Llm(model="m", input_window_tokens=0),
+    )
     refused(lambda: stub(server).PrepareChatKnowledge(prepare, timeout=60), invalid, "INVALID_REQUEST")
     for field, value in (("type", 9), ("use", 9), ("readiness", 7), ("on_failure", 5)):
         strange = pb.KnowledgeEntry()
@@ -186,8 +231,13 @@ def test_zero_limits_unknown_enums_and_non_finite_params_are_refused(server: Sid
         assert error_details(err)[1][0][0] == f"target.knowledge[0].{field}"
         validate = pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, target=target([strange]))
         refused(lambda: stub(server).ValidateConfiguration(validate, timeout=60), invalid, "INVALID_REQUEST")
-    reorder = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([SCIENCE]), query="x",
-                               search=pb.SearchOptions(rerank=True, rerank_order=4))
+    reorder = pb.SearchRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        target=target([SCIENCE]),
+        query="x",
+        search=pb.SearchOptions(rerank=True, rerank_order=4),
+    )
     refused(lambda: stub(server).Search(reorder, timeout=60), invalid, "INVALID_REQUEST")
     for number in (float("nan"), float("inf"), float("-inf")):
         value = struct_pb2.Value(list_value=struct_pb2.ListValue(values=[struct_pb2.Value(number_value=number)]))
@@ -199,10 +249,18 @@ def test_zero_limits_unknown_enums_and_non_finite_params_are_refused(server: Sid
 def test_prepare_chat_knowledge_refuses_a_path_outside_the_roots(server: Sidecar) -> None:
     """Issue 10 item 9: as everywhere else, PERMISSION_DENIED with reason PATH_OUTSIDE_ROOTS."""
     for path in ("../outside.md", "/etc/hostname"):
-        request = pb.PrepareChatKnowledgeRequest(principal=PRINCIPAL, scope=SCOPE, agent_id="ada", llm=llm(),
-                                                 entries=[entry("escape", "FILE", "DIRECT", path)])
-        refused(lambda: stub(server).PrepareChatKnowledge(request, timeout=60), grpc.StatusCode.PERMISSION_DENIED,
-                "PATH_OUTSIDE_ROOTS")
+        request = pb.PrepareChatKnowledgeRequest(
+            principal=PRINCIPAL,
+            scope=SCOPE,
+            agent_id="ada",
+            llm=llm(),
+            entries=[entry("escape", "FILE", "DIRECT", path)],
+        )
+        refused(
+            lambda: stub(server).PrepareChatKnowledge(request, timeout=60),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "PATH_OUTSIDE_ROOTS",
+        )
 
 
 # Knowledge and action names that identifiers.id_problems refuses: a control character, one over the length cap.
@@ -215,30 +273,61 @@ def test_knowledge_and_action_names_are_checked_as_ids_before_anything_is_read(s
     for bad in BAD_NAMES:
         named = entry(bad, "FILE", "SEARCH", "science/abstracts.jsonl")
         validate = pb.ValidateConfigurationRequest(
-            principal=PRINCIPAL, scope=SCOPE, llm=llm(), outer=[entry(bad, "INLINE", "DIRECT", inline_text="x")],
-            target=pb.Target(name="t", knowledge=[named, PERSONA],
-                             actions=[pb.Action(name=bad, knowledge=["persona"])]))
-        found = {(v.field, common_pb2.ErrorReason.Name(v.reason))
-                 for v in stub(server).ValidateConfiguration(validate, timeout=60).violations}
-        assert {("outer[0].name", "ERROR_REASON_INVALID_CONFIGURATION"),
-                ("target.actions[0].name", "ERROR_REASON_INVALID_CONFIGURATION")} <= found, found
+            principal=PRINCIPAL,
+            scope=SCOPE,
+            llm=llm(),
+            outer=[entry(bad, "INLINE", "DIRECT", inline_text="x")],
+            target=pb.Target(
+                name="t", knowledge=[named, PERSONA], actions=[pb.Action(name=bad, knowledge=["persona"])]
+            ),
+        )
+        found = {
+            (v.field, common_pb2.ErrorReason.Name(v.reason))
+            for v in stub(server).ValidateConfiguration(validate, timeout=60).violations
+        }
+        assert {
+            ("outer[0].name", "ERROR_REASON_INVALID_CONFIGURATION"),
+            ("target.actions[0].name", "ERROR_REASON_INVALID_CONFIGURATION"),
+        } <= found, found
         builds = server.metric("ragsidecar_index_loads_total", how="built")
         # A path outside the roots would be PERMISSION_DENIED: the names are refused before any path is looked at.
         calls = {
-            "Enforce": lambda: stub(server).Enforce(enforce_request(
-                [named], [bad], params=params(q="heart"), resolved_paths={bad: "/etc/hostname"}), timeout=60),
-            "Search": lambda: stub(server).Search(pb.SearchRequest(
-                principal=PRINCIPAL, scope=SCOPE, target=target([named]), query="heart"), timeout=60),
-            "RequireLoaded": lambda: stub(server).RequireLoaded(pb.RequireLoadedRequest(
-                principal=PRINCIPAL, scope=SCOPE, target=target([SCIENCE]), outer=[named], names=[bad]), timeout=60),
-            "RequireReady": lambda: stub(server).RequireReady(pb.RequireReadyRequest(
-                principal=PRINCIPAL, scope=SCOPE, target=target([named])), timeout=60),
-            "PrepareChatKnowledge": lambda: stub(server).PrepareChatKnowledge(pb.PrepareChatKnowledgeRequest(
-                principal=PRINCIPAL, scope=SCOPE, agent_id="ada", llm=llm(),
-                entries=[entry(bad, "FILE", "DIRECT", "persona.md")]), timeout=60),
-            "Enforce, action name": lambda: stub(server).Enforce(pb.EnforceRequest(
-                principal=PRINCIPAL, scope=SCOPE, llm=llm(), action=bad, target=target([PERSONA], {bad: ["persona"]})),
-                timeout=60),
+            "Enforce": lambda: stub(server).Enforce(
+                enforce_request([named], [bad], params=params(q="heart"), resolved_paths={bad: "/etc/hostname"}),
+                timeout=60,
+            ),
+            "Search": lambda: stub(server).Search(
+                pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([named]), query="heart"), timeout=60
+            ),
+            "RequireLoaded": lambda: stub(server).RequireLoaded(
+                pb.RequireLoadedRequest(
+                    principal=PRINCIPAL, scope=SCOPE, target=target([SCIENCE]), outer=[named], names=[bad]
+                ),
+                timeout=60,
+            ),
+            "RequireReady": lambda: stub(server).RequireReady(
+                pb.RequireReadyRequest(principal=PRINCIPAL, scope=SCOPE, target=target([named])), timeout=60
+            ),
+            "PrepareChatKnowledge": lambda: stub(server).PrepareChatKnowledge(
+                pb.PrepareChatKnowledgeRequest(
+                    principal=PRINCIPAL,
+                    scope=SCOPE,
+                    agent_id="ada",
+                    llm=llm(),
+                    entries=[entry(bad, "FILE", "DIRECT", "persona.md")],
+                ),
+                timeout=60,
+            ),
+            "Enforce, action name": lambda: stub(server).Enforce(
+                pb.EnforceRequest(
+                    principal=PRINCIPAL,
+                    scope=SCOPE,
+                    llm=llm(),
+                    action=bad,
+                    target=target([PERSONA], {bad: ["persona"]}),
+                ),
+                timeout=60,
+            ),
         }
         for rpc, call in calls.items():
             err = refused(call, invalid, "INVALID_CONFIGURATION")
@@ -250,19 +339,26 @@ def test_validation_keeps_the_reason_of_each_path_problem(server: Sidecar, root:
     """Issue 10 item 4: a NUL is an invalid request and a symlink loop is unreadable, not "outside the roots"."""
     (root / "loop-a").symlink_to(root / "loop-b")
     (root / "loop-b").symlink_to(root / "loop-a")
-    entries = [entry("nul", "FILE", "DIRECT", "persona\x00.md", max_tokens=100),
-               entry("loop", "DIRECTORY", "DIRECT", "loop-a", max_tokens=100),
-               entry("escape", "FILE", "DIRECT", "../outside.md", max_tokens=100)]
+    entries = [
+        entry("nul", "FILE", "DIRECT", "persona\x00.md", max_tokens=100),
+        entry("loop", "DIRECTORY", "DIRECT", "loop-a", max_tokens=100),
+        entry("escape", "FILE", "DIRECT", "../outside.md", max_tokens=100),
+    ]
     request = pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, llm=llm(), target=target(entries))
-    found = {(v.field, common_pb2.ErrorReason.Name(v.reason))
-             for v in stub(server).ValidateConfiguration(request, timeout=60).violations}
-    assert found == {("target.knowledge[0].path", "ERROR_REASON_INVALID_REQUEST"),
-                     ("target.knowledge[1].path", "ERROR_REASON_SOURCE_UNREADABLE"),
-                     ("target.knowledge[2].path", "ERROR_REASON_PATH_OUTSIDE_ROOTS")}
+    found = {
+        (v.field, common_pb2.ErrorReason.Name(v.reason))
+        for v in stub(server).ValidateConfiguration(request, timeout=60).violations
+    }
+    assert found == {
+        ("target.knowledge[0].path", "ERROR_REASON_INVALID_REQUEST"),
+        ("target.knowledge[1].path", "ERROR_REASON_SOURCE_UNREADABLE"),
+        ("target.knowledge[2].path", "ERROR_REASON_PATH_OUTSIDE_ROOTS"),
+    }
 
 
 def test_sequential_cursors_are_bounded_and_counted(server: Sidecar) -> None:
     """Issue 10: the least recently used cursor is forgotten past retrieval.max_sequential_cursors."""
+
     def step(session: str) -> str:
         scope = common_pb2.Scope(tenant="cursor-tenant", session=session)
         return enforce(server, [STEPS], ["steps"], scope=scope).retrieved_context
@@ -281,15 +377,27 @@ def test_continue_drops_a_source_whose_rerank_fails(make_sidecar, root: Path, tm
     server = make_sidecar(config).start()
     notes = entry("notes", "MEMORY", "SEARCH", top_k=2, search=pb.SearchOptions(rerank=True, candidates=8))
     for batch in range(2):
-        documents = [pb.MemoryDocument(id=f"d{batch}{i}", text=f"Delivery note {batch}{i}: parcels leave at {i} pm.")
-                     for i in range(4)]
-        stub(server).UpsertDocuments(pb.UpsertDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes",
-                                                               documents=documents), timeout=60)
-        search = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([notes]), query="parcels",
-                                  search=pb.SearchOptions(rerank=False))
+        documents = [
+            pb.MemoryDocument(id=f"d{batch}{i}", text=f"Delivery note {batch}{i}: parcels leave at {i} pm.")
+            for i in range(4)
+        ]
+        stub(server).UpsertDocuments(
+            pb.UpsertDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes", documents=documents),
+            timeout=60,
+        )
+        search = pb.SearchRequest(
+            principal=PRINCIPAL,
+            scope=SCOPE,
+            target=target([notes]),
+            query="parcels",
+            search=pb.SearchOptions(rerank=False),
+        )
         assert stub(server).Search(search, timeout=60).hits  # indexes the new documents, 4 at a time
-    refused(lambda: enforce(server, [notes], ["notes"], params=params(q="when do parcels leave?")),
-            grpc.StatusCode.RESOURCE_EXHAUSTED, "QUEUE_FULL")
+    refused(
+        lambda: enforce(server, [notes], ["notes"], params=params(q="when do parcels leave?")),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "QUEUE_FULL",
+    )
     notes.on_failure = pb.KNOWLEDGE_ON_FAILURE_CONTINUE
     response = enforce(server, [notes, PERSONA], ["notes", "persona"], params=params(q="when do parcels leave?"))
     assert [b.source for b in response.blocks] == ["persona"]

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import cohere
 import httpx
+import ir_data
 import numpy as np
 import openai
 import pytest
+from sidecar import DEFAULT_CONFIG, MODELS, REPO, Sidecar, default_config, free_port
 
-import ir_data
 from ragsidecar.config import InferenceConfig, ModelConfig
 from ragsidecar.inference.models import load_model
 from ragsidecar.v1 import reranker_pb2
-from sidecar import DEFAULT_CONFIG, MODELS, REPO, Sidecar, default_config, free_port
 
 CROSS = "ms-marco-MiniLM-L-12-v2"
 BI = "bge-small-en-v1.5"
@@ -64,9 +64,9 @@ def scifact_sets(count: int, size: int) -> list[tuple[str, list[str]]]:
     ids = sorted(corpus)
     sets = []
     for n, query_id in enumerate(sorted(judged)[:count]):
-        others = [corpus[d] for d in ids[n * size:(n + 1) * size] if d not in judged[query_id]][:size - 1]
+        others = [corpus[d] for d in ids[n * size : (n + 1) * size] if d not in judged[query_id]][: size - 1]
         relevant = corpus[next(iter(judged[query_id]))]
-        sets.append((queries[query_id], others[:n % size] + [relevant] + others[n % size:]))
+        sets.append((queries[query_id], others[: n % size] + [relevant] + others[n % size :]))
     return sets
 
 
@@ -77,13 +77,15 @@ def grpc_rerank(server: Sidecar, query: str, texts: list[str], **fields) -> rera
 
 # --- The SDKs ---
 
+
 def test_the_cohere_sdk_reranks_as_grpc_does(served: Sidecar) -> None:
     co = cohere.ClientV2(api_key="unused", base_url=served.http_url)
     for query, texts in scifact_sets(count=6, size=8):
         answer = co.rerank(model=CROSS, query=query, documents=texts, top_n=5)
         expected = grpc_rerank(served, query, texts, model=CROSS, top_n=5)
-        assert [(r.index, r.relevance_score) for r in answer.results] == \
-               [(r.index, r.relevance_score) for r in expected.results]
+        assert [(r.index, r.relevance_score) for r in answer.results] == [
+            (r.index, r.relevance_score) for r in expected.results
+        ]
         assert answer.meta.tokens.input_tokens == expected.usage.tokens > 0
 
 
@@ -98,12 +100,14 @@ def test_the_cohere_v1_sdk_takes_document_objects_and_returns_them(served: Sidec
 
 def test_jina_shape_on_v1_rerank(client: httpx.Client, served: Sidecar) -> None:
     query, texts = scifact_sets(count=1, size=4)[0]
-    body = client.post("/v1/rerank", json={"model": BI, "query": query, "documents": texts, "top_n": 2,
-                                           "return_documents": True}).json()
+    body = client.post(
+        "/v1/rerank", json={"model": BI, "query": query, "documents": texts, "top_n": 2, "return_documents": True}
+    ).json()
     expected = grpc_rerank(served, query, texts, model=BI, top_n=2)
     assert body["model"] == BI
-    assert [(r["index"], r["relevance_score"], r["document"]["text"]) for r in body["results"]] == \
-           [(r.index, r.relevance_score, texts[r.index]) for r in expected.results]
+    assert [(r["index"], r["relevance_score"], r["document"]["text"]) for r in body["results"]] == [
+        (r.index, r.relevance_score, texts[r.index]) for r in expected.results
+    ]
     assert body["usage"]["total_tokens"] == body["meta"]["tokens"]["input_tokens"]
 
 
@@ -112,8 +116,9 @@ def test_tei_rerank_shape(client: httpx.Client, served: Sidecar) -> None:
     expected = grpc_rerank(served, query, texts)
     raw = client.post("/rerank", json={"query": query, "texts": texts, "raw_scores": True, "return_text": True})
     assert raw.status_code == 200
-    assert [(r["index"], r["score"], r["text"]) for r in raw.json()] == \
-           [(r.index, r.raw_score, texts[r.index]) for r in expected.results]
+    assert [(r["index"], r["score"], r["text"]) for r in raw.json()] == [
+        (r.index, r.raw_score, texts[r.index]) for r in expected.results
+    ]
     scaled = client.post("/rerank", json={"query": query, "texts": texts}).json()
     assert [(r["index"], r["score"]) for r in scaled] == [(r.index, r.relevance_score) for r in expected.results]
     assert all("text" not in r for r in scaled)
@@ -151,13 +156,15 @@ def test_models_and_health(served: Sidecar, client: httpx.Client) -> None:
 
 # --- Refusals: the status and body each API's clients read, never a 500 ---
 
+
 def assert_refused(response: httpx.Response, status: int, reason: str, message: str = "") -> dict:
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == "application/json"
     body = response.json()
-    shown = {"/v1/embeddings": lambda b: (b["error"]["code"], b["error"]["message"]),
-             "/rerank": lambda b: (b["reason"], b["error"])}.get(response.request.url.path,
-                                                                 lambda b: (b["reason"], b["message"]))(body)
+    shown = {
+        "/v1/embeddings": lambda b: (b["error"]["code"], b["error"]["message"]),
+        "/rerank": lambda b: (b["reason"], b["error"]),
+    }.get(response.request.url.path, lambda b: (b["reason"], b["message"]))(body)
     assert shown[0] == reason and message in shown[1], body
     return body
 
@@ -171,44 +178,99 @@ REFUSALS = [
     ("/v2/rerank", b'{"query": 3, "documents": "a"}', 400, "INVALID_REQUEST", "query: must be a string"),
     ("/v2/rerank", b'{"query": "q"}', 400, "INVALID_REQUEST", "documents: required"),
     ("/v2/rerank", b'{"query": "q", "documents": []}', 400, "INVALID_REQUEST", "at least one document"),
-    ("/v2/rerank", b'{"query": "q", "documents": [{"title": "x"}]}', 400, "INVALID_REQUEST",
-     "documents[0].text: must be a string, not null"),
+    (
+        "/v2/rerank",
+        b'{"query": "q", "documents": [{"title": "x"}]}',
+        400,
+        "INVALID_REQUEST",
+        "documents[0].text: must be a string, not null",
+    ),
     ("/v2/rerank", b'{"query": "\\ud800", "documents": ["a"]}', 400, "INVALID_REQUEST", "lone UTF-16 surrogate"),
     ("/v2/rerank", b'{"query": "q", "documents": ["a"], "top_n": -1}', 400, "INVALID_REQUEST", "top_n"),
     ("/v2/rerank", b'{"query": "q", "documents": ["a"], "top_n": 1.5}', 400, "INVALID_REQUEST", "an integer"),
-    ("/v2/rerank", b'{"model": "rerank-v3.5", "query": "q", "documents": ["a"]}', 404, "UNKNOWN_MODEL",
-     "'rerank-v3.5' is not configured"),
-    ("/v2/rerank", json.dumps({"query": "q", "documents": ["d"] * 1001}).encode(), 413, "LIMIT_EXCEEDED",
-     "1001 documents exceed the maximum of 1000"),
-    ("/v2/rerank", json.dumps({"query": "word " * 1000, "documents": ["d"]}).encode(), 400, "INVALID_REQUEST",
-     "the query is"),
-    ("/v1/rerank", b'{"query": "q", "documents": ["a"], "return_documents": "yes"}', 400, "INVALID_REQUEST",
-     "true or false"),
+    (
+        "/v2/rerank",
+        b'{"model": "rerank-v3.5", "query": "q", "documents": ["a"]}',
+        404,
+        "UNKNOWN_MODEL",
+        "'rerank-v3.5' is not configured",
+    ),
+    (
+        "/v2/rerank",
+        json.dumps({"query": "q", "documents": ["d"] * 1001}).encode(),
+        413,
+        "LIMIT_EXCEEDED",
+        "1001 documents exceed the maximum of 1000",
+    ),
+    (
+        "/v2/rerank",
+        json.dumps({"query": "word " * 1000, "documents": ["d"]}).encode(),
+        400,
+        "INVALID_REQUEST",
+        "the query is",
+    ),
+    (
+        "/v1/rerank",
+        b'{"query": "q", "documents": ["a"], "return_documents": "yes"}',
+        400,
+        "INVALID_REQUEST",
+        "true or false",
+    ),
     ("/rerank", b"{not json", 422, "INVALID_REQUEST", "not valid JSON"),
     ("/rerank", b'{"query": "q", "texts": [1]}', 422, "INVALID_REQUEST", "texts[0]: must be a string"),
-    ("/rerank", json.dumps({"query": "q", "texts": ["x" * (4 * 1024 * 1024 + 1)]}).encode(), 413,
-     "LIMIT_EXCEEDED", "characters exceed the maximum"),
+    (
+        "/rerank",
+        json.dumps({"query": "q", "texts": ["x" * (4 * 1024 * 1024 + 1)]}).encode(),
+        413,
+        "LIMIT_EXCEEDED",
+        "characters exceed the maximum",
+    ),
     ("/v1/embeddings", b"{not json", 400, "INVALID_REQUEST", "not valid JSON"),
     ("/v1/embeddings", b'{"input": "a"}', 400, "INVALID_REQUEST", "model: required"),
     ("/v1/embeddings", b'{"model": "bge-small-en-v1.5"}', 400, "INVALID_REQUEST", "input: required"),
-    ("/v1/embeddings", b'{"model": "bge-small-en-v1.5", "input": [[1, 2]]}', 400, "INVALID_REQUEST",
-     "token arrays are not supported"),
-    ("/v1/embeddings", b'{"model": "bge-small-en-v1.5", "input": ["a", ""]}', 400, "INVALID_REQUEST",
-     "input[1]: must not be empty"),
-    ("/v1/embeddings", b'{"model": "bge-small-en-v1.5", "input": "a", "dimensions": 256}', 400,
-     "INVALID_REQUEST", "produces 384 dimensions, not 256"),
-    ("/v1/embeddings", b'{"model": "bge-small-en-v1.5", "input": "a", "encoding_format": "int8"}', 400,
-     "INVALID_REQUEST", "encoding_format"),
-    ("/v1/embeddings", b'{"model": "text-embedding-3-small", "input": "a"}', 404, "UNKNOWN_MODEL",
-     "not configured"),
+    (
+        "/v1/embeddings",
+        b'{"model": "bge-small-en-v1.5", "input": [[1, 2]]}',
+        400,
+        "INVALID_REQUEST",
+        "token arrays are not supported",
+    ),
+    (
+        "/v1/embeddings",
+        b'{"model": "bge-small-en-v1.5", "input": ["a", ""]}',
+        400,
+        "INVALID_REQUEST",
+        "input[1]: must not be empty",
+    ),
+    (
+        "/v1/embeddings",
+        b'{"model": "bge-small-en-v1.5", "input": "a", "dimensions": 256}',
+        400,
+        "INVALID_REQUEST",
+        "produces 384 dimensions, not 256",
+    ),
+    (
+        "/v1/embeddings",
+        b'{"model": "bge-small-en-v1.5", "input": "a", "encoding_format": "int8"}',
+        400,
+        "INVALID_REQUEST",
+        "encoding_format",
+    ),
+    ("/v1/embeddings", b'{"model": "text-embedding-3-small", "input": "a"}', 404, "UNKNOWN_MODEL", "not configured"),
     ("/v1/embeddings", b'{"model": "ms-marco-MiniLM-L-12-v2", "input": "a"}', 404, "UNKNOWN_MODEL", ""),
-    ("/v1/embeddings", json.dumps({"model": BI, "input": ["a"] * 1001}).encode(), 413, "LIMIT_EXCEEDED",
-     "1001 texts exceed"),
+    (
+        "/v1/embeddings",
+        json.dumps({"model": BI, "input": ["a"] * 1001}).encode(),
+        413,
+        "LIMIT_EXCEEDED",
+        "1001 texts exceed",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("path", "body", "status", "reason", "message"), REFUSALS,
-                         ids=[f"{r[0]}-{r[2]}-{r[4][:30]}" for r in REFUSALS])
+@pytest.mark.parametrize(
+    ("path", "body", "status", "reason", "message"), REFUSALS, ids=[f"{r[0]}-{r[2]}-{r[4][:30]}" for r in REFUSALS]
+)
 def test_refusals(client: httpx.Client, path: str, body: bytes, status: int, reason: str, message: str) -> None:
     assert_refused(client.post(path, content=body), status, reason, message)
 
@@ -238,8 +300,20 @@ def test_unknown_paths_and_methods(client: httpx.Client) -> None:
 
 def test_hostile_bodies_never_get_a_500(client: httpx.Client, served: Sidecar) -> None:
     values = [None, True, -1, 2**70, 1e308, "", "x", [], {}, [None], [{}], {"text": 5}, ["\u0000"], "NaN"]
-    fields = ["model", "query", "documents", "texts", "input", "top_n", "return_documents", "raw_scores",
-              "max_tokens_per_doc", "encoding_format", "dimensions", "return_text"]
+    fields = [
+        "model",
+        "query",
+        "documents",
+        "texts",
+        "input",
+        "top_n",
+        "return_documents",
+        "raw_scores",
+        "max_tokens_per_doc",
+        "encoding_format",
+        "dimensions",
+        "return_text",
+    ]
     base = {"model": BI, "query": "q", "documents": ["a"], "texts": ["a"], "input": ["a"]}
     for path in ("/v2/rerank", "/v1/rerank", "/rerank", "/v1/embeddings"):
         for field in fields:
@@ -258,7 +332,7 @@ def test_requests_are_counted_and_logged_as_grpc_calls_are(client: httpx.Client,
     assert served.metric("ragsidecar_requests_total", method="/v2/rerank", code="200") >= 1
     assert served.metric("ragsidecar_requests_total", method="/v2/rerank", code="400") >= 1
     assert served.metric("ragsidecar_requests_total", method="unmatched", code="404") >= 1
-    assert "ragsidecar_request_seconds_count{method=\"/v2/rerank\"}" in served.metrics()
+    assert 'ragsidecar_request_seconds_count{method="/v2/rerank"}' in served.metrics()
     deadline = time.monotonic() + 30
     while not any("method=/v2/rerank code=400" in line for line in served.output) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -266,6 +340,7 @@ def test_requests_are_counted_and_logged_as_grpc_calls_are(client: httpx.Client,
 
 
 # --- Token, TLS and the loopback rule ---
+
 
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
@@ -283,8 +358,9 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
 
 
 def https(server: Sidecar) -> httpx.Client:
-    return httpx.Client(base_url=server.http_url, verify=ssl.create_default_context(cafile=TLS / "localhost.crt"),
-                        timeout=60)
+    return httpx.Client(
+        base_url=server.http_url, verify=ssl.create_default_context(cafile=TLS / "localhost.crt"), timeout=60
+    )
 
 
 def wait_serving(http: httpx.Client, timeout: float = 90) -> None:
@@ -298,9 +374,11 @@ def wait_serving(http: httpx.Client, timeout: float = 90) -> None:
 def test_the_token_is_required_but_for_health(guarded: Sidecar, credentials: str | None) -> None:
     headers = {"authorization": credentials} if credentials else {}
     with https(guarded) as http:
-        for path, body in (("/v2/rerank", {"query": "q", "documents": ["a"]}),
-                           ("/rerank", {"query": "q", "texts": ["a"]}),
-                           ("/v1/embeddings", {"model": BI, "input": "a"})):
+        for path, body in (
+            ("/v2/rerank", {"query": "q", "documents": ["a"]}),
+            ("/rerank", {"query": "q", "texts": ["a"]}),
+            ("/v1/embeddings", {"model": BI, "input": "a"}),
+        ):
             response = http.post(path, json=body, headers=headers)
             assert "s3cret" not in json.dumps(assert_refused(response, 401, "UNAUTHENTICATED"))
             assert response.headers["www-authenticate"] == "Bearer"
@@ -312,10 +390,15 @@ def test_the_sdks_send_the_token_over_tls(guarded: Sidecar) -> None:
     verify = ssl.create_default_context(cafile=TLS / "localhost.crt")
     co = cohere.ClientV2(api_key=TOKEN, base_url=guarded.http_url, httpx_client=httpx.Client(verify=verify))
     assert guarded.http_url.startswith("https://")
-    assert [r.index for r in co.rerank(model=CROSS, query="capital of France",
-                                       documents=["Berlin, Germany", "Paris, France"]).results] == [1, 0]
-    client = openai.OpenAI(api_key=TOKEN, base_url=f"{guarded.http_url}/v1",
-                           http_client=openai.DefaultHttpxClient(verify=verify))
+    assert [
+        r.index
+        for r in co.rerank(
+            model=CROSS, query="capital of France", documents=["Berlin, Germany", "Paris, France"]
+        ).results
+    ] == [1, 0]
+    client = openai.OpenAI(
+        api_key=TOKEN, base_url=f"{guarded.http_url}/v1", http_client=openai.DefaultHttpxClient(verify=verify)
+    )
     assert len(client.embeddings.create(model=BI, input=["a"]).data[0].embedding) == 384
     with pytest.raises(httpx.HTTPError):  # plain HTTP to the TLS listener
         httpx.get(guarded.http_url.replace("https://", "http://") + "/health", timeout=10)
@@ -324,21 +407,35 @@ def test_the_sdks_send_the_token_over_tls(guarded: Sidecar) -> None:
 
 def test_http_beyond_loopback_needs_a_token_or_tls(tmp_path: Path) -> None:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("RAGSIDECAR_")}
-    refused = subprocess.run([sys.executable, "-m", "ragsidecar", "serve", "--config", str(DEFAULT_CONFIG),
-                              "--http-port", str(free_port())], cwd=tmp_path, capture_output=True, text=True,
-                             env={**environ, "RAGSIDECAR_HTTP_HOST": "0.0.0.0"}, timeout=120)
+    refused = subprocess.run(
+        [sys.executable, "-m", "ragsidecar", "serve", "--config", str(DEFAULT_CONFIG), "--http-port", str(free_port())],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**environ, "RAGSIDECAR_HTTP_HOST": "0.0.0.0"},
+        timeout=120,
+    )
     assert refused.returncode == 2
     assert "http.host: '0.0.0.0' is reachable beyond this machine" in refused.stderr
 
 
 def test_the_http_stack_loads_only_when_it_serves() -> None:
-    imported = subprocess.run([sys.executable, "-c", "import sys, ragsidecar.api.server, ragsidecar.cli; "
-                               "print(sorted({'starlette', 'uvicorn'} & set(sys.modules)))"],
-                              capture_output=True, text=True, timeout=60)
+    imported = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, ragsidecar.api.server, ragsidecar.cli; "
+            "print(sorted({'starlette', 'uvicorn'} & set(sys.modules)))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert imported.stdout.strip() == "[]", imported.stderr
 
 
 # --- Warming up, a full queue, an oversized body, a caller who hangs up, shutdown ---
+
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sidecar, list[httpx.Response]]]:
@@ -382,7 +479,7 @@ def test_a_body_over_the_limit_is_413(small: tuple[Sidecar, list[httpx.Response]
     body = json.dumps({"query": "q", "documents": ["x" * (2 << 20)]}).encode()
     with httpx.Client(base_url=server.http_url, timeout=60) as http:
         assert_refused(http.post("/v2/rerank", content=body), 413, "LIMIT_EXCEEDED", "server.max_message_bytes")
-        chunked = http.post("/v2/rerank", content=iter([body[:1 << 19]] * 4))  # no Content-Length
+        chunked = http.post("/v2/rerank", content=iter([body[: 1 << 19]] * 4))  # no Content-Length
         assert_refused(chunked, 413, "LIMIT_EXCEEDED", "server.max_message_bytes")
         assert http.post("/v2/rerank", json={"query": "q", "documents": ["a"]}).status_code == 200
 
@@ -391,15 +488,19 @@ def test_a_caller_who_hangs_up_leaves_no_work_behind(small: tuple[Sidecar, list[
     server, _ = small
 
     def counts() -> tuple[float, float]:
-        return (server.metric("ragsidecar_inferred_inputs_total", model=CROSS),
-                server.metric("ragsidecar_skipped_inputs_total", model=CROSS, reason="cancelled"))
+        return (
+            server.metric("ragsidecar_inferred_inputs_total", model=CROSS),
+            server.metric("ragsidecar_skipped_inputs_total", model=CROSS, reason="cancelled"),
+        )
 
     inferred, skipped = counts()
     body = json.dumps({"query": "gone", "documents": [f"gone {i} {LONG_TEXT}" for i in range(25)]}).encode()
     host, port = server.http_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port))) as caller:
-        caller.sendall(b"POST /v2/rerank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                       b"content-length: %d\r\n\r\n%s" % (len(body), body))
+        caller.sendall(
+            b"POST /v2/rerank HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(body), body)
+        )
         while counts()[0] == inferred:  # its first pairs are running: hang up
             time.sleep(0.01)
     deadline = time.monotonic() + 60
@@ -420,8 +521,9 @@ def test_sigterm_drains_the_http_request_in_flight(make_sidecar) -> None:
 
     def call() -> None:
         documents = [f"{i} {LONG_TEXT}" for i in range(10)]
-        outcome["response"] = httpx.post(f"{server.http_url}/v2/rerank", json={"query": "q", "documents": documents},
-                                         timeout=150)
+        outcome["response"] = httpx.post(
+            f"{server.http_url}/v2/rerank", json={"query": "q", "documents": documents}, timeout=150
+        )
 
     caller = threading.Thread(target=call)
     caller.start()
@@ -436,6 +538,7 @@ def test_sigterm_drains_the_http_request_in_flight(make_sidecar) -> None:
 
 
 # --- The README's examples ---
+
 
 def readme_section() -> str:
     readme = (REPO / "README.md").read_text()
@@ -455,8 +558,13 @@ def test_every_endpoint_has_a_curl_example() -> None:
 @pytest.mark.parametrize("example", curl_examples(), ids=lambda e: e.split()[1])
 def test_the_readme_curl_examples_run(served: Sidecar, example: str) -> None:
     command = example.replace("http://127.0.0.1:8080", served.http_url)
-    shell = subprocess.run(["bash", "-c", f"set -euo pipefail; {command}"], capture_output=True, text=True,
-                           timeout=60, env={**os.environ, "RAGSIDECAR_TOKEN": ""})
+    shell = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; {command}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "RAGSIDECAR_TOKEN": ""},
+    )
     assert shell.returncode == 0, shell.stderr
     answer = json.loads(shell.stdout)
     assert answer and "error" not in answer and "message" not in answer, answer

@@ -18,14 +18,14 @@ import grpc
 import numpy as np
 import pytest
 from prometheus_client import REGISTRY
+from sidecar import MODELS, Sidecar, default_config, error_details
+from test_reranker import docs, rerank_load
 
 from ragsidecar.inference.backend import OnnxBackend
 from ragsidecar.inference.batching import BatchQueue, charged_tokens
 from ragsidecar.inference.tokenization import ModelInput, TextEncoder
-from ragsidecar.reranking import MAX_DOCUMENT_CHARS, MAX_QUERY_CHARS, MAX_DOCUMENTS_CHARS
+from ragsidecar.reranking import MAX_DOCUMENT_CHARS, MAX_DOCUMENTS_CHARS, MAX_QUERY_CHARS
 from ragsidecar.v1 import reranker_pb2
-from sidecar import MODELS, Sidecar, default_config, error_details
-from test_reranker import docs, rerank_load
 
 CROSS = "ms-marco-MiniLM-L-12-v2"
 WINDOW = reranker_pb2.LONG_DOCUMENT_STRATEGY_WINDOW
@@ -45,13 +45,23 @@ def wait_for(condition, what: str, server: Sidecar, limit_s: float = 60) -> None
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("fields, violated", [
-    (dict(query="q" * (48 * 1024 * 1024), documents=docs("d")), "query"),
-    (dict(query="q " * (MAX_QUERY_CHARS // 2 + 1), documents=docs("d")), "query"),
-    (dict(query="q", documents=docs("fine", "x" * (MAX_DOCUMENT_CHARS + 1))), "documents[1].text"),
-    (dict(query="q", documents=docs(*["word " * (MAX_DOCUMENT_CHARS // 5)] * (MAX_DOCUMENTS_CHARS // MAX_DOCUMENT_CHARS
-                                                                             + 1))), "documents"),
-])
+@pytest.mark.parametrize(
+    "fields, violated",
+    [
+        (dict(query="q" * (48 * 1024 * 1024), documents=docs("d")), "query"),
+        (dict(query="q " * (MAX_QUERY_CHARS // 2 + 1), documents=docs("d")), "query"),
+        (dict(query="q", documents=docs("fine", "x" * (MAX_DOCUMENT_CHARS + 1))), "documents[1].text"),
+        (
+            dict(
+                query="q",
+                documents=docs(
+                    *["word " * (MAX_DOCUMENT_CHARS // 5)] * (MAX_DOCUMENTS_CHARS // MAX_DOCUMENT_CHARS + 1)
+                ),
+            ),
+            "documents",
+        ),
+    ],
+)
 def test_oversized_requests_are_refused_by_size_before_tokenizing(sidecar: Sidecar, fields, violated) -> None:
     """LIMIT_EXCEEDED (not the tokenizer's 'query too long') shows the refusal came from the size check."""
     before = sidecar.metric("ragsidecar_inferred_inputs_total")
@@ -61,14 +71,22 @@ def test_oversized_requests_are_refused_by_size_before_tokenizing(sidecar: Sidec
     assert info.reason == "LIMIT_EXCEEDED"
     assert [f for f, _ in violations] == [violated]
     assert sidecar.metric("ragsidecar_inferred_inputs_total") == before
-    assert len(sidecar.reranker().Rerank(reranker_pb2.RerankRequest(query="still serving?", documents=docs("yes")),
-                                         timeout=60).results) == 1
+    assert (
+        len(
+            sidecar.reranker()
+            .Rerank(reranker_pb2.RerankRequest(query="still serving?", documents=docs("yes")), timeout=60)
+            .results
+        )
+        == 1
+    )
 
 
 def test_texts_at_the_limits_are_scored(sidecar: Sidecar) -> None:
     # One word of 16,384 characters is one unknown token: within every limit and the model's window.
-    response = sidecar.reranker().Rerank(reranker_pb2.RerankRequest(
-        query="a" * MAX_QUERY_CHARS, documents=docs("b" * MAX_DOCUMENT_CHARS, "short")), timeout=120)
+    response = sidecar.reranker().Rerank(
+        reranker_pb2.RerankRequest(query="a" * MAX_QUERY_CHARS, documents=docs("b" * MAX_DOCUMENT_CHARS, "short")),
+        timeout=120,
+    )
     assert sorted(r.index for r in response.results) == [0, 1]
 
 
@@ -76,12 +94,16 @@ def test_a_long_document_scores_as_its_head_does(sidecar: Sidecar) -> None:
     """Only the head a window reaches is tokenized: the score is the one of any longer prefix."""
     query = "Which enzyme converts angiotensin I to angiotensin II?"
     answer = "Angiotensin-converting enzyme (ACE) converts angiotensin I into angiotensin II. "
-    body = "".join(f"Paragraph {i} describes unrelated  weather\tpatterns over the northern sea.\n" for i in range(40000))
+    body = "".join(
+        f"Paragraph {i} describes unrelated  weather\tpatterns over the northern sea.\n" for i in range(40000)
+    )
     whole = answer * 3 + body  # about 3 MiB
     head = whole[:60_000]  # far more than four 512-token windows
     for strategy in (WINDOW, reranker_pb2.LONG_DOCUMENT_STRATEGY_TRUNCATE):
-        response = sidecar.reranker().Rerank(reranker_pb2.RerankRequest(
-            query=query, documents=docs(whole, head), long_document_strategy=strategy), timeout=120)
+        response = sidecar.reranker().Rerank(
+            reranker_pb2.RerankRequest(query=query, documents=docs(whole, head), long_document_strategy=strategy),
+            timeout=120,
+        )
         by_index = {r.index: r for r in response.results}
         assert by_index[0].raw_score == by_index[1].raw_score and by_index[0].best_window == by_index[1].best_window
         assert response.usage.truncated_documents == 2
@@ -95,7 +117,7 @@ def test_head_encoding_gives_the_first_tokens_of_the_whole_text(model: str) -> N
         "spaces   and\ttabs\nand\r\nnew lines,  " * 300,
         "\u4e2d\u6587\u6ca1\u6709\u7a7a\u683c" * 2000,  # no space to cut at: tokenized whole
         "x" * 50_000 + " tail",
-        "caf\u00e9 na\u00efve \u00c5ngstr\u00f6m \U0001F600 it's don't " * 500,
+        "caf\u00e9 na\u00efve \u00c5ngstr\u00f6m \U0001f600 it's don't " * 500,
         "short text",
     ]
     for keep in (10, 500, 2000):
@@ -112,8 +134,11 @@ def test_a_caller_that_leaves_stops_tokenization_and_runs_nothing(make_sidecar) 
     server = make_sidecar(config).start()
     stub = server.reranker()
     paragraph = "Reranking long documents costs tokenization before any pair reaches the model. "
-    heavy = reranker_pb2.RerankRequest(query="what does reranking cost?", long_document_strategy=WINDOW,
-                                       documents=docs(*[f"{i} {paragraph * 250}" for i in range(1600)]))
+    heavy = reranker_pb2.RerankRequest(
+        query="what does reranking cost?",
+        long_document_strategy=WINDOW,
+        documents=docs(*[f"{i} {paragraph * 250}" for i in range(1600)]),
+    )
     before = server.metric("ragsidecar_inferred_inputs_total", model=CROSS)
     tokenizing = lambda: server.metric("ragsidecar_tokenizations_running", model=CROSS)  # noqa: E731
     stopped = lambda: server.metric("ragsidecar_stopped_work_total", model=CROSS)  # noqa: E731
@@ -124,8 +149,11 @@ def test_a_caller_that_leaves_stops_tokenization_and_runs_nothing(make_sidecar) 
     assert server.metric("ragsidecar_stopped_work_total", model=CROSS, reason="cancelled") == 1
     late = stub.Rerank.future(heavy, timeout=2)
     assert late.exception(timeout=300).code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    wait_for(lambda: tokenizing() == 0 and stopped() == 2, "the tokenization of a call past its deadline never stopped",
-             server)
+    wait_for(
+        lambda: tokenizing() == 0 and stopped() == 2,
+        "the tokenization of a call past its deadline never stopped",
+        server,
+    )
     assert server.metric("ragsidecar_inferred_inputs_total", model=CROSS) == before
     assert len(stub.Rerank(reranker_pb2.RerankRequest(query="q", documents=docs("d", "e")), timeout=60).results) == 2
 
@@ -139,8 +167,10 @@ def test_padded_batches_are_charged_rows_times_their_widest_row(make_sidecar) ->
     batches = lambda: server.metric("ragsidecar_batch_inputs_count", model=CROSS)  # noqa: E731
     small = lambda: server.metric("ragsidecar_batch_inputs_bucket", model=CROSS, le="2.0")  # noqa: E731
     before, small_before = batches(), small()
-    response = server.reranker().Rerank(reranker_pb2.RerankRequest(
-        query="q", documents=docs("word " * 2000, *[f"doc {i}" for i in range(40)])), timeout=60)
+    response = server.reranker().Rerank(
+        reranker_pb2.RerankRequest(query="q", documents=docs("word " * 2000, *[f"doc {i}" for i in range(40)])),
+        timeout=60,
+    )
     assert len(response.results) == 41 and response.usage.truncated_documents == 1
     assert batches() - before == 2 and small() - small_before == 1
 
@@ -211,9 +241,10 @@ def test_a_finished_job_is_not_kept_alive_by_its_deadline_timer(bi_encoder) -> N
 
 def test_an_unloaded_model_releases_its_session(tmp_path: Path) -> None:
     """A reload retires the replaced model; once closed, nothing holds its onnxruntime session."""
+    from sidecar import to_toml
+
     from ragsidecar.config_loading import load_config
     from ragsidecar.inference.registry import ModelRegistry
-    from sidecar import to_toml
 
     config = default_config()
     path = tmp_path / "ragsidecar.toml"
@@ -253,8 +284,13 @@ def test_replaced_models_are_unloaded_after_their_last_request(make_sidecar) -> 
             server.config["models"][0]["max_length"] = max_length
             server.write_config()
             server.signal(1)  # SIGHUP
-            wait_for(lambda: server.reranker().ListModels(reranker_pb2.ListModelsRequest(), timeout=30).generation
-                     >= generation, "the reload never finished", server)
+            wait_for(
+                lambda: (
+                    server.reranker().ListModels(reranker_pb2.ListModelsRequest(), timeout=30).generation >= generation
+                ),
+                "the reload never finished",
+                server,
+            )
     wait_for(lambda: loaded() == 2, "replaced models were never unloaded", server)
     assert outcomes and set(outcomes) == {"ok"}, {o: outcomes.count(o) for o in set(outcomes)}
 
@@ -282,7 +318,11 @@ def test_sigterm_stops_cleanly_without_error_lines(make_sidecar, when: str) -> N
     abandoned and what had loaded is closed, instead of inference workers being cancelled at the loop's teardown."""
     server = make_sidecar().start(wait_serving=when == "while serving")
     if when == "while serving":
-        assert server.reranker().Rerank(reranker_pb2.RerankRequest(query="q", documents=docs("a", "b")), timeout=60).results
+        assert (
+            server.reranker()
+            .Rerank(reranker_pb2.RerankRequest(query="q", documents=docs("a", "b")), timeout=60)
+            .results
+        )
     else:
         wait_for(lambda: "loading model" in server.log(), "no model started loading", server)
     server.signal(signal.SIGTERM)

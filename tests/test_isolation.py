@@ -10,33 +10,53 @@ from pathlib import Path
 
 import grpc
 import pytest
-
 from conftest import retrieval_config
-from ragsidecar.identifiers import MAX_ID_CHARS
-from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
 from sidecar import Sidecar, error_details
 
+from ragsidecar.identifiers import MAX_ID_CHARS
+from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import retrieval_pb2 as pb
+
 NOTES = entry("notes", "MEMORY", "SEARCH")
 # Pairs of scopes that a separator join ("tenant" + sep + "session") would merge into one key.
-LOOK_ALIKE_SCOPES = [(("a:b", "c"), ("a", "b:c")), (("t/u", "s"), ("t", "u/s")), (("x y", ""), ("x", "y")),
-                     (("acme|1", "s"), ("acme", "1|s"))]
+LOOK_ALIKE_SCOPES = [
+    (("a:b", "c"), ("a", "b:c")),
+    (("t/u", "s"), ("t", "u/s")),
+    (("x y", ""), ("x", "y")),
+    (("acme|1", "s"), ("acme", "1|s")),
+]
 
 
 def stub(server: Sidecar) -> retrieval_pb2_grpc.RetrievalServiceStub:
     return retrieval_pb2_grpc.RetrievalServiceStub(server.channel())
 
 
-def upsert(server: Sidecar, scope: common_pb2.Scope, doc_id: str, text: str, knowledge: str = "notes",
-           principal: common_pb2.Principal = PRINCIPAL) -> pb.UpsertDocumentsResponse:
-    return stub(server).UpsertDocuments(pb.UpsertDocumentsRequest(
-        principal=principal, scope=scope, knowledge=knowledge,
-        documents=[pb.MemoryDocument(id=doc_id, text=text)]), timeout=60)
+def upsert(
+    server: Sidecar,
+    scope: common_pb2.Scope,
+    doc_id: str,
+    text: str,
+    knowledge: str = "notes",
+    principal: common_pb2.Principal = PRINCIPAL,
+) -> pb.UpsertDocumentsResponse:
+    return stub(server).UpsertDocuments(
+        pb.UpsertDocumentsRequest(
+            principal=principal, scope=scope, knowledge=knowledge, documents=[pb.MemoryDocument(id=doc_id, text=text)]
+        ),
+        timeout=60,
+    )
 
 
 def found_ids(server: Sidecar, scope: common_pb2.Scope, query: str) -> list[str]:
-    hits = stub(server).Search(pb.SearchRequest(principal=PRINCIPAL, scope=scope, target=target([NOTES]),
-                                                query=query, top_k=10), timeout=60).hits
+    hits = (
+        stub(server)
+        .Search(
+            pb.SearchRequest(principal=PRINCIPAL, scope=scope, target=target([NOTES]), query=query, top_k=10),
+            timeout=60,
+        )
+        .hits
+    )
     return sorted(h.provenance.document_id for h in hits)
 
 
@@ -65,12 +85,17 @@ def test_ids_with_control_characters_or_too_long_are_refused_before_anything_is_
     }
     for field, overrides in cases.items():
         args = {"scope": SCOPE, "doc_id": "d1", "text": "Bob prefers Saturdays.", **overrides}
-        assert refused(lambda: upsert(server, **args)) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST",
-                                                            [field]), field
+        assert refused(lambda: upsert(server, **args)) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_REQUEST",
+            [field],
+        ), field
     too_long = common_pb2.Scope(tenant=long_id, session="s")
     assert refused(lambda: upsert(server, too_long, "d1", "text"))[2] == ["scope.tenant"]
-    assert refused(lambda: found_ids(server, common_pb2.Scope(tenant="acme", session="x\0s"), "Bob"))[:2] == \
-        (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST")
+    assert refused(lambda: found_ids(server, common_pb2.Scope(tenant="acme", session="x\0s"), "Bob"))[:2] == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_REQUEST",
+    )
     delete = pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes", ids=["ok", "bad\0"])
     assert refused(lambda: stub(server).DeleteDocuments(delete, timeout=60))[2] == ["ids[1]"]
     memory = tmp_path / "data" / "memory"
@@ -88,8 +113,10 @@ def test_look_alike_scopes_never_share_a_partition_before_or_after_a_restart(mak
         for side, (tenant, session) in enumerate((one, two)):
             scope = common_pb2.Scope(tenant=tenant, session=session)
             doc_id = f"pair{pair}-side{side}"
-            assert upsert(first, scope, doc_id, f"Delivery note {doc_id}: the parcel waits at the depot.") \
-                .document_count == 1
+            assert (
+                upsert(first, scope, doc_id, f"Delivery note {doc_id}: the parcel waits at the depot.").document_count
+                == 1
+            )
             scopes[doc_id] = scope
 
     def each_scope_sees_only_its_own(server: Sidecar) -> None:
@@ -108,8 +135,18 @@ def test_partitions_persisted_under_the_old_file_names_are_kept_on_upgrade(make_
     memory.mkdir(parents=True)
     legacy_key = ("acme", "s1", "notes")
     legacy = memory / (hashlib.sha256("\x00".join(legacy_key).encode()).hexdigest()[:40] + ".json")
-    legacy.write_text(json.dumps({"tenant": "acme", "session": "s1", "source": "notes", "documents": [
-        {"id": "old1", "text": "The customer Bob prefers delivery on Saturdays.", "metadata": {}}]}))
+    legacy.write_text(
+        json.dumps(
+            {
+                "tenant": "acme",
+                "session": "s1",
+                "source": "notes",
+                "documents": [
+                    {"id": "old1", "text": "The customer Bob prefers delivery on Saturdays.", "metadata": {}}
+                ],
+            }
+        )
+    )
     server = make_sidecar(retrieval_config(root, tmp_path / "data")).start()
     assert not legacy.exists()
     assert found_ids(server, SCOPE, "when does Bob want his delivery?") == ["old1"]

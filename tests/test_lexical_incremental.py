@@ -10,10 +10,10 @@ import random
 from pathlib import Path
 
 import bm25s
+import ir_data
 import numpy as np
 import pytest
 
-import ir_data
 from ragsidecar.knowledge import lexical
 from ragsidecar.knowledge.lexical import Lexical, terms
 
@@ -149,8 +149,9 @@ def test_merges_drop_the_postings_and_terms_of_removed_texts(small_tiers: None) 
     assert_same_ranking(index, live, ABSTRACTS[1][:100])
 
 
-def test_a_merge_run_outside_the_lock_keeps_the_changes_made_meanwhile(small_tiers: None,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_merge_run_outside_the_lock_keeps_the_changes_made_meanwhile(
+    small_tiers: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(lexical, "INLINE_MERGE_POSTINGS", 0)  # every merge left to merge() / start_merge()
     index = Lexical("english")
     index.add(range(260), ABSTRACTS[:260])
@@ -233,8 +234,9 @@ def truncate_vocabulary(folder: Path) -> None:
     (folder / "vocabulary.json").write_text((folder / "vocabulary.json").read_text()[:-10])
 
 
-@pytest.mark.parametrize("damage", [damage_array, damage_offsets, damage_owner, damage_meta, damage_dtype,
-                                    truncate_vocabulary])
+@pytest.mark.parametrize(
+    "damage", [damage_array, damage_offsets, damage_owner, damage_meta, damage_dtype, truncate_vocabulary]
+)
 def test_load_refuses_damaged_files(tmp_path: Path, damage) -> None:
     Lexical.build(ABSTRACTS[:40], "english").save(tmp_path)
     damage(tmp_path)

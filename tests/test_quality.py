@@ -11,28 +11,37 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import retrieval_config
-from ragsidecar.v1 import retrieval_pb2 as pb, retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
 from sidecar import Sidecar
+
+from ragsidecar.v1 import retrieval_pb2 as pb
+from ragsidecar.v1 import retrieval_pb2_grpc
 
 # ---- configuration --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("lexical_language", '"klingon"', "retrieval.lexical_language: 'klingon' is not one of none, arabic"),
-    ("fusion", '"max"', "retrieval.fusion: 'max' is not one of 'rrf', 'weighted_rrf', 'convex'"),
-    ("dense_weight", "1.5", "retrieval.dense_weight: must be in [0, 1], got 1.5"),
-    ("rerank_fusion", '"mean"', "retrieval.rerank_fusion: 'mean' is not one of 'rrf', 'interpolate'"),
-    ("rerank_weight", "-0.5", "retrieval.rerank_weight: must be in [0, 1], got -0.5"),
-])
-def test_invalid_quality_settings_are_refused_at_config_load(tmp_path: Path, key: str, value: str,
-                                                             message: str) -> None:
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("lexical_language", '"klingon"', "retrieval.lexical_language: 'klingon' is not one of none, arabic"),
+        ("fusion", '"max"', "retrieval.fusion: 'max' is not one of 'rrf', 'weighted_rrf', 'convex'"),
+        ("dense_weight", "1.5", "retrieval.dense_weight: must be in [0, 1], got 1.5"),
+        ("rerank_fusion", '"mean"', "retrieval.rerank_fusion: 'mean' is not one of 'rrf', 'interpolate'"),
+        ("rerank_weight", "-0.5", "retrieval.rerank_weight: must be in [0, 1], got -0.5"),
+    ],
+)
+def test_invalid_quality_settings_are_refused_at_config_load(
+    tmp_path: Path, key: str, value: str, message: str
+) -> None:
     config = tmp_path / "ragsidecar.toml"
     config.write_text(f"[retrieval]\n{key} = {value}\n", encoding="utf-8")
-    shown = subprocess.run([sys.executable, "-m", "ragsidecar", "config", "--config", str(config)],
-                           capture_output=True, text=True, timeout=60)
+    shown = subprocess.run(
+        [sys.executable, "-m", "ragsidecar", "config", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 2
     assert message in shown.stderr and "invalid configuration" in shown.stderr
 
@@ -73,16 +82,29 @@ def quality_sidecar(workdir: Path, knowledge: Path, data: Path, **retrieval: obj
 
 @pytest.fixture(scope="module")
 def english(tmp_path_factory: pytest.TempPathFactory, knowledge: Path) -> Sidecar:
-    sidecar = quality_sidecar(tmp_path_factory.mktemp("english"), knowledge, tmp_path_factory.mktemp("data"),
-                              lexical_language="english", fusion="rrf", rerank_fusion="rrf")
+    sidecar = quality_sidecar(
+        tmp_path_factory.mktemp("english"),
+        knowledge,
+        tmp_path_factory.mktemp("data"),
+        lexical_language="english",
+        fusion="rrf",
+        rerank_fusion="rrf",
+    )
     yield sidecar.start()
     sidecar.stop()
 
 
-def search(server: Sidecar, query: str = QUERY, top_k: int = 8, source: pb.KnowledgeEntry = DOCS,
-           **options) -> list[pb.RetrievedChunk]:
-    request = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([source]), query=query, top_k=top_k,
-                               search=pb.SearchOptions(**options))
+def search(
+    server: Sidecar, query: str = QUERY, top_k: int = 8, source: pb.KnowledgeEntry = DOCS, **options
+) -> list[pb.RetrievedChunk]:
+    request = pb.SearchRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        target=target([source]),
+        query=query,
+        top_k=top_k,
+        search=pb.SearchOptions(**options),
+    )
     return list(retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).Search(request, timeout=120).hits)
 
 
@@ -101,14 +123,14 @@ def test_a_stemmed_query_finds_other_forms_of_its_words_in_files_and_memory(engl
 
     documents = [pb.MemoryDocument(id=name, text=text) for name, text in DOCUMENTS.items()]
     stub = retrieval_pb2_grpc.RetrievalServiceStub(english.channel())
-    stub.UpsertDocuments(pb.UpsertDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes",
-                                                   documents=documents), timeout=120)
+    stub.UpsertDocuments(
+        pb.UpsertDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes", documents=documents), timeout=120
+    )
     found = search(english, STEMMED_QUERY, source=NOTES, retrieval_mode=pb.RETRIEVAL_MODE_LEXICAL)
     assert [h.text for h in found] == [DOCUMENTS["study.md"]]
 
 
-def test_changing_the_language_rebuilds_the_index_and_none_analyses_as_before(
-        tmp_path: Path, knowledge: Path) -> None:
+def test_changing_the_language_rebuilds_the_index_and_none_analyses_as_before(tmp_path: Path, knowledge: Path) -> None:
     data = tmp_path / "data"
     unstemmed = quality_sidecar(tmp_path / "none", knowledge, data, lexical_language="none").start()
     try:
@@ -146,7 +168,7 @@ def _descending(hits: list[pb.RetrievedChunk]) -> bool:
 def test_rrf_fuses_dense_and_lexical_and_reranks_by_fused_ranks(english: Sidecar) -> None:
     dense = _order(search(english, retrieval_mode=pb.RETRIEVAL_MODE_DENSE))
     lexical = _order(search(english, retrieval_mode=pb.RETRIEVAL_MODE_LEXICAL))
-    assert dense[:len(lexical)] != lexical  # the two lists disagree: fusion has something to decide
+    assert dense[: len(lexical)] != lexical  # the two lists disagree: fusion has something to decide
     hybrid = search(english)
     assert _descending(hybrid) and set(_order(hybrid)) == set(dense)
     assert all(h.scores.fused == pytest.approx(h.score) for h in hybrid)
@@ -155,7 +177,8 @@ def test_rrf_fuses_dense_and_lexical_and_reranks_by_fused_ranks(english: Sidecar
 
 
 def test_weighted_rrf_and_convex_weigh_the_lists_and_interpolation_weighs_the_reranker(
-        tmp_path_factory: pytest.TempPathFactory, knowledge: Path, english: Sidecar) -> None:
+    tmp_path_factory: pytest.TempPathFactory, knowledge: Path, english: Sidecar
+) -> None:
     dense = _order(search(english, retrieval_mode=pb.RETRIEVAL_MODE_DENSE))
     lexical = _order(search(english, retrieval_mode=pb.RETRIEVAL_MODE_LEXICAL))
     retrieval = _order(search(english))
@@ -163,14 +186,19 @@ def test_weighted_rrf_and_convex_weigh_the_lists_and_interpolation_weighs_the_re
     assert reranker != retrieval  # the reranker disagrees with the retrieval order: interpolation decides
 
     def started(**retrieval_settings: object) -> Sidecar:
-        return quality_sidecar(tmp_path_factory.mktemp("fusion"), knowledge, tmp_path_factory.mktemp("data"),
-                               lexical_language="english", **retrieval_settings).start()
+        return quality_sidecar(
+            tmp_path_factory.mktemp("fusion"),
+            knowledge,
+            tmp_path_factory.mktemp("data"),
+            lexical_language="english",
+            **retrieval_settings,
+        ).start()
 
     # All lexical weight: BM25's order first, then the dense-only candidates; the reranker alone orders the head.
     lexical_first = started(fusion="weighted_rrf", dense_weight=0.0, rerank_fusion="interpolate", rerank_weight=1.0)
     try:
         hybrid = search(lexical_first)
-        assert _order(hybrid)[:len(lexical)] == lexical and _descending(hybrid) and _order(hybrid) != retrieval
+        assert _order(hybrid)[: len(lexical)] == lexical and _descending(hybrid) and _order(hybrid) != retrieval
         reranked = search(lexical_first, rerank=True, rerank_depth=8)
         assert _order(reranked) == reranker and _descending(reranked)
         assert reranked[0].score == pytest.approx(1.0)

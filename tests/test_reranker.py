@@ -11,11 +11,11 @@ import time
 from collections.abc import Iterator
 
 import grpc
-import pytest
-
 import ir_data
-from ragsidecar.v1 import reranker_pb2
+import pytest
 from sidecar import MODELS, Sidecar, default_config, error_details
+
+from ragsidecar.v1 import reranker_pb2
 
 CROSS = "ms-marco-MiniLM-L-12-v2"
 BI = "bge-small-en-v1.5"
@@ -81,7 +81,7 @@ def test_scores_are_sigmoid_of_logits_sorted_and_reference_request_documents_onc
     for result in response.results:
         assert result.id == documents[result.index].id
         assert result.document.text == documents[result.index].text
-        assert result.relevance_score == pytest.approx(1 / (1 + 2.718281828459045 ** -result.raw_score), abs=1e-6)
+        assert result.relevance_score == pytest.approx(1 / (1 + 2.718281828459045**-result.raw_score), abs=1e-6)
     assert response.usage.pairs == len(documents) and response.usage.tokens > 0
     assert response.timing.inference_us > 0 and response.timing.total_us >= response.timing.inference_us
 
@@ -110,9 +110,9 @@ def test_a_pairs_score_does_not_depend_on_its_batch_mates(sidecar: Sidecar, mode
         response = rerank(sidecar, query, docs(*batch), model=model)
         return next(r.raw_score for r in response.results if batch[r.index] == target)
 
-    mixed = [score_in(mates[i:i + 7] + [target] + ["short", "x" * 3000]) for i in range(0, 28, 7)]
+    mixed = [score_in(mates[i : i + 7] + [target] + ["short", "x" * 3000]) for i in range(0, 28, 7)]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        concurrent_scores = list(pool.map(score_in, [[target] + mates[i:i + 5] for i in range(0, 40, 5)]))
+        concurrent_scores = list(pool.map(score_in, [[target] + mates[i : i + 5] for i in range(0, 40, 5)]))
     for score in mixed + concurrent_scores:
         assert abs(score - alone) <= 1e-4, (alone, mixed, concurrent_scores)
 
@@ -124,7 +124,9 @@ def test_result_cache_answers_repeated_pairs(make_sidecar) -> None:
     second = rerank(server, query, docs(*others, relevant))
     assert first.usage.cached_pairs == 0 and second.usage.cached_pairs == len(others) + 1
     assert second.usage.tokens == 0
-    by_text = {server_text: r.raw_score for r, server_text in [(r, [relevant, *others][r.index]) for r in first.results]}
+    by_text = {
+        server_text: r.raw_score for r, server_text in [(r, [relevant, *others][r.index]) for r in first.results]
+    }
     for result in second.results:
         assert result.raw_score == by_text[[*others, relevant][result.index]]
 
@@ -134,8 +136,9 @@ def test_long_documents_never_lose_the_query_and_can_be_windowed(sidecar: Sideca
     filler = " ".join(f"Paragraph {i} describes unrelated weather patterns over the northern sea." for i in range(60))
     answer = "Angiotensin-converting enzyme (ACE) converts angiotensin I into angiotensin II."
     long_doc = filler + " " + answer
-    truncated = rerank(sidecar, query, docs(long_doc),
-                       long_document_strategy=reranker_pb2.LONG_DOCUMENT_STRATEGY_TRUNCATE)
+    truncated = rerank(
+        sidecar, query, docs(long_doc), long_document_strategy=reranker_pb2.LONG_DOCUMENT_STRATEGY_TRUNCATE
+    )
     windowed = rerank(sidecar, query, docs(long_doc), long_document_strategy=reranker_pb2.LONG_DOCUMENT_STRATEGY_WINDOW)
     assert truncated.usage.truncated_documents == 1
     assert windowed.results[0].best_window > 0
@@ -153,17 +156,28 @@ def test_unknown_model_is_not_found(sidecar: Sidecar) -> None:
         assert info.reason == "UNKNOWN_MODEL" and info.domain == "ragsidecar.dev" and info.metadata["model"] == model
 
 
-@pytest.mark.parametrize("request_fields, field", [
-    (dict(query="", documents=docs("d")), "query"),
-    (dict(query="   \n\t", documents=docs("d")), "query"),
-    (dict(query="q", documents=[]), "documents"),
-    (dict(query="q", documents=[reranker_pb2.RerankDocument(id="a", text="x"),
-                                reranker_pb2.RerankDocument(id="a", text="y")]), "documents[1].id"),
-    (dict(query="q", documents=docs("d"), top_n=-1), "top_n"),
-    (dict(query="q", documents=docs("d"), min_relevance_score=1.5), "min_relevance_score"),
-    (dict(query="q " * 600, documents=docs("d")), "query"),
-    (dict(query="q", documents=docs("d"), long_document_strategy=7), "long_document_strategy"),
-])
+@pytest.mark.parametrize(
+    "request_fields, field",
+    [
+        (dict(query="", documents=docs("d")), "query"),
+        (dict(query="   \n\t", documents=docs("d")), "query"),
+        (dict(query="q", documents=[]), "documents"),
+        (
+            dict(
+                query="q",
+                documents=[
+                    reranker_pb2.RerankDocument(id="a", text="x"),
+                    reranker_pb2.RerankDocument(id="a", text="y"),
+                ],
+            ),
+            "documents[1].id",
+        ),
+        (dict(query="q", documents=docs("d"), top_n=-1), "top_n"),
+        (dict(query="q", documents=docs("d"), min_relevance_score=1.5), "min_relevance_score"),
+        (dict(query="q " * 600, documents=docs("d")), "query"),
+        (dict(query="q", documents=docs("d"), long_document_strategy=7), "long_document_strategy"),
+    ],
+)
 def test_malformed_requests_are_invalid_argument_with_violations(sidecar: Sidecar, request_fields, field) -> None:
     err = raised(lambda: sidecar.reranker().Rerank(reranker_pb2.RerankRequest(**request_fields), timeout=30))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -182,8 +196,17 @@ def test_too_many_documents_is_invalid_argument(make_sidecar) -> None:
     assert [f for f, _ in error_details(err)[1]] == ["documents"]
 
 
-@pytest.mark.parametrize("text", ["", " \n\t ", "a" * (1 << 20), "\u0000\ufffd\U0001F600 \u202e\u200b" * 50,
-                                  "\ud7ff\ue000 " * 1000, "word " * 200_000])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        " \n\t ",
+        "a" * (1 << 20),
+        "\u0000\ufffd\U0001f600 \u202e\u200b" * 50,
+        "\ud7ff\ue000 " * 1000,
+        "word " * 200_000,
+    ],
+)
 def test_any_text_is_scored(sidecar: Sidecar, text: str) -> None:
     response = rerank(sidecar, "emoji and control characters", docs(text, "plain text"))
     assert sorted(r.index for r in response.results) == [0, 1]
@@ -197,7 +220,8 @@ def test_queue_full_is_resource_exhausted(make_sidecar) -> None:
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and error_details(err)[0].reason == "QUEUE_FULL"
     long_text = "a long document about reranking and retrieval " * 60
     pending = server.reranker().Rerank.future(
-        reranker_pb2.RerankRequest(query="q", documents=docs(*[f"{i} {long_text}" for i in range(29)])), timeout=120)
+        reranker_pb2.RerankRequest(query="q", documents=docs(*[f"{i} {long_text}" for i in range(29)])), timeout=120
+    )
     # Wait (not a fixed sleep: a busy machine may take longer to queue them) until more than 30 - 10 of its
     # pairs wait, one long pair inferred at a time, so 10 more do not fit.
     while server.metric("ragsidecar_queue_depth", model=CROSS) <= 20 and not pending.done():
@@ -214,15 +238,22 @@ def test_deadlines_and_cancellation_drop_queued_work(make_sidecar) -> None:
     stub = server.reranker()
     long_text = "a long document about reranking and retrieval " * 60
     before = server.metric("ragsidecar_inferred_inputs_total", model=CROSS)
-    blocker = stub.Rerank.future(reranker_pb2.RerankRequest(
-        query="q", documents=docs(*[f"{i} {long_text}" for i in range(30)])), timeout=120)
+    blocker = stub.Rerank.future(
+        reranker_pb2.RerankRequest(query="q", documents=docs(*[f"{i} {long_text}" for i in range(30)])), timeout=120
+    )
     while server.metric("ragsidecar_inferred_inputs_total", model=CROSS) == before:
         time.sleep(0.01)
-    err = raised(lambda: stub.Rerank(reranker_pb2.RerankRequest(
-        query="late", documents=docs(*[f"late {i} {long_text}" for i in range(20)])), timeout=0.3))
+    err = raised(
+        lambda: stub.Rerank(
+            reranker_pb2.RerankRequest(query="late", documents=docs(*[f"late {i} {long_text}" for i in range(20)])),
+            timeout=0.3,
+        )
+    )
     assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    cancelled = stub.Rerank.future(reranker_pb2.RerankRequest(
-        query="gone", documents=docs(*[f"gone {i} {long_text}" for i in range(15)])), timeout=120)
+    cancelled = stub.Rerank.future(
+        reranker_pb2.RerankRequest(query="gone", documents=docs(*[f"gone {i} {long_text}" for i in range(15)])),
+        timeout=120,
+    )
     # Cancel once its 15 pairs wait in the queue: every pair that entered the queue is waiting, inferred,
     # skipped, or in the one batch running (two long pairs at most), so past the 30 + 20 before it, it has arrived.
     while entered_pairs(server) - before <= 50:
@@ -240,10 +271,15 @@ def test_deadlines_and_cancellation_drop_queued_work(make_sidecar) -> None:
 def entered_pairs(server: Sidecar) -> float:
     """The cross-encoder's pairs that entered its queue and are not in the batch running now, from one scrape (a
     pair inferred between two scrapes could count twice)."""
-    names = tuple(f"{name}{{" for name in (
-        "ragsidecar_queue_depth", "ragsidecar_inferred_inputs_total", "ragsidecar_skipped_inputs_total"))
-    return sum(float(line.rsplit(" ", 1)[1]) for line in server.metrics().splitlines()
-               if line.startswith(names) and f'model="{CROSS}"' in line)
+    names = tuple(
+        f"{name}{{"
+        for name in ("ragsidecar_queue_depth", "ragsidecar_inferred_inputs_total", "ragsidecar_skipped_inputs_total")
+    )
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in server.metrics().splitlines()
+        if line.startswith(names) and f'model="{CROSS}"' in line
+    )
 
 
 def calls_completed(outcomes: list[str], count: int) -> None:
@@ -260,8 +296,12 @@ def swap_models(server: Sidecar, outcomes: list[str]) -> None:
     calls_completed(outcomes, 8)
     config = server.config
     config["models"][0]["max_length"] = 256  # changed: reloaded
-    config["models"][2] = {"id": "ms-marco-short", "kind": "cross-encoder", "path": CROSS,
-                           "max_length": 160}  # MiniLM removed, a second cross-encoder added
+    config["models"][2] = {
+        "id": "ms-marco-short",
+        "kind": "cross-encoder",
+        "path": CROSS,
+        "max_length": 160,
+    }  # MiniLM removed, a second cross-encoder added
     server.write_config(config)
     server.signal(1)  # SIGHUP
     deadline = time.monotonic() + 60
@@ -284,8 +324,12 @@ def rerank_load(server: Sidecar, clients: int, documents: int) -> Iterator[list[
         while not stop.is_set():
             i += 1
             try:
-                response = stub.Rerank(reranker_pb2.RerankRequest(
-                    query=f"query {i}", documents=docs(*[f"doc {d} {i}" for d in range(documents)])), timeout=30)
+                response = stub.Rerank(
+                    reranker_pb2.RerankRequest(
+                        query=f"query {i}", documents=docs(*[f"doc {d} {i}" for d in range(documents)])
+                    ),
+                    timeout=30,
+                )
                 outcomes.append("ok" if len(response.results) == documents else "short")
             except grpc.RpcError as err:
                 outcomes.append(err.code().name)
@@ -303,8 +347,15 @@ def rerank_load(server: Sidecar, clients: int, documents: int) -> Iterator[list[
 
 def test_config_swap_under_load_fails_no_call(make_sidecar) -> None:
     config = default_config()
-    config["models"].append({"id": "all-MiniLM-L6-v2", "kind": "bi-encoder", "path": "all-MiniLM-L6-v2",
-                             "pooling": "mean", "max_length": 256})
+    config["models"].append(
+        {
+            "id": "all-MiniLM-L6-v2",
+            "kind": "bi-encoder",
+            "path": "all-MiniLM-L6-v2",
+            "pooling": "mean",
+            "max_length": 256,
+        }
+    )
     server = make_sidecar(config).start()
     with rerank_load(server, clients=4, documents=3) as outcomes:
         swap_models(server, outcomes)
@@ -313,8 +364,9 @@ def test_config_swap_under_load_fails_no_call(make_sidecar) -> None:
     assert [(m.id, m.max_input_tokens) for m in listed.models] == [(CROSS, 256), (BI, 512), ("ms-marco-short", 160)]
     gone = raised(lambda: rerank(server, "q", docs("d"), model="all-MiniLM-L6-v2"))
     assert gone.code() == grpc.StatusCode.NOT_FOUND
-    response = rerank(server, "a cat sits on the mat", docs("stock markets fell", "a kitten on a rug"),
-                      model="ms-marco-short")
+    response = rerank(
+        server, "a cat sits on the mat", docs("stock markets fell", "a kitten on a rug"), model="ms-marco-short"
+    )
     assert response.results[0].index == 1
     assert server.health("ragsidecar.v1.RerankerService/all-MiniLM-L6-v2") == 3  # SERVICE_UNKNOWN: no longer served
 
@@ -336,8 +388,11 @@ def test_config_file_watch_reloads_and_a_failed_reload_keeps_serving(make_sideca
         time.sleep(0.1)
     assert listed.generation == 0
     states = {m.id: m.state for m in listed.models}
-    assert states == {CROSS: reranker_pb2.MODEL_STATE_READY, BI: reranker_pb2.MODEL_STATE_READY,
-                      "broken": reranker_pb2.MODEL_STATE_FAILED}
+    assert states == {
+        CROSS: reranker_pb2.MODEL_STATE_READY,
+        BI: reranker_pb2.MODEL_STATE_READY,
+        "broken": reranker_pb2.MODEL_STATE_FAILED,
+    }
     assert server.health("ragsidecar.v1.RerankerService/broken") == 2  # NOT_SERVING
     assert server.health() == 1  # SERVING: the old set serves
     err = raised(lambda: rerank(server, "q", docs("d"), model="broken"))

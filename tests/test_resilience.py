@@ -9,18 +9,29 @@ import grpc
 import httpx
 import pytest
 from google.protobuf import descriptor_pb2
+from sidecar import REPO, default_config, error_details, free_port
 
 from ragsidecar.v1 import chat_knowledge_pb2, common_pb2, reranker_pb2, retrieval_pb2, retrieval_pb2_grpc
-from sidecar import REPO, default_config, error_details, free_port
 
 DEFAULT_MODEL = "ms-marco-MiniLM-L-12-v2"
 CLIENTS_DOC = REPO / "docs" / "clients.md"
 SEARCH = retrieval_pb2.SearchRequest(
-    principal=common_pb2.Principal(id="agent-host"), scope=common_pb2.Scope(tenant="acme"), query="delivery day",
-    target=retrieval_pb2.Target(name="agent", knowledge=[retrieval_pb2.KnowledgeEntry(
-        name="notes", type=retrieval_pb2.KNOWLEDGE_TYPE_MEMORY, use=retrieval_pb2.KNOWLEDGE_USE_SEARCH)]))
-_LEVELS = {descriptor_pb2.MethodOptions.NO_SIDE_EFFECTS: "NO_SIDE_EFFECTS",
-           descriptor_pb2.MethodOptions.IDEMPOTENT: "IDEMPOTENT"}
+    principal=common_pb2.Principal(id="agent-host"),
+    scope=common_pb2.Scope(tenant="acme"),
+    query="delivery day",
+    target=retrieval_pb2.Target(
+        name="agent",
+        knowledge=[
+            retrieval_pb2.KnowledgeEntry(
+                name="notes", type=retrieval_pb2.KNOWLEDGE_TYPE_MEMORY, use=retrieval_pb2.KNOWLEDGE_USE_SEARCH
+            )
+        ],
+    ),
+)
+_LEVELS = {
+    descriptor_pb2.MethodOptions.NO_SIDE_EFFECTS: "NO_SIDE_EFFECTS",
+    descriptor_pb2.MethodOptions.IDEMPOTENT: "IDEMPOTENT",
+}
 
 
 def test_a_rerank_sent_as_soon_as_the_port_answers_is_unavailable_warming_up(make_sidecar) -> None:
@@ -28,8 +39,9 @@ def test_a_rerank_sent_as_soon_as_the_port_answers_is_unavailable_warming_up(mak
     config["http"] = {"port": free_port()}
     server = make_sidecar(config).start(wait_serving=False)
     stub = server.reranker()
-    request = reranker_pb2.RerankRequest(query="what is a cross encoder?",
-                                         documents=[reranker_pb2.RerankDocument(id="a", text="a reranker")])
+    request = reranker_pb2.RerankRequest(
+        query="what is a cross encoder?", documents=[reranker_pb2.RerankDocument(id="a", text="a reranker")]
+    )
     with pytest.raises(grpc.RpcError) as caught:
         stub.Rerank(request, timeout=30)  # no model: the default one, which is still loading
     warming = httpx.post(f"{server.http_url}/v2/rerank", json={"query": "q", "documents": ["a"]}, timeout=30)
@@ -74,5 +86,11 @@ def test_the_documented_retry_table_is_what_the_protos_declare() -> None:
     assert documented_retries() == declared_retries()
     assert "ragsidecar.v1.RerankerService/Rerank" in declared_retries()
     assert "ragsidecar.v1.RetrievalService/Search" in declared_retries()
-    assert not {"ragsidecar.v1.RetrievalService/UpsertDocuments", "ragsidecar.v1.RetrievalService/Enforce",
-                "ragsidecar.v1.RetrievalService/DeleteDocuments"} & declared_retries().keys()
+    assert (
+        not {
+            "ragsidecar.v1.RetrievalService/UpsertDocuments",
+            "ragsidecar.v1.RetrievalService/Enforce",
+            "ragsidecar.v1.RetrievalService/DeleteDocuments",
+        }
+        & declared_retries().keys()
+    )

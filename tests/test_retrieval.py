@@ -8,11 +8,11 @@ import time
 
 import grpc
 import pytest
-
-from ragsidecar.v1 import retrieval_pb2 as pb, retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, params, scifact_queries, target
 from sidecar import Sidecar, default_config, error_details
-from ragsidecar.v1 import common_pb2
+
+from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import retrieval_pb2 as pb
 
 
 def stub(server: Sidecar) -> retrieval_pb2_grpc.RetrievalServiceStub:
@@ -32,55 +32,84 @@ STEPS = entry("steps", "FILE", "SEQUENTIAL", "steps.jsonl")
 
 
 def enforce(server: Sidecar, entries, knowledge: list[str], scope=SCOPE, **fields) -> pb.EnforceResponse:
-    request = pb.EnforceRequest(principal=PRINCIPAL, scope=scope, target=target(entries, {"answer": knowledge}),
-                                action="answer", llm=fields.pop("llm", llm()), **fields)
+    request = pb.EnforceRequest(
+        principal=PRINCIPAL,
+        scope=scope,
+        target=target(entries, {"answer": knowledge}),
+        action="answer",
+        llm=fields.pop("llm", llm()),
+        **fields,
+    )
     return stub(server).Enforce(request, timeout=120)
 
 
 def test_validate_configuration_reports_every_problem_at_once(retrieval_sidecar: Sidecar) -> None:
-    good = pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, llm=llm(),
-                                           target=target([SCIENCE, PERSONA, STEPS], {"answer": ["science", "persona"]}))
+    good = pb.ValidateConfigurationRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        llm=llm(),
+        target=target([SCIENCE, PERSONA, STEPS], {"answer": ["science", "persona"]}),
+    )
     assert stub(retrieval_sidecar).ValidateConfiguration(good, timeout=60).valid
     bad_entries = [
-        entry("nofile", "FILE", "SEARCH"),                                             # no path
-        entry("escape", "FILE", "SEARCH", "../../etc/passwd"),                        # outside the roots
+        entry("nofile", "FILE", "SEARCH"),  # no path
+        entry("escape", "FILE", "SEARCH", "../../etc/passwd"),  # outside the roots
         entry("contradiction", "FILE", "SEARCH", "guide/shipping.txt", min_score=1.5),
         entry("zero", "FILE", "SEARCH", "guide/shipping.txt", top_k=0),
         entry("blank", "INLINE", "DIRECT"),
-        entry("ghost-model", "FILE", "SEARCH", "guide/shipping.txt",
-              search=pb.SearchOptions(rerank=True, reranker_model="no-such-reranker")),
+        entry(
+            "ghost-model",
+            "FILE",
+            "SEARCH",
+            "guide/shipping.txt",
+            search=pb.SearchOptions(rerank=True, reranker_model="no-such-reranker"),
+        ),
         entry("huge", "FILE", "DIRECT", "science/abstracts.jsonl", max_tokens=50),
     ]
-    request = pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, llm=llm(),
-                                              target=target(bad_entries, {"answer": ["nofile", "missing-name"]}))
+    request = pb.ValidateConfigurationRequest(
+        principal=PRINCIPAL, scope=SCOPE, llm=llm(), target=target(bad_entries, {"answer": ["nofile", "missing-name"]})
+    )
     response = stub(retrieval_sidecar).ValidateConfiguration(request, timeout=60)
     assert not response.valid
     found = {(v.field, common_pb2.ErrorReason.Name(v.reason)) for v in response.violations}
-    assert {("target.knowledge[0].path", "ERROR_REASON_INVALID_CONFIGURATION"),
-            ("target.knowledge[1].path", "ERROR_REASON_PATH_OUTSIDE_ROOTS"),
-            ("target.knowledge[2].min_score", "ERROR_REASON_INVALID_CONFIGURATION"),
-            ("target.knowledge[3].top_k", "ERROR_REASON_INVALID_CONFIGURATION"),
-            ("target.knowledge[4].inline_text", "ERROR_REASON_INVALID_CONFIGURATION"),
-            ("target.knowledge[5].search.reranker_model", "ERROR_REASON_UNKNOWN_MODEL"),
-            ("target.knowledge[6].max_tokens", "ERROR_REASON_DIRECT_BUDGET_EXCEEDED"),
-            ("target.actions[0].knowledge[1]", "ERROR_REASON_UNKNOWN_KNOWLEDGE")} <= found
+    assert {
+        ("target.knowledge[0].path", "ERROR_REASON_INVALID_CONFIGURATION"),
+        ("target.knowledge[1].path", "ERROR_REASON_PATH_OUTSIDE_ROOTS"),
+        ("target.knowledge[2].min_score", "ERROR_REASON_INVALID_CONFIGURATION"),
+        ("target.knowledge[3].top_k", "ERROR_REASON_INVALID_CONFIGURATION"),
+        ("target.knowledge[4].inline_text", "ERROR_REASON_INVALID_CONFIGURATION"),
+        ("target.knowledge[5].search.reranker_model", "ERROR_REASON_UNKNOWN_MODEL"),
+        ("target.knowledge[6].max_tokens", "ERROR_REASON_DIRECT_BUDGET_EXCEEDED"),
+        ("target.actions[0].knowledge[1]", "ERROR_REASON_UNKNOWN_KNOWLEDGE"),
+    } <= found
     # paths_per_run: a FILE entry without a path is the host's to locate per run
-    per_run = pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, llm=llm(), paths_per_run=True,
-                                              target=target([entry("nofile", "FILE", "DIRECT")]))
+    per_run = pb.ValidateConfigurationRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        llm=llm(),
+        paths_per_run=True,
+        target=target([entry("nofile", "FILE", "DIRECT")]),
+    )
     assert stub(retrieval_sidecar).ValidateConfiguration(per_run, timeout=60).valid
 
 
 def test_direct_budget_defaults_to_a_share_of_the_model_window(retrieval_sidecar: Sidecar) -> None:
     science_direct = entry("science", "FILE", "DIRECT", "science/abstracts.jsonl")
-    for model_llm, reason in ((llm(window=None, model="unknown-llm"), "ERROR_REASON_UNKNOWN_MODEL_WINDOW"),
-                              (llm(window=4000), "ERROR_REASON_DIRECT_BUDGET_EXCEEDED")):
-        request = pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, llm=model_llm,
-                                                  target=target([science_direct]))
-        reasons = {common_pb2.ErrorReason.Name(v.reason)
-                   for v in stub(retrieval_sidecar).ValidateConfiguration(request, timeout=60).violations}
+    for model_llm, reason in (
+        (llm(window=None, model="unknown-llm"), "ERROR_REASON_UNKNOWN_MODEL_WINDOW"),
+        (llm(window=4000), "ERROR_REASON_DIRECT_BUDGET_EXCEEDED"),
+    ):
+        request = pb.ValidateConfigurationRequest(
+            principal=PRINCIPAL, scope=SCOPE, llm=model_llm, target=target([science_direct])
+        )
+        reasons = {
+            common_pb2.ErrorReason.Name(v.reason)
+            for v in stub(retrieval_sidecar).ValidateConfiguration(request, timeout=60).violations
+        }
         assert reason in reasons
-    known = pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, llm=llm(window=None, model="gpt-4o"),
-                                            target=target([PERSONA]))
+    known = pb.ValidateConfigurationRequest(
+        principal=PRINCIPAL, scope=SCOPE, llm=llm(window=None, model="gpt-4o"), target=target([PERSONA])
+    )
     assert stub(retrieval_sidecar).ValidateConfiguration(known, timeout=60).valid
     err = raised(lambda: enforce(retrieval_sidecar, [science_direct], ["science"], llm=llm(window=4000)))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -110,8 +139,14 @@ def test_enforce_search_finds_the_relevant_scifact_abstract(retrieval_sidecar: S
 
 
 def test_enforce_search_with_rerank(retrieval_sidecar: Sidecar) -> None:
-    reranked = entry("science", "FILE", "SEARCH", "science/abstracts.jsonl", top_k=3,
-                     search=pb.SearchOptions(rerank=True, candidates=10))
+    reranked = entry(
+        "science",
+        "FILE",
+        "SEARCH",
+        "science/abstracts.jsonl",
+        top_k=3,
+        search=pb.SearchOptions(rerank=True, candidates=10),
+    )
     claim, relevant = scifact_queries(3)[2]
     response = enforce(retrieval_sidecar, [reranked], ["science"], params=params(question=claim))
     chunks = response.blocks[0].chunks
@@ -122,9 +157,14 @@ def test_enforce_search_with_rerank(retrieval_sidecar: Sidecar) -> None:
 
 def test_query_parameter_and_benign_empty_cases(retrieval_sidecar: Sidecar) -> None:
     claim, relevant = scifact_queries(2)[1]
-    request = pb.EnforceRequest(principal=PRINCIPAL, scope=SCOPE, action="answer", llm=llm(),
-                                target=target([SCIENCE], {"answer": ["science"]}, {"answer": "claim"}),
-                                params=params(topic="unrelated words here", claim=claim))
+    request = pb.EnforceRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        action="answer",
+        llm=llm(),
+        target=target([SCIENCE], {"answer": ["science"]}, {"answer": "claim"}),
+        params=params(topic="unrelated words here", claim=claim),
+    )
     response = stub(retrieval_sidecar).Enforce(request, timeout=60)
     assert response.query == claim
     assert relevant in [c.provenance.document_id for c in response.blocks[0].chunks]
@@ -162,8 +202,9 @@ def test_sequential_gives_the_next_unit_per_scope(retrieval_sidecar: Sidecar) ->
 def test_context_is_cut_to_the_window_and_flagged(retrieval_sidecar: Sidecar) -> None:
     claim, _ = scifact_queries(1)[0]
     full = enforce(retrieval_sidecar, [PERSONA, SCIENCE], ["persona", "science"], params=params(q=claim))
-    cut = enforce(retrieval_sidecar, [PERSONA, SCIENCE], ["persona", "science"], params=params(q=claim),
-                  max_context_tokens=120)
+    cut = enforce(
+        retrieval_sidecar, [PERSONA, SCIENCE], ["persona", "science"], params=params(q=claim), max_context_tokens=120
+    )
     assert not full.truncated and cut.truncated
     assert len(cut.retrieved_context) < len(full.retrieved_context)
     assert cut.retrieved_context.startswith("### Knowledge: persona (DIRECT)")
@@ -172,8 +213,9 @@ def test_context_is_cut_to_the_window_and_flagged(retrieval_sidecar: Sidecar) ->
 
 def test_require_loaded_loads_once_for_the_following_enforce(retrieval_sidecar: Sidecar) -> None:
     entries = [GUIDE, SCIENCE, PERSONA]
-    request = pb.RequireLoadedRequest(principal=PRINCIPAL, scope=SCOPE, target=target(entries),
-                                      names=["science", "guide"])
+    request = pb.RequireLoadedRequest(
+        principal=PRINCIPAL, scope=SCOPE, target=target(entries), names=["science", "guide"]
+    )
     before = retrieval_sidecar.metric("ragsidecar_index_loads_total")
     counts = stub(retrieval_sidecar).RequireLoaded(request, timeout=120).counts
     assert [(c.name, c.count) for c in counts] == [("guide", 7), ("science", 240)]
@@ -182,17 +224,25 @@ def test_require_loaded_loads_once_for_the_following_enforce(retrieval_sidecar: 
     response = enforce(retrieval_sidecar, entries, ["guide"], params=params(q="how long does express shipping take"))
     assert "next business day" in response.blocks[0].chunks[0].text
     assert retrieval_sidecar.metric("ragsidecar_index_loads_total") == loads
-    err = raised(lambda: stub(retrieval_sidecar).RequireLoaded(pb.RequireLoadedRequest(
-        principal=PRINCIPAL, scope=SCOPE, target=target(entries), names=["persona"]), timeout=30))
+    err = raised(
+        lambda: stub(retrieval_sidecar).RequireLoaded(
+            pb.RequireLoadedRequest(principal=PRINCIPAL, scope=SCOPE, target=target(entries), names=["persona"]),
+            timeout=30,
+        )
+    )
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_require_ready_names_every_empty_source(retrieval_sidecar: Sidecar, knowledge_root) -> None:
     (knowledge_root / "empty.txt").write_text("")
     when = dict(readiness=pb.KNOWLEDGE_READINESS_WHEN_CONFIGURED)
-    entries = [entry("zeta", "FILE", "SEARCH", "empty.txt", **when), entry("alpha", "MEMORY", "SEARCH", **when),
-               entry("ok", "FILE", "SEARCH", "guide/shipping.txt", **when),
-               entry("unconfigured", "FILE", "SEARCH", **when), PERSONA]
+    entries = [
+        entry("zeta", "FILE", "SEARCH", "empty.txt", **when),
+        entry("alpha", "MEMORY", "SEARCH", **when),
+        entry("ok", "FILE", "SEARCH", "guide/shipping.txt", **when),
+        entry("unconfigured", "FILE", "SEARCH", **when),
+        PERSONA,
+    ]
     request = pb.RequireReadyRequest(principal=PRINCIPAL, scope=SCOPE, target=target(entries))
     err = raised(lambda: stub(retrieval_sidecar).RequireReady(request, timeout=60))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -203,46 +253,72 @@ def test_require_ready_names_every_empty_source(retrieval_sidecar: Sidecar, know
 
 
 def test_prepare_chat_knowledge_measures_direct_entries(retrieval_sidecar: Sidecar) -> None:
-    entries = [SCIENCE, PERSONA, entry("rules", "INLINE", "DIRECT", inline_text="Never share card numbers.",
-                                       max_tokens=50)]
-    request = pb.PrepareChatKnowledgeRequest(principal=PRINCIPAL, scope=SCOPE, agent_id="ada", entries=entries,
-                                             llm=llm(window=10000))
+    entries = [
+        SCIENCE,
+        PERSONA,
+        entry("rules", "INLINE", "DIRECT", inline_text="Never share card numbers.", max_tokens=50),
+    ]
+    request = pb.PrepareChatKnowledgeRequest(
+        principal=PRINCIPAL, scope=SCOPE, agent_id="ada", entries=entries, llm=llm(window=10000)
+    )
     response = stub(retrieval_sidecar).PrepareChatKnowledge(request, timeout=60)
-    assert [(b.source, b.position, b.shared_budget) for b in response.blocks] == [("persona", 1, True),
-                                                                                   ("rules", 2, False)]
+    assert [(b.source, b.position, b.shared_budget) for b in response.blocks] == [
+        ("persona", 1, True),
+        ("rules", 2, False),
+    ]
     assert response.default_budget_tokens == 2500 and 0 < response.default_budget_used_tokens < 100
     assert response.blocks[1].budget_tokens == 50 and "card numbers" in response.blocks[1].text
-    err = raised(lambda: stub(retrieval_sidecar).PrepareChatKnowledge(pb.PrepareChatKnowledgeRequest(
-        principal=PRINCIPAL, scope=SCOPE, agent_id="ada", entries=entries), timeout=60))
+    err = raised(
+        lambda: stub(retrieval_sidecar).PrepareChatKnowledge(
+            pb.PrepareChatKnowledgeRequest(principal=PRINCIPAL, scope=SCOPE, agent_id="ada", entries=entries),
+            timeout=60,
+        )
+    )
     assert error_details(err)[0].reason == "UNKNOWN_MODEL_WINDOW"
 
 
 def test_search_spans_sources_and_memory_is_isolated_by_tenant(retrieval_sidecar: Sidecar) -> None:
     notes = entry("notes", "MEMORY", "SEARCH")
     retrieval = stub(retrieval_sidecar)
-    upsert = pb.UpsertDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes", documents=[
-        pb.MemoryDocument(id="n1", text="The customer Bob prefers delivery on Saturdays."),
-        pb.MemoryDocument(id="n2", text="The warehouse in Leeds closes at 6pm.")])
+    upsert = pb.UpsertDocumentsRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        knowledge="notes",
+        documents=[
+            pb.MemoryDocument(id="n1", text="The customer Bob prefers delivery on Saturdays."),
+            pb.MemoryDocument(id="n2", text="The warehouse in Leeds closes at 6pm."),
+        ],
+    )
     assert retrieval.UpsertDocuments(upsert, timeout=60).inserted == 2
     again = retrieval.UpsertDocuments(upsert, timeout=60)
     assert (again.inserted, again.unchanged, again.document_count) == (0, 2, 2)
-    search = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([notes, GUIDE]),
-                              query="when does Bob want his delivery?", top_k=2)
+    search = pb.SearchRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        target=target([notes, GUIDE]),
+        query="when does Bob want his delivery?",
+        top_k=2,
+    )
     hits = retrieval.Search(search, timeout=60).hits
     assert hits[0].provenance.document_id == "n1" and {h.source for h in hits} == {"notes", "guide"}
     intruder = common_pb2.Scope(tenant="other-tenant", session="s1")
     search_other = pb.SearchRequest(principal=PRINCIPAL, scope=intruder, target=target([notes]), query="Bob delivery")
     assert retrieval.Search(search_other, timeout=60).hits == []
-    deleted = retrieval.DeleteDocuments(pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes",
-                                                                  ids=["n1", "n1", "zz"]), timeout=60)
+    deleted = retrieval.DeleteDocuments(
+        pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes", ids=["n1", "n1", "zz"]),
+        timeout=60,
+    )
     assert (deleted.deleted, deleted.not_found, deleted.document_count) == (1, 1, 1)
-    hits = retrieval.Search(pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([notes]),
-                                             query="Bob delivery Saturdays"), timeout=60).hits
+    hits = retrieval.Search(
+        pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([notes]), query="Bob delivery Saturdays"),
+        timeout=60,
+    ).hits
     assert [h.provenance.document_id for h in hits] == ["n2"]
 
 
-def test_resolved_paths_replace_declared_paths_inside_the_roots(retrieval_sidecar: Sidecar, knowledge_root,
-                                                               tmp_path) -> None:
+def test_resolved_paths_replace_declared_paths_inside_the_roots(
+    retrieval_sidecar: Sidecar, knowledge_root, tmp_path
+) -> None:
     located = entry("notes", "FILE", "DIRECT")
     response = enforce(retrieval_sidecar, [located], ["notes"], resolved_paths={"notes": "guide/returns.md"})
     assert "within 30 days" in response.retrieved_context
@@ -258,12 +334,16 @@ def test_resolved_paths_replace_declared_paths_inside_the_roots(retrieval_sideca
 
 
 def test_requests_without_principal_are_refused_before_reading(retrieval_sidecar: Sidecar) -> None:
-    request = pb.EnforceRequest(scope=SCOPE, target=target([PERSONA], {"answer": ["persona"]}), action="answer",
-                                llm=llm())
+    request = pb.EnforceRequest(
+        scope=SCOPE, target=target([PERSONA], {"answer": ["persona"]}), action="answer", llm=llm()
+    )
     err = raised(lambda: stub(retrieval_sidecar).Enforce(request, timeout=30))
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED
-    err = raised(lambda: stub(retrieval_sidecar).Search(pb.SearchRequest(
-        principal=PRINCIPAL, scope=SCOPE, target=target([SCIENCE]), query="  "), timeout=30))
+    err = raised(
+        lambda: stub(retrieval_sidecar).Search(
+            pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([SCIENCE]), query="  "), timeout=30
+        )
+    )
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -276,18 +356,26 @@ def test_searches_across_an_encoder_change_pair_query_and_index_of_one_model(mak
     the dense scores of the old model or of the new one, never those of one model's query in the other's
     index; after the reload, those of a server started with the new setting."""
     config = default_config()
-    notes = [pb.MemoryDocument(id=f"n{i}", text=f"Order {1000 + i}: the {item} shipped on day {i} and arrives soon.")
-             for i, item in enumerate(["Blender X2", "kettle", "toaster", "mixer", "juicer", "grill"] * 4)]
-    search = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, query="Where is my blender order?", top_k=5,
-                              target=target([entry("orders", "MEMORY", "SEARCH")]))
+    notes = [
+        pb.MemoryDocument(id=f"n{i}", text=f"Order {1000 + i}: the {item} shipped on day {i} and arrives soon.")
+        for i, item in enumerate(["Blender X2", "kettle", "toaster", "mixer", "juicer", "grill"] * 4)
+    ]
+    search = pb.SearchRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        query="Where is my blender order?",
+        top_k=5,
+        target=target([entry("orders", "MEMORY", "SEARCH")]),
+    )
 
     def scores(server: Sidecar) -> list[tuple[str, float]]:
         return [(h.chunk_id, h.scores.dense) for h in stub(server).Search(search, timeout=60).hits]
 
     def started(config: dict) -> Sidecar:
         server = make_sidecar(config).start()
-        stub(server).UpsertDocuments(pb.UpsertDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="orders",
-                                                               documents=notes), timeout=60)
+        stub(server).UpsertDocuments(
+            pb.UpsertDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="orders", documents=notes), timeout=60
+        )
         return server
 
     server = started(config)
@@ -328,5 +416,6 @@ def test_searches_across_an_encoder_change_pair_query_and_index_of_one_model(mak
 
 def same_scores(found: list[tuple[str, float]], expected: list[tuple[str, float]]) -> bool:
     """Same hits with the same dense scores (up to the float noise of batching)."""
-    return [c for c, _ in found] == [c for c, _ in expected] and \
-        all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(found, expected))
+    return [c for c, _ in found] == [c for c, _ in expected] and all(
+        abs(a - b) < 1e-4 for (_, a), (_, b) in zip(found, expected)
+    )

@@ -9,13 +9,14 @@ import time
 from pathlib import Path
 
 import grpc
-import pytest
-
 import ir_data
+import pytest
 from conftest import retrieval_config
-from ragsidecar.v1 import retrieval_pb2 as pb, retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, params, scifact_ids, target
 from sidecar import error_details
+
+from ragsidecar.v1 import retrieval_pb2 as pb
+from ragsidecar.v1 import retrieval_pb2_grpc
 
 BUILT = {"how": "built"}
 DISK = {"how": "disk"}
@@ -27,7 +28,7 @@ def write_abstracts(folder: Path, files: int, per_file: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for f in range(files):
         with (folder / f"part{f}.jsonl").open("w") as out:
-            for doc_id in ids[f * per_file:(f + 1) * per_file]:
+            for doc_id in ids[f * per_file : (f + 1) * per_file]:
                 out.write(json.dumps({"id": doc_id, "text": corpus[doc_id]}) + "\n")
 
 
@@ -85,22 +86,33 @@ def test_a_source_that_breaks_is_served_from_its_last_good_index(make_sidecar, f
     assert [h.chunk_id for h in degraded.hits] == [h.chunk_id for h in good.hits]
     (stale,) = degraded.stale_fallbacks
     assert stale.source == "science" and "part1.jsonl" in stale.reason and stale.last_good_built_at.seconds > 0
-    enforced = retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).Enforce(pb.EnforceRequest(
-        principal=PRINCIPAL, scope=SCOPE, llm=llm(), action="answer",
-        target=target([entry("science", "DIRECTORY", "SEARCH", "science")], {"answer": ["science"]}),
-        params=params(q="heart regeneration")), timeout=60)
+    enforced = retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).Enforce(
+        pb.EnforceRequest(
+            principal=PRINCIPAL,
+            scope=SCOPE,
+            llm=llm(),
+            action="answer",
+            target=target([entry("science", "DIRECTORY", "SEARCH", "science")], {"answer": ["science"]}),
+            params=params(q="heart regeneration"),
+        ),
+        timeout=60,
+    )
     assert enforced.stale_fallbacks[0].source == "science" and enforced.document_count > 0
 
 
 @pytest.mark.parametrize("kill_when", ["embedding", "saving"])
-def test_killing_the_server_during_an_index_build_never_leaves_a_corrupt_index(make_sidecar, tmp_path,
-                                                                               kill_when) -> None:
+def test_killing_the_server_during_an_index_build_never_leaves_a_corrupt_index(
+    make_sidecar, tmp_path, kill_when
+) -> None:
     root, data = tmp_path / "knowledge", tmp_path / "data"
     write_abstracts(root / "science", files=4, per_file=40)
     server = make_sidecar(retrieval_config(root, data)).start()
     threading.Thread(target=lambda: pytest.raises(grpc.RpcError, load, server), daemon=True).start()
-    metric, labels = (("ragsidecar_embedded_chunks_total", {}) if kill_when == "embedding"
-                      else ("ragsidecar_index_loads_total", BUILT))
+    metric, labels = (
+        ("ragsidecar_embedded_chunks_total", {})
+        if kill_when == "embedding"
+        else ("ragsidecar_index_loads_total", BUILT)
+    )
     deadline = time.monotonic() + 240
     while server.metric(metric, **labels) == 0:
         assert time.monotonic() < deadline, server.log()
@@ -138,8 +150,11 @@ def test_oversized_binary_and_malformed_files_are_refused_and_nothing_else_break
     (root / "binary.md").write_bytes(bytes(range(256)) * 64)
     server = make_sidecar(retrieval_config(root, data)).start()
     before = search(server, "heart regeneration")
-    for name, reason in (("huge.txt", "LIMIT_EXCEEDED"), ("broken.pdf", "SOURCE_UNREADABLE"),
-                         ("binary.md", "SOURCE_UNREADABLE")):
+    for name, reason in (
+        ("huge.txt", "LIMIT_EXCEEDED"),
+        ("broken.pdf", "SOURCE_UNREADABLE"),
+        ("binary.md", "SOURCE_UNREADABLE"),
+    ):
         bad = [entry("bad", "FILE", "SEARCH", name)]
         with pytest.raises(grpc.RpcError) as caught:
             load(server, ["bad"], bad)
@@ -152,8 +167,15 @@ def test_oversized_binary_and_malformed_files_are_refused_and_nothing_else_break
 def test_an_unknown_reranker_is_not_found_at_use(make_sidecar, folders) -> None:
     root, data = folders
     server = make_sidecar(retrieval_config(root, data)).start()
-    ghost = [entry("science", "DIRECTORY", "SEARCH", "science",
-                   search=pb.SearchOptions(rerank=True, reranker_model="no-such-reranker"))]
+    ghost = [
+        entry(
+            "science",
+            "DIRECTORY",
+            "SEARCH",
+            "science",
+            search=pb.SearchOptions(rerank=True, reranker_model="no-such-reranker"),
+        )
+    ]
     with pytest.raises(grpc.RpcError) as caught:
         search(server, "heart", ghost)
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
@@ -170,14 +192,22 @@ def test_the_index_command_builds_what_the_server_then_reads(make_sidecar, folde
     config = retrieval_config(root, data)
     config_file = root.parent / "index.toml"
     config_file.write_text(to_toml(config))
-    done = subprocess.run([sys.executable, "-m", "ragsidecar", "index", "--config", str(config_file), "science",
-                           "--name", "science"], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "ragsidecar", "index", "--config", str(config_file), "science", "--name", "science"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     assert "indexed science: 120 documents" in done.stdout and "chunks embedded" in done.stderr
     server = make_sidecar(config).start()
     assert load(server).counts[0].count == 120
     assert server.metric("ragsidecar_index_loads_total", **DISK) == 1
     assert server.metric("ragsidecar_embedded_chunks_total") == 0
-    outside = subprocess.run([sys.executable, "-m", "ragsidecar", "index", "--config", str(config_file), "../..",
-                              "--name", "x"], capture_output=True, text=True, timeout=120)
+    outside = subprocess.run(
+        [sys.executable, "-m", "ragsidecar", "index", "--config", str(config_file), "../..", "--name", "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert outside.returncode == 1 and "outside the configured knowledge roots" in outside.stderr

@@ -4,15 +4,15 @@ embedder and reranker) on a corpus generated here: several multi-chunk documents
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import grpc
 import pytest
-
 from conftest import retrieval_config
-from ragsidecar.v1 import retrieval_pb2 as pb, retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, params, target
 from sidecar import Sidecar, error_details
+
+from ragsidecar.v1 import retrieval_pb2 as pb
+from ragsidecar.v1 import retrieval_pb2_grpc
 
 TOPICS = {
     "volcanoes": "volcano magma eruption lava crater ash basalt caldera pyroclastic vent",
@@ -30,9 +30,12 @@ QUERY = "how does magma reach the crater during a volcano eruption"
 def _document(topic: str, words: str, rng: random.Random) -> str:
     """About 700 words on one topic: several chunks of one file, so that chunks of a document crowd the hits."""
     vocabulary = words.split()
-    sentences = [f"{rng.choice(vocabulary).capitalize()} and {rng.choice(vocabulary)} matter in {topic}, "
-                 f"where the {rng.choice(vocabulary)} meets the {rng.choice(vocabulary)}." for _ in range(60)]
-    return "\n\n".join(" ".join(sentences[i:i + 6]) for i in range(0, len(sentences), 6))
+    sentences = [
+        f"{rng.choice(vocabulary).capitalize()} and {rng.choice(vocabulary)} matter in {topic}, "
+        f"where the {rng.choice(vocabulary)} meets the {rng.choice(vocabulary)}."
+        for _ in range(60)
+    ]
+    return "\n\n".join(" ".join(sentences[i : i + 6]) for i in range(0, len(sentences), 6))
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +46,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Sidecar:
     rng = random.Random(13)
     for topic, words in TOPICS.items():
         (docs / f"{topic}.md").write_text(_document(topic, words, rng), encoding="utf-8")
-    (docs / "minerals.md").write_text(f"A mineral named {RARE} was catalogued in a quarry ledger.\n",
-                                      encoding="utf-8")
+    (docs / "minerals.md").write_text(f"A mineral named {RARE} was catalogued in a quarry ledger.\n", encoding="utf-8")
     config = retrieval_config(root, tmp_path_factory.mktemp("data"))
     config["retrieval"]["fusion_candidates"] = 8  # below the chunks: a top_k of 10 or more reaches past the fused head
     sidecar = Sidecar(tmp_path_factory.mktemp("options"), config)
@@ -56,8 +58,14 @@ DOCS = entry("docs", "DIRECTORY", "SEARCH", "docs")
 
 
 def search(server: Sidecar, query: str = QUERY, top_k: int = 5, **options) -> pb.SearchResponse:
-    request = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([DOCS]), query=query, top_k=top_k,
-                               search=pb.SearchOptions(**options))
+    request = pb.SearchRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        target=target([DOCS]),
+        query=query,
+        top_k=top_k,
+        search=pb.SearchOptions(**options),
+    )
     return retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).Search(request, timeout=120)
 
 
@@ -121,8 +129,14 @@ def test_enforce_uses_the_entrys_options(server) -> None:
 
     def enforce(options: pb.SearchOptions) -> pb.EnforceResponse:
         docs = entry("docs", "DIRECTORY", "SEARCH", "docs", top_k=4, search=options)
-        request = pb.EnforceRequest(principal=PRINCIPAL, scope=SCOPE, target=target([docs], {"answer": ["docs"]}),
-                                    action="answer", params=params(question=QUERY), llm=llm())
+        request = pb.EnforceRequest(
+            principal=PRINCIPAL,
+            scope=SCOPE,
+            target=target([docs], {"answer": ["docs"]}),
+            action="answer",
+            params=params(question=QUERY),
+            llm=llm(),
+        )
         return stub.Enforce(request, timeout=120)
 
     chunks = enforce(pb.SearchOptions()).blocks[0].chunks
@@ -151,10 +165,17 @@ def test_an_unknown_retrieval_mode_is_refused(server) -> None:
     assert "search.retrieval_mode" in fields(err)
 
 
-@pytest.mark.parametrize("options", [{}, {"group_by_document": True}, {"rerank": True},
-                                     {"rerank": True, "group_by_document": True},
-                                     {"retrieval_mode": pb.RETRIEVAL_MODE_LEXICAL}],
-                         ids=["hybrid", "grouped", "reranked", "reranked-grouped", "lexical"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"group_by_document": True},
+        {"rerank": True},
+        {"rerank": True, "group_by_document": True},
+        {"retrieval_mode": pb.RETRIEVAL_MODE_LEXICAL},
+    ],
+    ids=["hybrid", "grouped", "reranked", "reranked-grouped", "lexical"],
+)
 def test_the_first_hits_are_the_same_for_every_top_k(server, options: dict) -> None:
     longest = search(server, top_k=100, **options)
     assert longest.hits  # lexical: the chunks sharing a word with the query; else every chunk or document

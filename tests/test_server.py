@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import signal
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -13,9 +13,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+from sidecar import REPO, Sidecar, default_config, error_details, to_toml
 
 from ragsidecar.v1 import reranker_pb2
-from sidecar import REPO, Sidecar, default_config, error_details, to_toml
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -26,13 +26,15 @@ def rerank_request(documents: int = 3, words: int = 20) -> reranker_pb2.RerankRe
     text = " ".join(["retrieval augmented generation with cross encoders"] * (words // 6 + 1))
     return reranker_pb2.RerankRequest(
         query="what is a cross encoder?",
-        documents=[reranker_pb2.RerankDocument(id=f"d{i}", text=f"{i} {text}") for i in range(documents)])
+        documents=[reranker_pb2.RerankDocument(id=f"d{i}", text=f"{i} {text}") for i in range(documents)],
+    )
 
 
 def test_health_is_not_serving_until_models_are_warm(make_sidecar) -> None:
     server = make_sidecar().start(wait_serving=False)
-    watch = health_pb2_grpc.HealthStub(server.channel()).Watch(health_pb2.HealthCheckRequest(service=RERANKER),
-                                                               timeout=60)
+    watch = health_pb2_grpc.HealthStub(server.channel()).Watch(
+        health_pb2.HealthCheckRequest(service=RERANKER), timeout=60
+    )
     seen = []
     for response in watch:
         seen.append(response.status)
@@ -40,16 +42,26 @@ def test_health_is_not_serving_until_models_are_warm(make_sidecar) -> None:
             watch.cancel()
             break
     assert seen[0] == NOT_SERVING and seen[-1] == SERVING
-    for service in ("", RERANKER, "ragsidecar.v1.RetrievalService", "ragsidecar.v1.ChatKnowledgeService",
-                    f"{RERANKER}/ms-marco-MiniLM-L-12-v2", f"{RERANKER}/bge-small-en-v1.5"):
+    for service in (
+        "",
+        RERANKER,
+        "ragsidecar.v1.RetrievalService",
+        "ragsidecar.v1.ChatKnowledgeService",
+        f"{RERANKER}/ms-marco-MiniLM-L-12-v2",
+        f"{RERANKER}/bge-small-en-v1.5",
+    ):
         assert server.health(service) == SERVING, service
 
 
 def test_reflection_lists_the_three_services(sidecar: Sidecar) -> None:
     database = ProtoReflectionDescriptorDatabase(sidecar.channel())
     services = set(database.get_services())
-    assert {RERANKER, "ragsidecar.v1.RetrievalService", "ragsidecar.v1.ChatKnowledgeService",
-            "grpc.health.v1.Health"} <= services
+    assert {
+        RERANKER,
+        "ragsidecar.v1.RetrievalService",
+        "ragsidecar.v1.ChatKnowledgeService",
+        "grpc.health.v1.Health",
+    } <= services
     rerank = database.FindFileContainingSymbol("ragsidecar.v1.RerankerService")
     assert rerank.package == "ragsidecar.v1"
 
@@ -139,18 +151,27 @@ def run_with_config(tmp_path, text: str) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "bad.toml"
     path.write_text(text)
     environ = {k: v for k, v in os.environ.items() if k != "RAGSIDECAR_TOKEN"}
-    return subprocess.run([sys.executable, "-m", "ragsidecar", "serve", "--config", str(path)],
-                          capture_output=True, text=True, timeout=60, cwd=REPO, env=environ)
+    return subprocess.run(
+        [sys.executable, "-m", "ragsidecar", "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env=environ,
+    )
 
 
-@pytest.mark.parametrize("mutate, expected", [
-    (lambda c: c["server"].update(prot=1), "server.prot: unknown key"),
-    (lambda c: c["inference"].update(workers="two"), "inference.workers: expected int"),
-    (lambda c: c["models"][0].update(path="nowhere"), "models[0].path"),
-    (lambda c: c["models"][1].update(kind="sparse"), "models[1].kind: 'sparse' is not one of"),
-    (lambda c: c["models"].append(dict(c["models"][0], default=False)), "configured twice"),
-    (lambda c: c["server"].update(host="0.0.0.0"), "server.host: '0.0.0.0' is reachable beyond this machine"),
-])
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda c: c["server"].update(prot=1), "server.prot: unknown key"),
+        (lambda c: c["inference"].update(workers="two"), "inference.workers: expected int"),
+        (lambda c: c["models"][0].update(path="nowhere"), "models[0].path"),
+        (lambda c: c["models"][1].update(kind="sparse"), "models[1].kind: 'sparse' is not one of"),
+        (lambda c: c["models"].append(dict(c["models"][0], default=False)), "configured twice"),
+        (lambda c: c["server"].update(host="0.0.0.0"), "server.host: '0.0.0.0' is reachable beyond this machine"),
+    ],
+)
 def test_bad_config_refuses_to_start_and_names_the_key(tmp_path, mutate, expected) -> None:
     config = default_config()
     mutate(config)

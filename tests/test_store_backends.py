@@ -20,14 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-import pytest
-
 import ir_data
+import pytest
 from conftest import retrieval_config
-from ragsidecar.v1 import chat_knowledge_pb2 as cpb, chat_knowledge_pb2_grpc, common_pb2, retrieval_pb2 as pb
-from ragsidecar.v1 import retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, entry, llm, params, scifact_ids, target
 from sidecar import Sidecar, error_details
+
+from ragsidecar.v1 import chat_knowledge_pb2 as cpb
+from ragsidecar.v1 import chat_knowledge_pb2_grpc, common_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import retrieval_pb2 as pb
 
 BACKENDS = ["embedded", "postgres"]
 NOTES = entry("notes", "MEMORY", "SEARCH")
@@ -56,27 +57,40 @@ Documents = dict[str, str | tuple[str, dict[str, str]]]  # id -> text, or (text,
 
 
 def memory_documents(documents: Documents) -> list[pb.MemoryDocument]:
-    return [pb.MemoryDocument(id=i, text=d, metadata={}) if isinstance(d, str)
-            else pb.MemoryDocument(id=i, text=d[0], metadata=d[1]) for i, d in documents.items()]
+    return [
+        pb.MemoryDocument(id=i, text=d, metadata={})
+        if isinstance(d, str)
+        else pb.MemoryDocument(id=i, text=d[0], metadata=d[1])
+        for i, d in documents.items()
+    ]
 
 
-def upsert(server: Sidecar, at: common_pb2.Scope, documents: Documents,
-           knowledge: str = "notes") -> pb.UpsertDocumentsResponse:
-    return retrieval(server).UpsertDocuments(pb.UpsertDocumentsRequest(
-        principal=PRINCIPAL, scope=at, knowledge=knowledge, documents=memory_documents(documents)), timeout=120)
+def upsert(
+    server: Sidecar, at: common_pb2.Scope, documents: Documents, knowledge: str = "notes"
+) -> pb.UpsertDocumentsResponse:
+    return retrieval(server).UpsertDocuments(
+        pb.UpsertDocumentsRequest(
+            principal=PRINCIPAL, scope=at, knowledge=knowledge, documents=memory_documents(documents)
+        ),
+        timeout=120,
+    )
 
 
-def delete(server: Sidecar, at: common_pb2.Scope, ids: list[str],
-           knowledge: str = "notes") -> pb.DeleteDocumentsResponse:
-    return retrieval(server).DeleteDocuments(pb.DeleteDocumentsRequest(
-        principal=PRINCIPAL, scope=at, knowledge=knowledge, ids=ids), timeout=120)
+def delete(
+    server: Sidecar, at: common_pb2.Scope, ids: list[str], knowledge: str = "notes"
+) -> pb.DeleteDocumentsResponse:
+    return retrieval(server).DeleteDocuments(
+        pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=at, knowledge=knowledge, ids=ids), timeout=120
+    )
 
 
-def hits(server: Sidecar, at: common_pb2.Scope, query: str, knowledge: str = "notes",
-         top_k: int = 10) -> list[tuple[str, str]]:
+def hits(
+    server: Sidecar, at: common_pb2.Scope, query: str, knowledge: str = "notes", top_k: int = 10
+) -> list[tuple[str, str]]:
     """(document id, chunk text) of a MEMORY search's hits, best first."""
-    request = pb.SearchRequest(principal=PRINCIPAL, scope=at, target=target([entry(knowledge, "MEMORY", "SEARCH")]),
-                               query=query, top_k=top_k)
+    request = pb.SearchRequest(
+        principal=PRINCIPAL, scope=at, target=target([entry(knowledge, "MEMORY", "SEARCH")]), query=query, top_k=top_k
+    )
     return [(h.provenance.document_id, h.text) for h in retrieval(server).Search(request, timeout=120).hits]
 
 
@@ -120,8 +134,9 @@ class Store:
 def open_store(backend: str, folder: Path, request: pytest.FixtureRequest) -> Store:
     root = folder / "knowledge"
     root.mkdir(parents=True)
-    (root / "steps.jsonl").write_text("".join(json.dumps({"id": f"s{i}", "text": f"Step {i} of the drill."}) + "\n"
-                                              for i in range(1, STEPS + 1)))
+    (root / "steps.jsonl").write_text(
+        "".join(json.dumps({"id": f"s{i}", "text": f"Step {i} of the drill."}) + "\n" for i in range(1, STEPS + 1))
+    )
     dsn = ""
     if backend == "postgres":  # the session's PostgreSQL, started only when a postgres case runs
         dsn = request.getfixturevalue("postgres").database(f"backends_{next(_databases)}")
@@ -150,26 +165,48 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 # -- MEMORY ---------------------------------------------------------------------------------------------------
 
+
 def test_upserts_and_deletes_report_their_counts_and_the_next_search_follows_each(server) -> None:
     at = scope("acme-writes")
-    first = upsert(server, at, {"bob": ("The customer Bob prefers delivery on Saturdays.", {"kind": "pref"}),
-                                "osaka": "The Osaka order ships by sea freight and takes six weeks."})
+    first = upsert(
+        server,
+        at,
+        {
+            "bob": ("The customer Bob prefers delivery on Saturdays.", {"kind": "pref"}),
+            "osaka": "The Osaka order ships by sea freight and takes six weeks.",
+        },
+    )
     assert (first.inserted, first.replaced, first.unchanged, first.document_count) == (2, 0, 0, 2)
     assert found(server, at, "when does Bob want his delivery?")[0] == "bob"
 
-    again = upsert(server, at, {"bob": ("The customer Bob prefers delivery on Saturdays.", {"kind": "pref"}),
-                                "osaka": "The Osaka order ships by air freight and takes two days.",
-                                "kayak": "The kayak is stored in the boathouse by the lake."})
+    again = upsert(
+        server,
+        at,
+        {
+            "bob": ("The customer Bob prefers delivery on Saturdays.", {"kind": "pref"}),
+            "osaka": "The Osaka order ships by air freight and takes two days.",
+            "kayak": "The kayak is stored in the boathouse by the lake.",
+        },
+    )
     assert (again.inserted, again.replaced, again.unchanged, again.document_count) == (1, 1, 1, 3)
-    assert upsert(server, at, {"bob": ("The customer Bob prefers delivery on Saturdays.", {"kind": "vip"})}) \
-        .replaced == 1  # metadata alone is a change
+    assert (
+        upsert(server, at, {"bob": ("The customer Bob prefers delivery on Saturdays.", {"kind": "vip"})}).replaced == 1
+    )  # metadata alone is a change
     osaka = hits(server, at, "how does the Osaka order travel?")
     assert osaka[0] == ("osaka", "The Osaka order ships by air freight and takes two days.")
     assert not any("sea freight" in text for _, text in hits(server, at, "sea freight six weeks"))
     assert found(server, at, "where is the kayak kept?")[0] == "kayak"
-    enforced = retrieval(server).Enforce(pb.EnforceRequest(
-        principal=PRINCIPAL, scope=at, target=target([NOTES], {"answer": ["notes"]}), action="answer",
-        params=params(question="where is the kayak kept?"), llm=llm()), timeout=120)
+    enforced = retrieval(server).Enforce(
+        pb.EnforceRequest(
+            principal=PRINCIPAL,
+            scope=at,
+            target=target([NOTES], {"answer": ["notes"]}),
+            action="answer",
+            params=params(question="where is the kayak kept?"),
+            llm=llm(),
+        ),
+        timeout=120,
+    )
     assert "boathouse" in enforced.retrieved_context and "sea freight" not in enforced.retrieved_context
 
     gone = delete(server, at, ["kayak", "kayak", "never-written"])
@@ -199,28 +236,43 @@ def test_writers_at_once_each_find_their_own_write_at_once(server) -> None:
 
 def test_tenants_look_alike_scopes_and_same_named_sources_stay_apart(server) -> None:
     # (tenant, session, source) triples a separator join would merge, and the same source name elsewhere.
-    partitions = [("a", "b:c", "notes"), ("a:b", "c", "notes"), ("a", "b", "c:notes"), ("a", "", "notes"),
-                  ("a", "b", "notes"), ("b", "c", "notes"), ("a b", "c", "notes"), ("a", "b c", "notes")]
+    partitions = [
+        ("a", "b:c", "notes"),
+        ("a:b", "c", "notes"),
+        ("a", "b", "c:notes"),
+        ("a", "", "notes"),
+        ("a", "b", "notes"),
+        ("b", "c", "notes"),
+        ("a b", "c", "notes"),
+        ("a", "b c", "notes"),
+    ]
     for i, (tenant, session, source) in enumerate(partitions):
-        assert upsert(server, scope(tenant, session), {"same-id": f"Parcel {i} waits at depot number {i}."},
-                      source).document_count == 1
+        assert (
+            upsert(
+                server, scope(tenant, session), {"same-id": f"Parcel {i} waits at depot number {i}."}, source
+            ).document_count
+            == 1
+        )
 
     def each_sees_only_its_own() -> None:
         for i, (tenant, session, source) in enumerate(partitions):
-            assert hits(server, scope(tenant, session), "which depot is the parcel at?", source) == \
-                [("same-id", f"Parcel {i} waits at depot number {i}.")], (tenant, session, source)
+            assert hits(server, scope(tenant, session), "which depot is the parcel at?", source) == [
+                ("same-id", f"Parcel {i} waits at depot number {i}.")
+            ], (tenant, session, source)
 
     each_sees_only_its_own()
     # A write or a delete in one partition touches no other.
     tenant, session, source = partitions[0]
     assert delete(server, scope(tenant, session), ["same-id"], source).deleted == 1
     assert hits(server, scope(tenant, session), "which depot is the parcel at?", source) == []
-    assert upsert(server, scope(tenant, session), {"same-id": "Parcel 0 waits at depot number 0."},
-                  source).inserted == 1
+    assert (
+        upsert(server, scope(tenant, session), {"same-id": "Parcel 0 waits at depot number 0."}, source).inserted == 1
+    )
     each_sees_only_its_own()
 
 
 # -- chat bindings --------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Bound:
@@ -230,42 +282,87 @@ class Bound:
     owner: str = "ada"
 
     def append(self, server: Sidecar, documents: Documents) -> cpb.AppendToBindingResponse:
-        return chat(server).AppendToBinding(cpb.AppendToBindingRequest(
-            principal=PRINCIPAL, scope=self.at, binding_id=self.id, owner_id=self.owner, binding_handle=self.handle,
-            documents=memory_documents(documents)), timeout=60)
+        return chat(server).AppendToBinding(
+            cpb.AppendToBindingRequest(
+                principal=PRINCIPAL,
+                scope=self.at,
+                binding_id=self.id,
+                owner_id=self.owner,
+                binding_handle=self.handle,
+                documents=memory_documents(documents),
+            ),
+            timeout=60,
+        )
 
     def grounded(self, server: Sidecar, question: str, at: common_pb2.Scope | None = None) -> str:
         """The fenced knowledge of a turn grounded on the binding ("" when nothing was given)."""
-        response = chat(server).GroundTurn(cpb.GroundTurnRequest(
-            principal=PRINCIPAL, conversation=[cpb.ChatMessage(role="system", content="You help."),
-                                               cpb.ChatMessage(role="user", content=question)],
-            owners=[cpb.ChatOwner(owner_id=self.owner, knowledge=[entry("orders", "MEMORY", "SEARCH")])], llm=llm(),
-            bindings=[cpb.TurnBinding(binding_id=self.id, owner_id=self.owner, binding_handle=self.handle)],
-            context=cpb.ChatRetrievalContext(scope=at or self.at)), timeout=120)
+        response = chat(server).GroundTurn(
+            cpb.GroundTurnRequest(
+                principal=PRINCIPAL,
+                conversation=[
+                    cpb.ChatMessage(role="system", content="You help."),
+                    cpb.ChatMessage(role="user", content=question),
+                ],
+                owners=[cpb.ChatOwner(owner_id=self.owner, knowledge=[entry("orders", "MEMORY", "SEARCH")])],
+                llm=llm(),
+                bindings=[cpb.TurnBinding(binding_id=self.id, owner_id=self.owner, binding_handle=self.handle)],
+                context=cpb.ChatRetrievalContext(scope=at or self.at),
+            ),
+            timeout=120,
+        )
         system = next(m.content for m in reversed(response.conversation) if m.role == "system")
         return system.partition("<tnsai-memory>")[2].partition("</tnsai-memory>")[0]
 
     def reset(self, server: Sidecar) -> int:
-        return chat(server).InvalidateBinding(cpb.InvalidateBindingRequest(
-            principal=PRINCIPAL, scope=self.at, binding_id=self.id, owner_id=self.owner, reset=True,
-            binding_handle=self.handle), timeout=60).document_count
+        return (
+            chat(server)
+            .InvalidateBinding(
+                cpb.InvalidateBindingRequest(
+                    principal=PRINCIPAL,
+                    scope=self.at,
+                    binding_id=self.id,
+                    owner_id=self.owner,
+                    reset=True,
+                    binding_handle=self.handle,
+                ),
+                timeout=60,
+            )
+            .document_count
+        )
 
     def close(self, server: Sidecar) -> bool:
-        return chat(server).CloseBinding(cpb.CloseBindingRequest(
-            principal=PRINCIPAL, scope=self.at, binding_id=self.id, owner_id=self.owner, binding_handle=self.handle),
-            timeout=60).was_open
+        return (
+            chat(server)
+            .CloseBinding(
+                cpb.CloseBindingRequest(
+                    principal=PRINCIPAL,
+                    scope=self.at,
+                    binding_id=self.id,
+                    owner_id=self.owner,
+                    binding_handle=self.handle,
+                ),
+                timeout=60,
+            )
+            .was_open
+        )
 
 
 def open_binding(server: Sidecar, at: common_pb2.Scope, source: str = "orders") -> Bound:
-    opened = chat(server).OpenBinding(cpb.OpenBindingRequest(principal=PRINCIPAL, scope=at, owner_id="ada",
-                                                             source=source, declared=True), timeout=60)
+    opened = chat(server).OpenBinding(
+        cpb.OpenBindingRequest(principal=PRINCIPAL, scope=at, owner_id="ada", source=source, declared=True), timeout=60
+    )
     return Bound(at, opened.binding_id, opened.binding_handle)
 
 
 def test_a_binding_appends_grounds_resets_and_closes(server) -> None:
     binding = open_binding(server, scope("acme-binding"))
-    first = binding.append(server, {"o1": "Order 1001: the Blender X2 shipped on Monday.",
-                                    "o2": "Order 1002: the Kettle K1 is back-ordered until next month."})
+    first = binding.append(
+        server,
+        {
+            "o1": "Order 1001: the Blender X2 shipped on Monday.",
+            "o2": "Order 1002: the Kettle K1 is back-ordered until next month.",
+        },
+    )
     assert (first.appended, first.replaced, first.document_count) == (2, 0, 2)
     assert "Blender X2 shipped on Monday" in binding.grounded(server, "when did the blender ship?")
     second = binding.append(server, {"o1": "Order 1001: the Blender X2 was returned on Friday."})
@@ -286,16 +383,20 @@ def test_bindings_of_look_alike_scopes_stay_apart(server) -> None:
     two.append(server, {"v": "The vault code of a is 9021."})
     assert "4417" in one.grounded(server, "vault code") and "9021" not in one.grounded(server, "vault code")
     assert "9021" in two.grounded(server, "vault code") and "4417" not in two.grounded(server, "vault code")
-    assert refused(lambda: one.grounded(server, "vault code", at=two.at)) == \
-        (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED")
+    assert refused(lambda: one.grounded(server, "vault code", at=two.at)) == (
+        grpc.StatusCode.PERMISSION_DENIED,
+        "PERMISSION_DENIED",
+    )
     assert one.close(server) and two.close(server)
 
 
 # -- SEQUENTIAL cursors ---------------------------------------------------------------------------------------
 
+
 def next_step(server: Sidecar, at: common_pb2.Scope) -> int | None:
-    request = pb.EnforceRequest(principal=PRINCIPAL, scope=at, target=target([SEQUENCE], {"answer": ["steps"]}),
-                                action="answer", llm=llm())
+    request = pb.EnforceRequest(
+        principal=PRINCIPAL, scope=at, target=target([SEQUENCE], {"answer": ["steps"]}), action="answer", llm=llm()
+    )
     context = retrieval(server).Enforce(request, timeout=60).retrieved_context
     return int(context.split("Step ", 1)[1].split()[0]) if "Step " in context else None
 
@@ -310,24 +411,33 @@ def test_sequential_cursors_advance_one_unit_per_dispatch_per_scope(server) -> N
 
 # -- bounds ---------------------------------------------------------------------------------------------------
 
+
 def test_writes_past_the_bounds_are_refused_and_the_server_serves_on_with_nothing_lost(store, tmp_path) -> None:
     server = store.sidecar(tmp_path / "bounded", max_memory_bytes_per_request=2000, binding_store_bytes=3000)
     at = scope("acme-bounds")
     assert upsert(server, at, {"small": "The parcel waits at the depot. " * 10}).document_count == 1
-    assert refused(lambda: upsert(server, at, {"a": "y" * 1000, "b": "z" * 1000})) == \
-        (grpc.StatusCode.INVALID_ARGUMENT, "LIMIT_EXCEEDED")
-    assert refused(lambda: open_binding(server, at).append(server, {"big": "w" * 2500})) == \
-        (grpc.StatusCode.INVALID_ARGUMENT, "LIMIT_EXCEEDED")
+    assert refused(lambda: upsert(server, at, {"a": "y" * 1000, "b": "z" * 1000})) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "LIMIT_EXCEEDED",
+    )
+    assert refused(lambda: open_binding(server, at).append(server, {"big": "w" * 2500})) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "LIMIT_EXCEEDED",
+    )
     assert upsert(server, at, {"small": "The parcel waits at the depot. " * 10}).unchanged == 1
     assert found(server, at, "where is the parcel?") == ["small"]
 
     full = open_binding(server, at)
     assert full.append(server, {"r1": "The first tool result is long. " * 48}).document_count == 1
     other = open_binding(server, scope("globex-bounds"))  # the bound spans every binding, of every tenant
-    assert refused(lambda: other.append(server, {"r": "The second tool result is long. " * 48})) == \
-        (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
-    assert refused(lambda: full.append(server, {"r2": "The first tool result has a sequel. " * 45})) == \
-        (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
+    assert refused(lambda: other.append(server, {"r": "The second tool result is long. " * 48})) == (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "LIMIT_EXCEEDED",
+    )
+    assert refused(lambda: full.append(server, {"r2": "The first tool result has a sequel. " * 45})) == (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "LIMIT_EXCEEDED",
+    )
     seen = full.grounded(server, "the first tool result")
     assert "first tool result is long" in seen and "sequel" not in seen  # unchanged
     assert other.grounded(server, "the second tool result") == ""
@@ -338,6 +448,7 @@ def test_writes_past_the_bounds_are_refused_and_the_server_serves_on_with_nothin
 
 # -- kill -9 --------------------------------------------------------------------------------------------------
 
+
 class Writers:
     """Threads upserting one SciFact abstract per call, each recording the ids acknowledged, until the server
     dies under them."""
@@ -346,8 +457,10 @@ class Writers:
         self.abstracts = ir_data.corpus("scifact")
         ids = scifact_ids()
         self.acknowledged: list[list[str]] = [[] for _ in range(threads)]
-        self._threads = [threading.Thread(target=self._write, args=(server, at, ids[i::threads], self.acknowledged[i]))
-                         for i in range(threads)]
+        self._threads = [
+            threading.Thread(target=self._write, args=(server, at, ids[i::threads], self.acknowledged[i]))
+            for i in range(threads)
+        ]
 
     def document(self, doc_id: str) -> tuple[str, dict[str, str]]:
         return self.abstracts[doc_id], {"corpus-id": doc_id}
@@ -409,13 +522,15 @@ def test_a_kill_9_during_writes_loses_no_acknowledged_write_and_leaves_no_stray_
 
 # -- 0.2.0's data folder (embedded) ---------------------------------------------------------------------------
 
+
 def partitions_of_0_2_0() -> dict[tuple[str, str, str], dict[str, tuple[str, dict[str, str]]]]:
     """What 0.2.0 held: (tenant, session, source) -> {id: (text, metadata)}, read from its files."""
     partitions = {}
     for file in FIXTURE_0_2_0.glob("*.json"):
         body = json.loads(file.read_text(encoding="utf-8"))
         partitions[(body["tenant"], body["session"], body["source"])] = {
-            d["id"]: (d["text"], d["metadata"]) for d in body["documents"]}
+            d["id"]: (d["text"], d["metadata"]) for d in body["documents"]
+        }
     return partitions
 
 
@@ -461,15 +576,15 @@ ZEBRAFISH = "Zebrafish regenerate their heart after injury: cardiomyocytes near 
 
 
 def load_science(server: Sidecar) -> int:
-    request = pb.RequireLoadedRequest(principal=PRINCIPAL, scope=scope("acme"), target=target([SCIENCE]),
-                                      names=["science"])
+    request = pb.RequireLoadedRequest(
+        principal=PRINCIPAL, scope=scope("acme"), target=target([SCIENCE]), names=["science"]
+    )
     return retrieval(server).RequireLoaded(request, timeout=300).counts[0].count
 
 
 def science_hits(server: Sidecar, query: str) -> list[tuple[str, str]]:
     """(file, chunk text) of a search of the DIRECTORY source, best first."""
-    request = pb.SearchRequest(principal=PRINCIPAL, scope=scope("acme"), target=target([SCIENCE]), query=query,
-                               top_k=5)
+    request = pb.SearchRequest(principal=PRINCIPAL, scope=scope("acme"), target=target([SCIENCE]), query=query, top_k=5)
     return [(Path(h.provenance.file).name, h.text) for h in retrieval(server).Search(request, timeout=120).hits]
 
 

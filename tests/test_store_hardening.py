@@ -15,14 +15,23 @@ from pathlib import Path
 
 import grpc
 import pytest
-
 from conftest import retrieval_config
-from ragsidecar.v1 import (chat_knowledge_pb2 as cpb, chat_knowledge_pb2_grpc, common_pb2, retrieval_pb2 as pb,
-                           retrieval_pb2_grpc)
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
 from sidecar import Sidecar
 from test_isolation import found_ids, refused, stub, upsert
 from test_retrieval_durability import BUILT, DISK, load, write_abstracts
+
+from ragsidecar.v1 import (
+    chat_knowledge_pb2 as cpb,
+)
+from ragsidecar.v1 import (
+    chat_knowledge_pb2_grpc,
+    common_pb2,
+    retrieval_pb2_grpc,
+)
+from ragsidecar.v1 import (
+    retrieval_pb2 as pb,
+)
 
 DEAD_PID = 999_999_999  # above any pid_max: never a live process
 SCIENCE = entry("science", "DIRECTORY", "SEARCH", "science")
@@ -46,14 +55,23 @@ def test_a_nul_in_a_path_or_a_symlink_loop_gets_its_documented_status(make_sidec
     server = make_sidecar(retrieval_config(root, data)).start()
     nul = [entry("bad", "FILE", "SEARCH", "guide/returns.md\0.txt")]
     assert refused(lambda: load(server, ["bad"], nul))[:2] == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST")
-    request = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([SCIENCE]), query="heart",
-                               resolved_paths={"science": "science\0/x"})
-    assert refused(lambda: stub(server).Search(request, timeout=60))[:2] == \
-        (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST")
+    request = pb.SearchRequest(
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        target=target([SCIENCE]),
+        query="heart",
+        resolved_paths={"science": "science\0/x"},
+    )
+    assert refused(lambda: stub(server).Search(request, timeout=60))[:2] == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_REQUEST",
+    )
     for path in ("loop-a", "loop-a/deeper.md"):
         looped = [entry("looped", "FILE", "SEARCH", path)]
-        assert refused(lambda: load(server, ["looped"], looped))[:2] == \
-            (grpc.StatusCode.FAILED_PRECONDITION, "SOURCE_UNREADABLE"), path
+        assert refused(lambda: load(server, ["looped"], looped))[:2] == (
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "SOURCE_UNREADABLE",
+        ), path
     guide = [entry("guide", "DIRECTORY", "SEARCH", "guide")]
     assert load(server, ["guide"], guide).counts[0].count == 2
 
@@ -84,13 +102,13 @@ def test_start_up_sweeps_what_killed_writes_and_superseded_indexes_left(make_sid
     in_flight = data / "indexes" / f".{current.name}.tmp-{os.getpid()}-live"  # a live process's save: kept
     in_flight.mkdir()
     leftovers = [superseded, crashed_save]
-    expected_bytes = sum(f.stat().st_size for p in leftovers for f in ([p] if p.is_file() else p.rglob("*"))
-                         if f.is_file())
+    expected_bytes = sum(
+        f.stat().st_size for p in leftovers for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file()
+    )
 
     third = make_sidecar(retrieval_config(root, data)).start()
     assert not any(p.exists() for p in leftovers) and in_flight.exists() and current.is_dir()
-    assert f"start-up sweep removed 2 leftover index folders ({expected_bytes} bytes)" \
-        in third.log()
+    assert f"start-up sweep removed 2 leftover index folders ({expected_bytes} bytes)" in third.log()
     assert load(third).counts[0].count == 41
     assert third.metric("ragsidecar_index_loads_total", **DISK) == 1  # the set-aside index, put back
     assert third.metric("ragsidecar_embedded_chunks_total") == 0
@@ -138,8 +156,10 @@ def test_loaded_indexes_and_memory_partitions_stay_within_their_bounds(make_side
         assert server.metric("ragsidecar_cache_entries", cache="indexes") == 1
         assert 0 < server.metric("ragsidecar_cache_bytes", cache="indexes") <= 9_000
     # The evicted indexes were read back from disk, never embedded again.
-    assert (server.metric("ragsidecar_index_loads_total", **BUILT),
-            server.metric("ragsidecar_index_loads_total", **DISK)) == (2, 2)
+    assert (
+        server.metric("ragsidecar_index_loads_total", **BUILT),
+        server.metric("ragsidecar_index_loads_total", **DISK),
+    ) == (2, 2)
     sessions = [common_pb2.Scope(tenant="acme", session=f"s{i}") for i in range(8)]
     for i, scope in enumerate(sessions):
         upsert(server, scope, f"note{i}", f"Note {i}: " + "the parcel waits at the depot. " * 12)
@@ -161,18 +181,33 @@ def test_writes_past_the_byte_limits_are_refused_and_change_nothing(make_sidecar
     upsert(server, SCOPE, "small", "x" * 1000)
     documents = [pb.MemoryDocument(id="a", text="y" * 1000), pb.MemoryDocument(id="b", text="z" * 1000)]
     request = pb.UpsertDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes", documents=documents)
-    assert refused(lambda: stub(server).UpsertDocuments(request, timeout=60)) == \
-        (grpc.StatusCode.INVALID_ARGUMENT, "LIMIT_EXCEEDED", ["documents"])
+    assert refused(lambda: stub(server).UpsertDocuments(request, timeout=60)) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "LIMIT_EXCEEDED",
+        ["documents"],
+    )
     assert upsert(server, SCOPE, "small", "x" * 1000).document_count == 1
 
     chat = chat_knowledge_pb2_grpc.ChatKnowledgeServiceStub(server.channel())
 
     def open_and_append(text: str) -> cpb.AppendToBindingResponse:
-        opened = chat.OpenBinding(cpb.OpenBindingRequest(principal=PRINCIPAL, scope=SCOPE, owner_id="owner",
-                                                         source="tool-results", declared=True), timeout=30)
-        return chat.AppendToBinding(cpb.AppendToBindingRequest(
-            principal=PRINCIPAL, scope=SCOPE, binding_id=opened.binding_id, owner_id="owner",
-            binding_handle=opened.binding_handle, documents=[pb.MemoryDocument(id="r", text=text)]), timeout=30)
+        opened = chat.OpenBinding(
+            cpb.OpenBindingRequest(
+                principal=PRINCIPAL, scope=SCOPE, owner_id="owner", source="tool-results", declared=True
+            ),
+            timeout=30,
+        )
+        return chat.AppendToBinding(
+            cpb.AppendToBindingRequest(
+                principal=PRINCIPAL,
+                scope=SCOPE,
+                binding_id=opened.binding_id,
+                owner_id="owner",
+                binding_handle=opened.binding_handle,
+                documents=[pb.MemoryDocument(id="r", text=text)],
+            ),
+            timeout=30,
+        )
 
     assert open_and_append("w" * 1500).document_count == 1
     assert refused(lambda: open_and_append("v" * 1500))[:2] == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED")
@@ -183,8 +218,9 @@ def test_a_cancelled_caller_does_not_fail_others_sharing_its_index_build(make_si
     root, data = tmp_path / "knowledge", tmp_path / "data"
     write_abstracts(root / "science", files=6, per_file=40)
     server = make_sidecar(retrieval_config(root, data)).start()
-    request = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([SCIENCE]),
-                               query="heart regeneration", top_k=3)
+    request = pb.SearchRequest(
+        principal=PRINCIPAL, scope=SCOPE, target=target([SCIENCE]), query="heart regeneration", top_k=3
+    )
     first = stub(server).Search.future(request, timeout=300)
     _wait_for(server, "ragsidecar_embedded_chunks_total")  # the build has started, inside the first call
     second = stub(server).Search.future(request, timeout=300)
@@ -221,12 +257,11 @@ def _wait_for(server: Sidecar, metric: str, **labels: str) -> None:
         time.sleep(0.005)
 
 
-
-
 def _validated(server: Sidecar, entries: list[pb.KnowledgeEntry], **fields) -> list[tuple[str, str, str]]:
     """ValidateConfiguration's violations as (field, reason name, description)."""
-    response = stub(server).ValidateConfiguration(pb.ValidateConfigurationRequest(
-        principal=PRINCIPAL, scope=SCOPE, target=target(entries), **fields), timeout=120)
+    response = stub(server).ValidateConfiguration(
+        pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, target=target(entries), **fields), timeout=120
+    )
     return [(v.field, common_pb2.ErrorReason.Name(v.reason), v.description) for v in response.violations]
 
 
@@ -239,14 +274,21 @@ def test_paths_too_long_are_invalid_and_errors_name_paths_as_sent(make_sidecar, 
     for path, limit in ((long_name, "255"), (f"{'y' * 300}/returns.md", "255"), (long_path, "4095")):
         for type_ in ("FILE", "DIRECTORY"):
             entries = [entry("long", type_, "SEARCH", path)]
-            assert refused(lambda: load(server, ["long"], entries))[:2] == \
-                (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST")
+            assert refused(lambda: load(server, ["long"], entries))[:2] == (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "INVALID_REQUEST",
+            )
             [(field, reason, why)] = _validated(server, entries)
             assert (field, reason) == ("target.knowledge[0].path", "ERROR_REASON_INVALID_REQUEST")
             assert f"the limit of {limit}" in why and str(root) not in why
     messages = []
-    for type_, path in (("DIRECTORY", "guide"), ("DIRECTORY", "missing"), ("FILE", "missing.md"),
-                        ("FILE", "guide/binary.md"), ("FILE", str(root / "guide" / "binary.md"))):  # the last sent absolute
+    for type_, path in (
+        ("DIRECTORY", "guide"),
+        ("DIRECTORY", "missing"),
+        ("FILE", "missing.md"),
+        ("FILE", "guide/binary.md"),
+        ("FILE", str(root / "guide" / "binary.md")),
+    ):  # the last sent absolute
         entries = [entry("read", type_, "SEARCH", path)]
         with pytest.raises(grpc.RpcError) as caught:
             load(server, ["read"], entries)
@@ -262,13 +304,14 @@ def test_an_8_mib_direct_text_is_measured_as_far_as_its_budget_needs(make_sideca
     """Measuring stops once the text passes its budget: validation costs what the budget holds, not the text."""
     root, data = folders
     server = make_sidecar(retrieval_config(root, data)).start()
-    text = ("Items can be returned within thirty days of delivery, unused.\n" * 140_000)[:8 << 20]
+    text = ("Items can be returned within thirty days of delivery, unused.\n" * 140_000)[: 8 << 20]
     big = entry("handbook", "INLINE", "DIRECT", inline_text=text, max_tokens=1000)
     channel = server.channel(**{"grpc.max_send_message_length": 16 << 20})
     before = server.rss_mib()
     for _ in range(3):
         response = retrieval_pb2_grpc.RetrievalServiceStub(channel).ValidateConfiguration(
-            pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, target=target([big])), timeout=300)
+            pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, target=target([big])), timeout=300
+        )
         [violation] = response.violations
         assert common_pb2.ErrorReason.Name(violation.reason) == "ERROR_REASON_DIRECT_BUDGET_EXCEEDED"
         assert "takes at least" in violation.description

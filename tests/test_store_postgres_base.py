@@ -14,13 +14,13 @@ import grpc
 import psycopg
 import pytest
 from grpc_health.v1 import health_pb2
+from retrieval_helpers import PRINCIPAL, entry, target
+from sidecar import Sidecar, default_config, error_details, to_toml
 
 from ragsidecar.config import ConfigError, StoreConfig
 from ragsidecar.config_loading import load_config
 from ragsidecar.store import migrate
 from ragsidecar.v1 import common_pb2, reranker_pb2, retrieval_pb2, retrieval_pb2_grpc
-from retrieval_helpers import PRINCIPAL, entry, target
-from sidecar import Sidecar, default_config, error_details, to_toml
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -57,8 +57,9 @@ def cli(*args: str, cwd: Path, dsn: str | None) -> subprocess.CompletedProcess[s
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGSIDECAR_")}
     if dsn is not None:
         env["RAGSIDECAR_STORE_DSN"] = dsn
-    return subprocess.run([sys.executable, "-m", "ragsidecar", *args], cwd=cwd, capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "ragsidecar", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def config_file(folder: Path, **store) -> Path:
@@ -85,7 +86,8 @@ def test_a_sidecar_migrates_at_start_up_and_a_second_one_applies_nothing_again(p
 
 
 def test_db_migrate_is_idempotent_and_start_up_without_migrating_refuses_an_old_schema(
-        postgres, make_sidecar, tmp_path: Path) -> None:
+    postgres, make_sidecar, tmp_path: Path
+) -> None:
     dsn = store_dsn(postgres, "pga_cli")
     refused = sidecar(make_sidecar, dsn, migrate_on_start=False)
     with pytest.raises(RuntimeError, match="lacks migrations 0001_base.*run `ragsidecar db migrate`"):
@@ -122,10 +124,13 @@ def test_a_database_migrated_by_a_newer_build_is_refused(postgres, make_sidecar,
     dsn = store_dsn(postgres, "pga_future")
     newer = migrate.latest() + 1
     with psycopg.connect(dsn) as connection:
-        connection.execute(f"CREATE TABLE {migrate.TABLE} (version integer PRIMARY KEY, name text NOT NULL, "
-                           "applied_at timestamptz NOT NULL)")
-        connection.execute(f"INSERT INTO {migrate.TABLE} SELECT v, 'm' || v, now() FROM generate_series(1, %s) v",
-                           (newer,))
+        connection.execute(
+            f"CREATE TABLE {migrate.TABLE} (version integer PRIMARY KEY, name text NOT NULL, "
+            "applied_at timestamptz NOT NULL)"
+        )
+        connection.execute(
+            f"INSERT INTO {migrate.TABLE} SELECT v, 'm' || v, now() FROM generate_series(1, %s) v", (newer,)
+        )
     server = sidecar(make_sidecar, dsn)
     with pytest.raises(RuntimeError, match=f"schema is at version {newer} .*newer than this build knows"):
         server.start()
@@ -148,8 +153,10 @@ def test_a_database_without_a_recent_pgvector_is_refused(postgres, make_sidecar,
         server.start()
 
 
-@pytest.mark.parametrize("installed, supported", [("0.8.0", True), ("0.8.5", True), ("1.0", True),
-                                                  ("0.7.4", False), ("0.5.1", False), (None, False)])
+@pytest.mark.parametrize(
+    "installed, supported",
+    [("0.8.0", True), ("0.8.5", True), ("1.0", True), ("0.7.4", False), ("0.5.1", False), (None, False)],
+)
 def test_the_pgvector_floor(installed: str | None, supported: bool) -> None:
     assert migrate.pgvector_supported(installed) is supported
 
@@ -168,22 +175,40 @@ def test_the_dsn_is_never_printed(postgres, tmp_path: Path) -> None:
 
 
 def rerank_request() -> reranker_pb2.RerankRequest:
-    return reranker_pb2.RerankRequest(query="what is a cross encoder?", documents=[
-        reranker_pb2.RerankDocument(id=f"d{i}", text=f"cross encoders score query and passage together {i}")
-        for i in range(3)])
+    return reranker_pb2.RerankRequest(
+        query="what is a cross encoder?",
+        documents=[
+            reranker_pb2.RerankDocument(id=f"d{i}", text=f"cross encoders score query and passage together {i}")
+            for i in range(3)
+        ],
+    )
 
 
 def upsert(server: Sidecar, documents: dict[str, str]) -> retrieval_pb2.UpsertDocumentsResponse:
     request = retrieval_pb2.UpsertDocumentsRequest(
-        principal=PRINCIPAL, scope=SCOPE, knowledge="notes",
-        documents=[retrieval_pb2.MemoryDocument(id=i, text=t) for i, t in documents.items()])
+        principal=PRINCIPAL,
+        scope=SCOPE,
+        knowledge="notes",
+        documents=[retrieval_pb2.MemoryDocument(id=i, text=t) for i, t in documents.items()],
+    )
     return retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).UpsertDocuments(request, timeout=60)
 
 
 def search(server: Sidecar, query: str) -> list[str]:
-    hits = retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).Search(retrieval_pb2.SearchRequest(
-        principal=PRINCIPAL, scope=SCOPE, target=target([entry("notes", "MEMORY", "SEARCH")]), query=query,
-        top_k=3), timeout=60).hits
+    hits = (
+        retrieval_pb2_grpc.RetrievalServiceStub(server.channel())
+        .Search(
+            retrieval_pb2.SearchRequest(
+                principal=PRINCIPAL,
+                scope=SCOPE,
+                target=target([entry("notes", "MEMORY", "SEARCH")]),
+                query=query,
+                top_k=3,
+            ),
+            timeout=60,
+        )
+        .hits
+    )
     return [hit.provenance.document_id for hit in hits]
 
 
@@ -209,11 +234,21 @@ def test_an_outage_turns_retrieval_and_chat_not_serving_while_rerank_serves(post
             assert error_details(failed.value)[0].reason == "STORE_UNAVAILABLE"
             assert PASSWORD not in failed.value.details()
         # A MEMORY source with on_failure CONTINUE drops out; a local source beside it still answers.
-        degraded = retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).Search(retrieval_pb2.SearchRequest(
-            principal=PRINCIPAL, scope=SCOPE, query="parcels", top_k=3, target=target([
-                entry("notes", "MEMORY", "SEARCH", on_failure=retrieval_pb2.KNOWLEDGE_ON_FAILURE_CONTINUE),
-                entry("policy", "INLINE", "SEARCH", inline_text="Parcels leave the depot at noon.")])),
-            timeout=60)
+        degraded = retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).Search(
+            retrieval_pb2.SearchRequest(
+                principal=PRINCIPAL,
+                scope=SCOPE,
+                query="parcels",
+                top_k=3,
+                target=target(
+                    [
+                        entry("notes", "MEMORY", "SEARCH", on_failure=retrieval_pb2.KNOWLEDGE_ON_FAILURE_CONTINUE),
+                        entry("policy", "INLINE", "SEARCH", inline_text="Parcels leave the depot at noon."),
+                    ]
+                ),
+            ),
+            timeout=60,
+        )
         assert [hit.source for hit in degraded.hits] == ["policy"]
     finally:
         postgres.start()
@@ -227,7 +262,8 @@ def test_an_outage_turns_retrieval_and_chat_not_serving_while_rerank_serves(post
 
 
 def test_a_sidecar_started_while_the_database_is_down_serves_rerank_and_migrates_once_it_is_up(
-        postgres, make_sidecar) -> None:
+    postgres, make_sidecar
+) -> None:
     dsn = store_dsn(postgres, "pga_late")
     server = sidecar(make_sidecar, dsn, **FAST_PROBE)
     postgres.stop()
@@ -245,6 +281,7 @@ def test_a_sidecar_started_while_the_database_is_down_serves_rerank_and_migrates
 
 # -- configuration (no database) ------------------------------------------------------------------------
 
+
 def write(tmp_path: Path, store: dict) -> Path:
     config = default_config()
     config["store"] = store
@@ -258,16 +295,19 @@ def test_the_store_defaults_to_the_embedded_backend(tmp_path: Path) -> None:
     assert StoreConfig().backend == "embedded"
 
 
-@pytest.mark.parametrize(("store", "message"), [
-    ({"backend": "sqlite"}, "store.backend: 'sqlite' is not one of 'embedded', 'postgres'"),
-    ({"dsn": "postgresql://x"}, "store.dsn: unknown key"),
-    ({"pool_size": 0}, "store.pool_size: must be positive"),
-    ({"connect_timeout_s": 0}, "store.connect_timeout_s: must be positive"),
-    ({"health_interval_s": -1.0}, "store.health_interval_s: must be positive"),
-    ({"dsn_env": " "}, "store.dsn_env: must name an environment variable"),
-    ({"row_level_security": "yes"}, "store.row_level_security: expected bool"),
-    ({"backend": "postgres", "dsn_env": "MY_DSN"}, "MY_DSN .*is not set"),
-])
+@pytest.mark.parametrize(
+    ("store", "message"),
+    [
+        ({"backend": "sqlite"}, "store.backend: 'sqlite' is not one of 'embedded', 'postgres'"),
+        ({"dsn": "postgresql://x"}, "store.dsn: unknown key"),
+        ({"pool_size": 0}, "store.pool_size: must be positive"),
+        ({"connect_timeout_s": 0}, "store.connect_timeout_s: must be positive"),
+        ({"health_interval_s": -1.0}, "store.health_interval_s: must be positive"),
+        ({"dsn_env": " "}, "store.dsn_env: must name an environment variable"),
+        ({"row_level_security": "yes"}, "store.row_level_security: expected bool"),
+        ({"backend": "postgres", "dsn_env": "MY_DSN"}, "MY_DSN .*is not set"),
+    ],
+)
 def test_store_settings_are_validated(tmp_path: Path, store: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path, store), environ={})
@@ -282,6 +322,7 @@ def test_the_dsn_comes_from_the_named_variable_and_only_when_needed(tmp_path: Pa
 
 
 # -- the Database and migrations in-process, on the real server -----------------------------------------
+
 
 def test_replicas_migrating_at_once_apply_each_migration_exactly_once(postgres) -> None:
     from concurrent.futures import ThreadPoolExecutor
@@ -348,8 +389,9 @@ async def test_a_busy_pool_or_a_killed_connection_is_no_outage(postgres) -> None
     from ragsidecar.errors import SidecarError
     from ragsidecar.store.database import Database
 
-    database = Database(postgres.database("pga_busy"), 1, row_level_security=False, connect_timeout_s=1.0,
-                        health_interval_s=0.2)
+    database = Database(
+        postgres.database("pga_busy"), 1, row_level_security=False, connect_timeout_s=1.0, health_interval_s=0.2
+    )
     await database.start()
 
     def pause(connection) -> int:
@@ -389,8 +431,13 @@ def test_connections_bound_a_silent_server_unless_the_dsn_says_otherwise() -> No
     from ragsidecar.store.database import _connection_settings
 
     assert _connection_settings("host=db dbname=x", 2.5) == {
-        "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
-        "tcp_user_timeout": 30_000, "connect_timeout": 3}  # libpq counts whole seconds
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 30_000,
+        "connect_timeout": 3,
+    }  # libpq counts whole seconds
     own = _connection_settings("postgresql://u@db/x?keepalives_idle=60&tcp_user_timeout=0&connect_timeout=99", 5)
     assert "keepalives_idle" not in own and "tcp_user_timeout" not in own
     assert own["connect_timeout"] == 5  # store.connect_timeout_s decides

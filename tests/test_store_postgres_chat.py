@@ -8,36 +8,43 @@ from __future__ import annotations
 
 import hashlib
 import json
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 import psycopg
 import psycopg.conninfo
 import pytest
-
-from ragsidecar.v1 import chat_knowledge_pb2 as cpb, chat_knowledge_pb2_grpc, common_pb2, retrieval_pb2 as pb
-from ragsidecar.v1 import retrieval_pb2_grpc
-from retrieval_helpers import PRINCIPAL, entry, llm, params, target
+from retrieval_helpers import PRINCIPAL, entry, llm, target
 from sidecar import Sidecar, default_config, error_details
+
+from ragsidecar.v1 import chat_knowledge_pb2 as cpb
+from ragsidecar.v1 import chat_knowledge_pb2_grpc, common_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import retrieval_pb2 as pb
 
 STEPS = 20
 SEQUENCE = entry("steps", "FILE", "SEQUENTIAL", "steps.jsonl")
 GUIDE = entry("guide", "FILE", "SEARCH", "guide.md")
 KNOWLEDGE = [entry("orders", "MEMORY", "SEARCH")]
-ORDERS = [("o1", "Order 1001: the Blender X2 shipped on Monday and arrives Thursday."),
-          ("o2", "Order 1002: the Kettle K1 is back-ordered until next month.")]
+ORDERS = [
+    ("o1", "Order 1001: the Blender X2 shipped on Monday and arrives Thursday."),
+    ("o2", "Order 1002: the Kettle K1 is back-ordered until next month."),
+]
 
 
 @pytest.fixture(scope="module")
 def knowledge(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("chat-knowledge")
-    (root / "steps.jsonl").write_text("".join(json.dumps({"id": f"s{i}", "text": f"Step {i} of the drill."}) + "\n"
-                                              for i in range(1, STEPS + 1)))
-    (root / "guide.md").write_text("\n\n".join(
-        f"# Section {i}\n\nThe returns desk on floor {i} opens at {8 + i % 3} and handles parcel number {i * 7}."
-        for i in range(1, 40)))
+    (root / "steps.jsonl").write_text(
+        "".join(json.dumps({"id": f"s{i}", "text": f"Step {i} of the drill."}) + "\n" for i in range(1, STEPS + 1))
+    )
+    (root / "guide.md").write_text(
+        "\n\n".join(
+            f"# Section {i}\n\nThe returns desk on floor {i} opens at {8 + i % 3} and handles parcel number {i * 7}."
+            for i in range(1, 40)
+        )
+    )
     return root
 
 
@@ -55,13 +62,17 @@ def database(postgres) -> str:
 
 
 @pytest.fixture(scope="module")
-def replicas(tmp_path_factory: pytest.TempPathFactory, knowledge: Path,
-             database: str) -> Iterator[tuple[Sidecar, Sidecar]]:
+def replicas(
+    tmp_path_factory: pytest.TempPathFactory, knowledge: Path, database: str
+) -> Iterator[tuple[Sidecar, Sidecar]]:
     started = []
     try:
         for name in ("a", "b"):
-            server = Sidecar(tmp_path_factory.mktemp(f"replica-{name}"), replica_config(knowledge, max_open_bindings=8),
-                             env={"RAGSIDECAR_STORE_DSN": database})
+            server = Sidecar(
+                tmp_path_factory.mktemp(f"replica-{name}"),
+                replica_config(knowledge, max_open_bindings=8),
+                env={"RAGSIDECAR_STORE_DSN": database},
+            )
             started.append(server)
             server.start()
         yield started[0], started[1]
@@ -93,44 +104,74 @@ def reason(err: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
 
 
 def open_binding(server: Sidecar, at: common_pb2.Scope, source: str = "orders") -> tuple[str, str]:
-    opened = chat(server).OpenBinding(cpb.OpenBindingRequest(principal=PRINCIPAL, scope=at, owner_id="ada",
-                                                             source=source, declared=True), timeout=30)
+    opened = chat(server).OpenBinding(
+        cpb.OpenBindingRequest(principal=PRINCIPAL, scope=at, owner_id="ada", source=source, declared=True), timeout=30
+    )
     return opened.binding_id, opened.binding_handle
 
 
 def append(server: Sidecar, at: common_pb2.Scope, binding: tuple[str, str], documents) -> cpb.AppendToBindingResponse:
-    return chat(server).AppendToBinding(cpb.AppendToBindingRequest(
-        principal=PRINCIPAL, scope=at, binding_id=binding[0], owner_id="ada", binding_handle=binding[1],
-        documents=[pb.MemoryDocument(id=i, text=t) for i, t in documents]), timeout=30)
+    return chat(server).AppendToBinding(
+        cpb.AppendToBindingRequest(
+            principal=PRINCIPAL,
+            scope=at,
+            binding_id=binding[0],
+            owner_id="ada",
+            binding_handle=binding[1],
+            documents=[pb.MemoryDocument(id=i, text=t) for i, t in documents],
+        ),
+        timeout=30,
+    )
 
 
 def close(server: Sidecar, at: common_pb2.Scope, binding: tuple[str, str]) -> bool:
-    return chat(server).CloseBinding(cpb.CloseBindingRequest(
-        principal=PRINCIPAL, scope=at, binding_id=binding[0], owner_id="ada", binding_handle=binding[1]),
-        timeout=30).was_open
+    return (
+        chat(server)
+        .CloseBinding(
+            cpb.CloseBindingRequest(
+                principal=PRINCIPAL, scope=at, binding_id=binding[0], owner_id="ada", binding_handle=binding[1]
+            ),
+            timeout=30,
+        )
+        .was_open
+    )
 
 
 def grounded(server: Sidecar, at: common_pb2.Scope, binding: tuple[str, str], question: str) -> str:
     """The fenced knowledge of a turn grounded on the binding ("" when nothing was given)."""
-    response = chat(server).GroundTurn(cpb.GroundTurnRequest(
-        principal=PRINCIPAL, conversation=[cpb.ChatMessage(role="system", content="You help."),
-                                           cpb.ChatMessage(role="user", content=question)],
-        owners=[cpb.ChatOwner(owner_id="ada", knowledge=KNOWLEDGE)], llm=llm(),
-        bindings=[cpb.TurnBinding(binding_id=binding[0], owner_id="ada", binding_handle=binding[1])],
-        context=cpb.ChatRetrievalContext(scope=at)), timeout=120)
+    response = chat(server).GroundTurn(
+        cpb.GroundTurnRequest(
+            principal=PRINCIPAL,
+            conversation=[
+                cpb.ChatMessage(role="system", content="You help."),
+                cpb.ChatMessage(role="user", content=question),
+            ],
+            owners=[cpb.ChatOwner(owner_id="ada", knowledge=KNOWLEDGE)],
+            llm=llm(),
+            bindings=[cpb.TurnBinding(binding_id=binding[0], owner_id="ada", binding_handle=binding[1])],
+            context=cpb.ChatRetrievalContext(scope=at),
+        ),
+        timeout=120,
+    )
     system = next(m.content for m in reversed(response.conversation) if m.role == "system")
     return system.partition("<tnsai-memory>")[2].partition("</tnsai-memory>")[0]
 
 
 def next_step(server: Sidecar, at: common_pb2.Scope) -> str:
-    request = pb.EnforceRequest(principal=PRINCIPAL, scope=at, target=target([SEQUENCE], {"answer": ["steps"]}),
-                                action="answer", llm=llm())
+    request = pb.EnforceRequest(
+        principal=PRINCIPAL, scope=at, target=target([SEQUENCE], {"answer": ["steps"]}), action="answer", llm=llm()
+    )
     return retrieval(server).Enforce(request, timeout=60).retrieved_context
 
 
 def search_guide(server: Sidecar, at: common_pb2.Scope = scope("acme-files")) -> list[tuple[str, float]]:
-    request = pb.SearchRequest(principal=PRINCIPAL, scope=at, target=target([GUIDE]),
-                               query="when does the returns desk on floor 12 open?", top_k=5)
+    request = pb.SearchRequest(
+        principal=PRINCIPAL,
+        scope=at,
+        target=target([GUIDE]),
+        query="when does the returns desk on floor 12 open?",
+        top_k=5,
+    )
     return [(h.chunk_id, h.scores.dense) for h in retrieval(server).Search(request, timeout=120).hits]
 
 
@@ -147,16 +188,20 @@ def test_a_binding_opened_on_one_replica_is_used_and_closed_on_the_other(replica
     assert "Blender X2 shipped" in grounded(a, at, binding, "Where is my blender order?")
     # B demands the handle as A would: a wrong one, another owner, another tenant or session are refused.
     wrong = (binding[0], binding[1][:-1] + ("A" if binding[1][-1] != "A" else "B"))
-    for call in (lambda: append(b, at, wrong, ORDERS), lambda: grounded(b, at, wrong, "blender"),
-                 lambda: append(b, scope("globex-replicas"), binding, ORDERS),
-                 lambda: append(b, scope("acme-replicas", "s2"), binding, ORDERS),
-                 lambda: close(b, at, wrong)):
+    for call in (
+        lambda: append(b, at, wrong, ORDERS),
+        lambda: grounded(b, at, wrong, "blender"),
+        lambda: append(b, scope("globex-replicas"), binding, ORDERS),
+        lambda: append(b, scope("acme-replicas", "s2"), binding, ORDERS),
+        lambda: close(b, at, wrong),
+    ):
         assert reason(raised(call)) == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED")
     # Only a digest of the handle is stored, never the handle.
     with psycopg.connect(database) as connection:
         rows = connection.execute("SELECT * FROM ragsidecar_chat_bindings WHERE id = %s", (binding[0],)).fetchall()
-    assert len(rows) == 1 and hashlib.sha256(binding[1].encode()).digest() in [bytes(v) for v in rows[0]
-                                                                              if isinstance(v, (bytes, memoryview))]
+    assert len(rows) == 1 and hashlib.sha256(binding[1].encode()).digest() in [
+        bytes(v) for v in rows[0] if isinstance(v, (bytes, memoryview))
+    ]
     assert binding[1] not in str(rows)
     assert close(b, at, binding) and not close(a, at, binding)
     for call in (lambda: append(a, at, binding, ORDERS), lambda: grounded(a, at, binding, "blender")):
@@ -166,16 +211,18 @@ def test_a_binding_opened_on_one_replica_is_used_and_closed_on_the_other(replica
 def test_open_bindings_are_bounded_per_database(replicas) -> None:
     a, b = replicas
     at = scope("acme-bound")
-    before = a.metric("ragsidecar_closed_bindings_total", why="lru") + b.metric("ragsidecar_closed_bindings_total",
-                                                                                  why="lru")
+    before = a.metric("ragsidecar_closed_bindings_total", why="lru") + b.metric(
+        "ragsidecar_closed_bindings_total", why="lru"
+    )
     bindings = [open_binding(a if i % 2 else b, at, f"s{i}") for i in range(8)]  # the cap: 8 in the database
     append(b, at, bindings[0], ORDERS)  # now the second is the least recently used
     newest = open_binding(b, at, "s8")
     assert reason(raised(lambda: append(a, at, bindings[1], ORDERS))) == (grpc.StatusCode.NOT_FOUND, "UNKNOWN_BINDING")
     for binding in (bindings[0], *bindings[2:], newest):
         assert append(a, at, binding, ORDERS[:1]).document_count >= 1
-    after = a.metric("ragsidecar_closed_bindings_total", why="lru") + b.metric("ragsidecar_closed_bindings_total",
-                                                                                 why="lru")
+    after = a.metric("ragsidecar_closed_bindings_total", why="lru") + b.metric(
+        "ragsidecar_closed_bindings_total", why="lru"
+    )
     assert after - before >= 1 and b.metric("ragsidecar_open_bindings") == 8
     for binding in (bindings[0], *bindings[2:], newest):
         assert close(a, at, binding)
@@ -229,8 +276,10 @@ def test_tenants_bindings_and_cursors_stay_apart(replicas) -> None:
     acme_binding, globex_binding = open_binding(a, acme), open_binding(b, globex)
     append(a, acme, acme_binding, [("v", "Acme's vault code is 4417.")])
     append(b, globex, globex_binding, [("v", "Globex's vault code is 9021.")])
-    acme_seen, globex_seen = (grounded(b, acme, acme_binding, "vault code"),
-                              grounded(a, globex, globex_binding, "vault code"))
+    acme_seen, globex_seen = (
+        grounded(b, acme, acme_binding, "vault code"),
+        grounded(a, globex, globex_binding, "vault code"),
+    )
     assert "4417" in acme_seen and "9021" not in acme_seen
     assert "9021" in globex_seen and "4417" not in globex_seen
     err = raised(lambda: grounded(a, globex, (acme_binding[0], acme_binding[1]), "vault code"))
@@ -249,8 +298,9 @@ def test_a_file_embedded_by_one_replica_is_not_embedded_again_by_the_other(repli
     assert b.metric("ragsidecar_shared_embedding_hits_total") > hits_b
     assert on_b == on_a  # vectors round-trip exactly: the same hits with the same dense scores
     with psycopg.connect(database) as connection:
-        rows, tenants = connection.execute("SELECT count(*), array_agg(DISTINCT tenant) FROM ragsidecar_embeddings"
-                                           ).fetchone()
+        rows, tenants = connection.execute(
+            "SELECT count(*), array_agg(DISTINCT tenant) FROM ragsidecar_embeddings"
+        ).fetchone()
     assert rows >= a.metric("ragsidecar_embedded_chunks_total") - embedded_a and tenants == [""]
 
 
@@ -265,8 +315,12 @@ def test_under_row_level_security_the_bounds_still_span_every_tenant(make_sideca
         connection.execute('ALTER DATABASE "store_chat_rls" OWNER TO ragsidecar_rls')
         connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
     env = {"RAGSIDECAR_STORE_DSN": psycopg.conninfo.make_conninfo(dsn, user="ragsidecar_rls")}
-    config = replica_config(knowledge, {"row_level_security": True, "embedding_cache_rows": 2}, max_open_bindings=2,
-                            max_sequential_cursors=2)
+    config = replica_config(
+        knowledge,
+        {"row_level_security": True, "embedding_cache_rows": 2},
+        max_open_bindings=2,
+        max_sequential_cursors=2,
+    )
     a, b = make_sidecar(config, env=env).start(), make_sidecar(config, env=env).start()
     acme, globex, initech = scope("acme-rls"), scope("globex-rls"), scope("initech-rls")
     first, second = open_binding(a, acme), open_binding(b, globex)
@@ -278,8 +332,12 @@ def test_under_row_level_security_the_bounds_still_span_every_tenant(make_sideca
     assert reason(raised(lambda: append(b, globex, first, ORDERS))) == (grpc.StatusCode.NOT_FOUND, "UNKNOWN_BINDING")
     assert "Blender X2" in grounded(b, acme, first, "Where is my blender order?")
     # Cursors: the third tenant's cursor pushes out the least recently used one, whichever tenant's it is.
-    assert [step_number(next_step(s, at)) for s, at in ((a, acme), (b, acme), (a, globex), (b, initech))] == \
-        [1, 2, 1, 1]
+    assert [step_number(next_step(s, at)) for s, at in ((a, acme), (b, acme), (a, globex), (b, initech))] == [
+        1,
+        2,
+        1,
+        1,
+    ]
     assert step_number(next_step(a, acme)) == 1 and b.metric("ragsidecar_sequential_cursors") == 2
     # The shared embedding rows belong to no tenant: B reads what A wrote, all but what pruning deleted.
     embedded_a, embedded_b = (s.metric("ragsidecar_embedded_chunks_total") for s in (a, b))
@@ -291,10 +349,13 @@ def test_under_row_level_security_the_bounds_still_span_every_tenant(make_sideca
     assert b.metric("ragsidecar_shared_embeddings") == 2
     with psycopg.connect(dsn) as connection:
         assert connection.execute("SELECT count(*) FROM ragsidecar_embeddings").fetchone()[0] == 2
-        forced = connection.execute("SELECT relname FROM pg_class WHERE relname LIKE 'ragsidecar\\_%' AND relkind = 'r' "
-                                    "AND relrowsecurity AND relforcerowsecurity").fetchall()
-    assert {"ragsidecar_chat_bindings", "ragsidecar_sequential_cursors", "ragsidecar_embeddings"} <= \
-        {name for (name,) in forced}
+        forced = connection.execute(
+            "SELECT relname FROM pg_class WHERE relname LIKE 'ragsidecar\\_%' AND relkind = 'r' "
+            "AND relrowsecurity AND relforcerowsecurity"
+        ).fetchall()
+    assert {"ragsidecar_chat_bindings", "ragsidecar_sequential_cursors", "ragsidecar_embeddings"} <= {
+        name for (name,) in forced
+    }
 
 
 def test_idle_bindings_are_closed_and_tenant_embeddings_stay_the_tenants(make_sidecar, postgres, knowledge) -> None:
@@ -310,9 +371,15 @@ def test_idle_bindings_are_closed_and_tenant_embeddings_stay_the_tenants(make_si
     assert server.metric("ragsidecar_open_bindings") == 0
     embedded = server.metric("ragsidecar_embedded_chunks_total")
     for tenant in ("acme-idle", "globex-idle", "acme-idle"):
-        retrieval(server).UpsertDocuments(pb.UpsertDocumentsRequest(
-            principal=PRINCIPAL, scope=scope(tenant, "s2"), knowledge="notes",
-            documents=[pb.MemoryDocument(id="n1", text="The warehouse in Leeds closes at 6pm.")]), timeout=60)
+        retrieval(server).UpsertDocuments(
+            pb.UpsertDocumentsRequest(
+                principal=PRINCIPAL,
+                scope=scope(tenant, "s2"),
+                knowledge="notes",
+                documents=[pb.MemoryDocument(id="n1", text="The warehouse in Leeds closes at 6pm.")],
+            ),
+            timeout=60,
+        )
     assert server.metric("ragsidecar_embedded_chunks_total") - embedded == 2  # once per tenant
     search_guide(server, at)
     with psycopg.connect(dsn) as connection:
@@ -326,9 +393,15 @@ def test_binding_corpora_stay_within_the_store_bytes_of_the_database(make_sideca
     dsn = postgres.database("store_chat_bytes")
     config = replica_config(knowledge, binding_store_bytes=3000)
     a, b = (make_sidecar(config, env={"RAGSIDECAR_STORE_DSN": dsn}).start() for _ in range(2))
-    retrieval(a).UpsertDocuments(pb.UpsertDocumentsRequest(
-        principal=PRINCIPAL, scope=scope("acme-bytes"), knowledge="notes",
-        documents=[pb.MemoryDocument(id="big", text="Warehouse notes. " * 400)]), timeout=60)
+    retrieval(a).UpsertDocuments(
+        pb.UpsertDocumentsRequest(
+            principal=PRINCIPAL,
+            scope=scope("acme-bytes"),
+            knowledge="notes",
+            documents=[pb.MemoryDocument(id="big", text="Warehouse notes. " * 400)],
+        ),
+        timeout=60,
+    )
     first, second = open_binding(a, scope("acme-bytes")), open_binding(b, scope("globex-bytes"))
     append(a, scope("acme-bytes"), first, [("t1", "x" * 1400)])
     append(b, scope("globex-bytes"), second, [("t1", "y" * 1400)])
@@ -353,7 +426,9 @@ def test_a_corpus_left_by_a_replica_that_died_is_dropped_by_a_sweep(make_sidecar
     other = make_sidecar(replica_config(knowledge), env={"RAGSIDECAR_STORE_DSN": dsn}).start()
     assert "Blender" in grounded(other, scope("acme-orphans"), kept, "Where is my blender?")  # its first call sweeps
     with psycopg.connect(dsn) as connection:
-        sources = [r[0] for r in connection.execute(
-            "SELECT source FROM ragsidecar_memory_partitions WHERE namespace = 'binding'")]
+        sources = [
+            r[0]
+            for r in connection.execute("SELECT source FROM ragsidecar_memory_partitions WHERE namespace = 'binding'")
+        ]
         left = connection.execute("SELECT count(*) FROM ragsidecar_memory_documents").fetchone()[0]
     assert sources == [kept[0]] and left == len(ORDERS)

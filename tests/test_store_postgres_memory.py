@@ -17,12 +17,14 @@ import threading
 import time
 
 import grpc
+import ir_data
 import numpy as np
 import psycopg
 import pytest
 from grpc_health.v1 import health_pb2
+from retrieval_helpers import PRINCIPAL, entry, target
+from sidecar import Sidecar, default_config
 
-import ir_data
 from ragsidecar import metrics
 from ragsidecar.knowledge.chunking import Chunk
 from ragsidecar.knowledge.declarations import Scope
@@ -31,9 +33,8 @@ from ragsidecar.store.database import Database
 from ragsidecar.store.interface import MemoryDocument, Prepared
 from ragsidecar.store.postgres_documents import PostgresMemoryStore
 from ragsidecar.store.resident import ResidentIndexes
-from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc
-from retrieval_helpers import PRINCIPAL, entry, target
-from sidecar import Sidecar, default_config
+from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import retrieval_pb2 as pb
 
 NOTES = entry("notes", "MEMORY", "SEARCH")
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -57,16 +58,29 @@ def scope(tenant: str, session: str = "s1") -> common_pb2.Scope:
     return common_pb2.Scope(tenant=tenant, session=session)
 
 
-def upsert(server: Sidecar, where: common_pb2.Scope, documents: dict[str, str],
-           knowledge: str = "notes") -> pb.UpsertDocumentsResponse:
-    return stub(server).UpsertDocuments(pb.UpsertDocumentsRequest(
-        principal=PRINCIPAL, scope=where, knowledge=knowledge,
-        documents=[pb.MemoryDocument(id=i, text=t) for i, t in documents.items()]), timeout=120)
+def upsert(
+    server: Sidecar, where: common_pb2.Scope, documents: dict[str, str], knowledge: str = "notes"
+) -> pb.UpsertDocumentsResponse:
+    return stub(server).UpsertDocuments(
+        pb.UpsertDocumentsRequest(
+            principal=PRINCIPAL,
+            scope=where,
+            knowledge=knowledge,
+            documents=[pb.MemoryDocument(id=i, text=t) for i, t in documents.items()],
+        ),
+        timeout=120,
+    )
 
 
 def search(server: Sidecar, where: common_pb2.Scope, query: str, top_k: int = 10) -> list[pb.RetrievedChunk]:
-    return list(stub(server).Search(pb.SearchRequest(principal=PRINCIPAL, scope=where, target=target([NOTES]),
-                                                     query=query, top_k=top_k), timeout=120).hits)
+    return list(
+        stub(server)
+        .Search(
+            pb.SearchRequest(principal=PRINCIPAL, scope=where, target=target([NOTES]), query=query, top_k=top_k),
+            timeout=120,
+        )
+        .hits
+    )
 
 
 def found_ids(server: Sidecar, where: common_pb2.Scope, query: str, top_k: int = 10) -> list[str]:
@@ -90,8 +104,14 @@ def replicas(postgres, tmp_path_factory):
 def test_a_document_upserted_on_one_replica_is_found_by_the_other_at_once(replicas) -> None:
     a, b = replicas
     where = scope("acme")
-    written = upsert(a, where, {"bob": "The customer Bob prefers delivery on Saturdays.",
-                                "leeds": "The Leeds warehouse closes at 6pm on weekdays."})
+    written = upsert(
+        a,
+        where,
+        {
+            "bob": "The customer Bob prefers delivery on Saturdays.",
+            "leeds": "The Leeds warehouse closes at 6pm on weekdays.",
+        },
+    )
     assert (written.inserted, written.replaced, written.unchanged, written.document_count) == (2, 0, 0, 2)
     assert found_ids(b, where, "when does Bob want his parcel delivered?")[0] == "bob"
     assert found_ids(b, where, "warehouse opening hours")[0] == "leeds"
@@ -99,8 +119,14 @@ def test_a_document_upserted_on_one_replica_is_found_by_the_other_at_once(replic
     assert hit.text == "The customer Bob prefers delivery on Saturdays." and hit.source == "notes"
     assert hit.scores.HasField("bm25") and 0 < hit.scores.dense <= 1
     # Upserting the same documents again through B changes nothing; a changed text replaces the old one.
-    again = upsert(b, where, {"bob": "The customer Bob prefers delivery on Saturdays.",
-                              "leeds": "The Leeds warehouse now closes at 8pm on weekdays."})
+    again = upsert(
+        b,
+        where,
+        {
+            "bob": "The customer Bob prefers delivery on Saturdays.",
+            "leeds": "The Leeds warehouse now closes at 8pm on weekdays.",
+        },
+    )
     assert (again.inserted, again.replaced, again.unchanged, again.document_count) == (0, 1, 1, 2)
     assert "8pm" in search(a, where, "warehouse closing time", top_k=1)[0].text
 
@@ -108,11 +134,19 @@ def test_a_document_upserted_on_one_replica_is_found_by_the_other_at_once(replic
 def test_a_document_deleted_on_one_replica_is_gone_on_the_other(replicas) -> None:
     a, b = replicas
     where = scope("acme", "deletes")
-    upsert(a, where, {"keep": "Invoices are sent on the first day of each month.",
-                      "drop": "Invoices for Ada go to her office in Lyon."})
+    upsert(
+        a,
+        where,
+        {
+            "keep": "Invoices are sent on the first day of each month.",
+            "drop": "Invoices for Ada go to her office in Lyon.",
+        },
+    )
     assert "drop" in found_ids(b, where, "where do Ada's invoices go?")
-    deleted = stub(a).DeleteDocuments(pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=where, knowledge="notes",
-                                                                ids=["drop", "never-there"]), timeout=60)
+    deleted = stub(a).DeleteDocuments(
+        pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=where, knowledge="notes", ids=["drop", "never-there"]),
+        timeout=60,
+    )
     assert (deleted.deleted, deleted.not_found, deleted.document_count) == (1, 1, 1)
     assert found_ids(b, where, "where do Ada's invoices go?") == ["keep"]
 
@@ -122,15 +156,18 @@ def test_every_write_on_either_replica_is_in_the_next_search_on_the_other(replic
     change log (one reload, the partition's first search, then only changes), never serving a stale answer."""
     where = scope("acme", "rounds")
     upsert(replicas[0], where, {"base": "The depot opens at 7am and ships parcels every morning."})
-    catch_ups = {how: [r.metric("ragsidecar_partition_catch_ups_total", how=how) for r in replicas]
-                 for how in ("changes", "reload")}
+    catch_ups = {
+        how: [r.metric("ragsidecar_partition_catch_ups_total", how=how) for r in replicas]
+        for how in ("changes", "reload")
+    }
     for n in range(12):
         writer, reader = replicas[n % 2], replicas[1 - n % 2]
         token = f"zq{n}"
         upsert(writer, where, {f"note{n}": f"Parcel {token} waits at the Leeds depot for round {n}."})
         assert found_ids(reader, where, token, top_k=3)[0] == f"note{n}", n
-        stub(writer).DeleteDocuments(pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=where, knowledge="notes",
-                                                               ids=[f"note{n}"]), timeout=60)
+        stub(writer).DeleteDocuments(
+            pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=where, knowledge="notes", ids=[f"note{n}"]), timeout=60
+        )
         assert f"note{n}" not in found_ids(reader, where, token, top_k=3), n
     for i, replica in enumerate(replicas):
         reloads = replica.metric("ragsidecar_partition_catch_ups_total", how="reload") - catch_ups["reload"][i]
@@ -180,13 +217,16 @@ def ranked(hits: list[pb.RetrievedChunk]) -> list[tuple[float, str, str]]:
 
 
 def test_a_replica_chunking_differently_searches_only_vectors_of_its_own_and_fills_in_the_rest(
-        replicas, tmp_path) -> None:
+    replicas, tmp_path
+) -> None:
     """A replica whose embedder fingerprint differs (here: its chunk size) never mixes the other's vectors into
     its own: on load it cuts and embeds the documents written by the other, and each keeps searching its own."""
     a, _ = replicas
     where = scope("fingerprints")
-    long_text = " ".join(f"Paragraph {n}: the {word} depot ships parcels to customers every morning."
-                         for n, word in enumerate(["Leeds", "York", "Hull", "Bath", "Kent", "Derby"] * 3))
+    long_text = " ".join(
+        f"Paragraph {n}: the {word} depot ships parcels to customers every morning."
+        for n, word in enumerate(["Leeds", "York", "Hull", "Bath", "Kent", "Derby"] * 3)
+    )
     upsert(a, where, {"depots": long_text, "short": "Ada keeps the spare keys in the blue drawer."})
     narrow = postgres_sidecar(tmp_path, a.env["RAGSIDECAR_STORE_DSN"])
     narrow.config["retrieval"]["chunk_tokens"] = 48
@@ -258,8 +298,10 @@ def test_row_level_security_keeps_tenants_apart_for_a_role_that_is_not_a_superus
         assert found_ids(server, scope("t2"), "where are the spare keys?") == ["two"]
         upsert(server, scope("t2"), {"two": "Tenant two now keeps its spare keys at the front desk."})
         for tenant in ("t1", "t2"):  # the same id in another tenant is another document
-            stub(server).DeleteDocuments(pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=scope(tenant),
-                                                                   knowledge="notes", ids=["one"]), timeout=60)
+            stub(server).DeleteDocuments(
+                pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=scope(tenant), knowledge="notes", ids=["one"]),
+                timeout=60,
+            )
         assert found_ids(server, scope("t1"), "where are the spare keys?") == []
         assert "front desk" in search(server, scope("t2"), "where are the spare keys?")[0].text
     finally:
@@ -267,9 +309,11 @@ def test_row_level_security_keeps_tenants_apart_for_a_role_that_is_not_a_superus
     with psycopg.connect(dsn) as connection:
         tables = connection.execute(
             "SELECT relname FROM pg_class WHERE relname LIKE 'ragsidecar\\_memory\\_%' AND relkind = 'r' "
-            "AND relrowsecurity AND relforcerowsecurity").fetchall()
-        assert {t for (t,) in tables} == {f"ragsidecar_memory_{t}" for t in
-                                          ("partitions", "documents", "spaces", "chunks", "removals")}
+            "AND relrowsecurity AND relforcerowsecurity"
+        ).fetchall()
+        assert {t for (t,) in tables} == {
+            f"ragsidecar_memory_{t}" for t in ("partitions", "documents", "spaces", "chunks", "removals")
+        }
         assert connection.execute("SELECT count(*) FROM ragsidecar_memory_documents").fetchone()[0] == 0
         connection.execute("SELECT set_config('ragsidecar.tenant', 't2', false)")
         assert connection.execute("SELECT id FROM ragsidecar_memory_documents").fetchall() == [("two",)]
@@ -303,22 +347,33 @@ def vector_of(text: str) -> np.ndarray:
 
 async def sentences(scope: Scope, name: str, units: list[Unit]) -> Prepared:
     """The catalog's chunk-and-embed, standing in for the models: one chunk per sentence, a vector per text."""
-    chunks = [Chunk(f"{name}:{n}", name, n, text, unit.provenance, hashlib.sha256(text.encode()).hexdigest(), 1)
-              for unit in units for n, text in enumerate(unit.text.split(". "))]
+    chunks = [
+        Chunk(f"{name}:{n}", name, n, text, unit.provenance, hashlib.sha256(text.encode()).hexdigest(), 1)
+        for unit in units
+        for n, text in enumerate(unit.text.split(". "))
+    ]
     vectors = np.stack([vector_of(c.text) for c in chunks]) if chunks else np.zeros((0, DIMENSIONS), np.float32)
     return Prepared("sentences", "none", chunks, vectors)
 
 
 def run_replicas(postgres, name: str, test, log_entries: int = 10_000) -> None:
     """Runs `test(database, a, b)` with two stores on a fresh database, as two replicas would have them."""
+
     async def main() -> None:
         database = Database(postgres.database(name), 4, row_level_security=False)
         await database.start()
         try:
-            stores = [PostgresMemoryStore(database, namespace="memory", prepare=sentences,
-                                          indexes=ResidentIndexes(f"{name}_{n}", 1 << 28, 1, "f16"),
-                                          max_request_bytes=1 << 20, change_log_entries=log_entries)
-                      for n in range(2)]
+            stores = [
+                PostgresMemoryStore(
+                    database,
+                    namespace="memory",
+                    prepare=sentences,
+                    indexes=ResidentIndexes(f"{name}_{n}", 1 << 28, 1, "f16"),
+                    max_request_bytes=1 << 20,
+                    change_log_entries=log_entries,
+                )
+                for n in range(2)
+            ]
             await test(database, *stores)
         finally:
             await database.close()
@@ -328,8 +383,14 @@ def run_replicas(postgres, name: str, test, log_entries: int = 10_000) -> None:
 
 async def stored_chunks(database: Database, tenant: str) -> dict[str, str]:
     """Chunk key -> text of the tenant's chunks, as the database holds them."""
-    return dict(await database.run(lambda c: c.execute(
-        "SELECT key, text FROM ragsidecar_memory_chunks WHERE tenant = %s", (tenant,)).fetchall(), tenant=tenant))
+    return dict(
+        await database.run(
+            lambda c: c.execute(
+                "SELECT key, text FROM ragsidecar_memory_chunks WHERE tenant = %s", (tenant,)
+            ).fetchall(),
+            tenant=tenant,
+        )
+    )
 
 
 def catch_ups(how: str) -> float:
@@ -343,13 +404,20 @@ def test_the_change_log_stays_within_its_bound_and_a_replica_behind_it_reloads(p
         await a.upsert(where, "notes", [MemoryDocument("keep", "Ada keeps the keys. The depot opens at 7am", {})])
         behind = await b.index(where, "notes", "sentences", "none")  # at the first change
         await a.index(where, "notes", "sentences", "none")
-        pruned, reloads, changes = (metrics.STORE_CHANGE_LOG_PRUNED._value.get(), catch_ups("reload"),
-                                    catch_ups("changes"))
+        pruned, reloads, changes = (
+            metrics.STORE_CHANGE_LOG_PRUNED._value.get(),
+            catch_ups("reload"),
+            catch_ups("changes"),
+        )
         for n in range(20):  # each replacement of "twice" removes (and logs) two chunk keys
             await a.upsert(where, "notes", [MemoryDocument("twice", f"Round {n} starts. Round {n} ends", {})])
-            log = await database.run(lambda c: c.execute(
-                "SELECT count(r.key), max(s.logged), max(s.log_from) FROM ragsidecar_memory_spaces s "
-                "LEFT JOIN ragsidecar_memory_removals r ON r.space = s.id").fetchone(), tenant="acme")
+            log = await database.run(
+                lambda c: c.execute(
+                    "SELECT count(r.key), max(s.logged), max(s.log_from) FROM ragsidecar_memory_spaces s "
+                    "LEFT JOIN ragsidecar_memory_removals r ON r.space = s.id"
+                ).fetchone(),
+                tenant="acme",
+            )
             assert log[0] <= 6 and log[1] == log[0], (n, log)
             if n == 1:  # within the log: a's index catches up from it
                 assert len((await a.index(where, "notes", "sentences", "none")).index) == 4
@@ -360,7 +428,8 @@ def test_the_change_log_stays_within_its_bound_and_a_replica_behind_it_reloads(p
         assert caught_up.index is not behind.index and caught_up.documents == 2
         assert caught_up.index.search(vector_of("Round 19 ends"), "", 1)[0].chunk.text == "Round 19 ends"
         assert sorted(c.text for c in caught_up.index.chunks()) == sorted(
-            (await stored_chunks(database, "acme")).values())
+            (await stored_chunks(database, "acme")).values()
+        )
 
     run_replicas(postgres, "pgb_change_log", test, log_entries=6)
 
@@ -381,13 +450,15 @@ def test_interleaved_writes_on_two_replicas_leave_both_indexes_equal_to_the_data
     async def test(database: Database, a: PostgresMemoryStore, b: PostgresMemoryStore) -> None:
         for n in range(40):
             writer, reader = (a, b) if rng.random() < 0.5 else (b, a)
-            await asyncio.gather(step(writer, n), step(reader, 1000 + n),
-                                 reader.index(where, "notes", "sentences", "none"))
+            await asyncio.gather(
+                step(writer, n), step(reader, 1000 + n), reader.index(where, "notes", "sentences", "none")
+            )
             stored = await stored_chunks(database, "acme")
             for store in (reader, writer):
                 index = (await store.index(where, "notes", "sentences", "none")).index
                 assert index.keys() == set(stored) and sorted(c.text for c in index.chunks()) == sorted(
-                    stored.values()), n
+                    stored.values()
+                ), n
         assert catch_ups("changes") > 40
 
     run_replicas(postgres, "pgb_interleaved", test)

@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 import re
 import shlex
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from opentelemetry.proto.trace.v1 import trace_pb2
-
 from conftest import retrieval_config
+from opentelemetry.proto.trace.v1 import trace_pb2
 from otlp_receiver import WAIT_S, Receiver, start
-from ragsidecar.tracing import wanted
-from ragsidecar.v1 import reranker_pb2
-from ragsidecar.v1 import retrieval_pb2 as pb, retrieval_pb2_grpc
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
 from sidecar import REPO, Sidecar, free_port
+
+from ragsidecar.tracing import wanted
+from ragsidecar.v1 import reranker_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import retrieval_pb2 as pb
 
 # The host's span: what a traced host sends in its W3C traceparent.
 HOST_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -48,13 +48,14 @@ def tracing_env(port: int) -> dict[str, str]:
     (command,) = blocks(DOCS, "bash")
     words = shlex.split(command)
     env = dict(word.split("=", 1) for word in words if "=" in word)
-    assert words[len(env):] == ["ragsidecar", "serve"], "the sidecar is started as documented"
+    assert words[len(env) :] == ["ragsidecar", "serve"], "the sidecar is started as documented"
     return {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_BSP_SCHEDULE_DELAY": "100"}
 
 
 @pytest.fixture(scope="module")
-def traced_sidecar(tmp_path_factory: pytest.TempPathFactory, knowledge_root: Path,
-                   receiver: Receiver) -> Iterator[Sidecar]:
+def traced_sidecar(
+    tmp_path_factory: pytest.TempPathFactory, knowledge_root: Path, receiver: Receiver
+) -> Iterator[Sidecar]:
     config = retrieval_config(knowledge_root, tmp_path_factory.mktemp("traced-data"))
     config["inference"]["cache_bytes"] = 0
     config["http"] = {"port": free_port()}
@@ -109,17 +110,24 @@ def rerank_stages_under_rpc(spans: list[trace_pb2.Span], method: str, parent_spa
 
 
 def test_a_call_continues_the_callers_trace_with_its_stage_spans(traced_sidecar: Sidecar, receiver: Receiver) -> None:
-    request = reranker_pb2.RerankRequest(query="how do cells divide", documents=[
-        reranker_pb2.RerankDocument(id="a", text="Mitosis is how a cell divides into two identical cells."),
-        reranker_pb2.RerankDocument(id="b", text="The stock market closed higher today.")])
+    request = reranker_pb2.RerankRequest(
+        query="how do cells divide",
+        documents=[
+            reranker_pb2.RerankDocument(id="a", text="Mitosis is how a cell divides into two identical cells."),
+            reranker_pb2.RerankDocument(id="b", text="The stock market closed higher today."),
+        ],
+    )
     traced_sidecar.reranker().Rerank(request, timeout=30, metadata=[("traceparent", TRACEPARENT)])
     method = "ragsidecar.v1.RerankerService/Rerank"
     spans = receiver.trace(HOST_TRACE, has_all(method, "rerank", "tokenize", "queue wait", "inference batch"))
     rpc = rerank_stages_under_rpc(spans, method, HOST_SPAN)
     assert attributes(rpc)["rpc.grpc.status_code"] == "OK"
     (rerank,) = named(spans, "rerank")
-    assert {"ragsidecar.model": "ms-marco-MiniLM-L-12-v2", "ragsidecar.pairs": 2,
-            "ragsidecar.cached_pairs": 0}.items() <= attributes(rerank).items()
+    assert {
+        "ragsidecar.model": "ms-marco-MiniLM-L-12-v2",
+        "ragsidecar.pairs": 2,
+        "ragsidecar.cached_pairs": 0,
+    }.items() <= attributes(rerank).items()
     (tokenize,) = named(spans, "tokenize")
     assert attributes(tokenize)["ragsidecar.tokens"] > 10
     batch = named(spans, "inference batch")[0]
@@ -131,8 +139,9 @@ def test_a_call_continues_the_callers_trace_with_its_stage_spans(traced_sidecar:
 def test_search_spans_index_build_retrieval_stages_and_reranking(traced_sidecar: Sidecar, receiver: Receiver) -> None:
     trace_id, parent = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
     guide = entry("guide", "DIRECTORY", "SEARCH", "guide", top_k=3, search=pb.SearchOptions(rerank=True, candidates=5))
-    search = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([guide]),
-                              query="how long does express shipping take")
+    search = pb.SearchRequest(
+        principal=PRINCIPAL, scope=SCOPE, target=target([guide]), query="how long does express shipping take"
+    )
     retrieval = retrieval_pb2_grpc.RetrievalServiceStub(traced_sidecar.channel())
     assert retrieval.Search(search, timeout=120, metadata=[("traceparent", f"00-{trace_id}-{parent}-01")]).hits
     method = "ragsidecar.v1.RetrievalService/Search"
@@ -149,8 +158,12 @@ def test_search_spans_index_build_retrieval_stages_and_reranking(traced_sidecar:
 def test_an_http_api_request_continues_the_callers_trace(traced_sidecar: Sidecar, receiver: Receiver) -> None:
     trace_id, parent = "3d1e5f7a9b0c2d4e6f8a0b1c3d5e7f9a", "c1d2e3f4a5b6c7d8"
     body = json.dumps({"query": "how do cells divide", "documents": ["Mitosis divides a cell.", "Stocks rose."]})
-    request = urllib.request.Request(f"{traced_sidecar.http_url}/v2/rerank", body.encode(), method="POST", headers={
-        "content-type": "application/json", "traceparent": f"00-{trace_id}-{parent}-01"})
+    request = urllib.request.Request(
+        f"{traced_sidecar.http_url}/v2/rerank",
+        body.encode(),
+        method="POST",
+        headers={"content-type": "application/json", "traceparent": f"00-{trace_id}-{parent}-01"},
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 200
     spans = receiver.trace(trace_id, has_all("POST /v2/rerank", "rerank", "inference batch"))

@@ -10,13 +10,18 @@ import pytest
 from google.protobuf import struct_pb2
 from google.protobuf.internal import encoder
 from grpc_health.v1 import health_pb2
-
-from ragsidecar.v1 import chat_knowledge_pb2, common_pb2, reranker_pb2, retrieval_pb2, retrieval_pb2_grpc
 from sidecar import Sidecar, default_config, error_details, status_wire_bytes
 
-SERVICES = [file.services_by_name[name] for file, name in (
-    (reranker_pb2.DESCRIPTOR, "RerankerService"), (retrieval_pb2.DESCRIPTOR, "RetrievalService"),
-    (chat_knowledge_pb2.DESCRIPTOR, "ChatKnowledgeService"))]
+from ragsidecar.v1 import chat_knowledge_pb2, common_pb2, reranker_pb2, retrieval_pb2, retrieval_pb2_grpc
+
+SERVICES = [
+    file.services_by_name[name]
+    for file, name in (
+        (reranker_pb2.DESCRIPTOR, "RerankerService"),
+        (retrieval_pb2.DESCRIPTOR, "RetrievalService"),
+        (chat_knowledge_pb2.DESCRIPTOR, "ChatKnowledgeService"),
+    )
+]
 SIDECAR_METHODS = [f"/{service.full_name}/{method.name}" for service in SERVICES for method in service.methods]
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
@@ -86,9 +91,12 @@ def assert_invalid_request(err: grpc.RpcError) -> None:
 def test_undecodable_request_is_invalid_argument_on_every_method(sidecar: Sidecar, kind: str) -> None:
     payload = UNDECODABLE[kind]
     channel = sidecar.channel()
-    methods = [m for m in SIDECAR_METHODS
-               # ListModelsRequest has no field 2: there those bytes are a valid unknown field.
-               if not (kind == "invalid UTF-8" and m.endswith("/ListModels"))]
+    methods = [
+        m
+        for m in SIDECAR_METHODS
+        # ListModelsRequest has no field 2: there those bytes are a valid unknown field.
+        if not (kind == "invalid UTF-8" and m.endswith("/ListModels"))
+    ]
     before = len(sidecar.output)
     for method in methods:
         assert_invalid_request(raw_unary(channel, method, payload))
@@ -104,7 +112,8 @@ def test_a_refused_call_sends_no_message_before_its_status(sidecar: Sidecar) -> 
     channel = sidecar.channel()
     refused = {  # a domain error, and an error of the interceptors in front of the servicers
         "/ragsidecar.v1.RerankerService/Rerank": reranker_pb2.RerankRequest(
-            model="no-such-model", query="q", documents=[reranker_pb2.RerankDocument(text="d")]).SerializeToString(),
+            model="no-such-model", query="q", documents=[reranker_pb2.RerankDocument(text="d")]
+        ).SerializeToString(),
         "/ragsidecar.v1.RetrievalService/Search": UNDECODABLE["corrupt wire bytes"],
     }
     for method, payload in refused.items():
@@ -159,24 +168,25 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
 LIST_MODELS = "/ragsidecar.v1.RerankerService/ListModels"
 
 
-@pytest.mark.parametrize("credentials", [f"Bearer {TOKEN}", f"bearer {TOKEN}", f"BEARER {TOKEN}",
-                                         f"bEaReR  {TOKEN}"])
+@pytest.mark.parametrize("credentials", [f"Bearer {TOKEN}", f"bearer {TOKEN}", f"BEARER {TOKEN}", f"bEaReR  {TOKEN}"])
 def test_bearer_scheme_is_case_insensitive(guarded: Sidecar, credentials: str) -> None:
     stub = guarded.reranker()
-    response = stub.ListModels(reranker_pb2.ListModelsRequest(), metadata=(("authorization", credentials),),
-                               timeout=10)
+    response = stub.ListModels(reranker_pb2.ListModelsRequest(), metadata=(("authorization", credentials),), timeout=10)
     assert response.models
 
 
-@pytest.mark.parametrize("metadata, why", [
-    ((), "missing bearer token"),
-    ((("authorization", f"Basic {TOKEN}"),), "not a bearer token"),
-    ((("authorization", TOKEN),), "not a bearer token"),
-    ((("authorization", f"Bearer {TOKEN}x"),), "wrong bearer token"),
-    ((("authorization", f"Bearer {TOKEN[:-1]}"),), "wrong bearer token"),
-    ((("authorization", f"Bearer {TOKEN}"), ("authorization", f"Bearer {TOKEN}")), "more than one"),
-    ((("authorization", f"Bearer {TOKEN}"), ("authorization", "Bearer other")), "more than one"),
-])
+@pytest.mark.parametrize(
+    "metadata, why",
+    [
+        ((), "missing bearer token"),
+        ((("authorization", f"Basic {TOKEN}"),), "not a bearer token"),
+        ((("authorization", TOKEN),), "not a bearer token"),
+        ((("authorization", f"Bearer {TOKEN}x"),), "wrong bearer token"),
+        ((("authorization", f"Bearer {TOKEN[:-1]}"),), "wrong bearer token"),
+        ((("authorization", f"Bearer {TOKEN}"), ("authorization", f"Bearer {TOKEN}")), "more than one"),
+        ((("authorization", f"Bearer {TOKEN}"), ("authorization", "Bearer other")), "more than one"),
+    ],
+)
 def test_refused_credentials_are_unauthenticated(guarded: Sidecar, metadata, why: str) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         guarded.reranker().ListModels(reranker_pb2.ListModelsRequest(), metadata=metadata, timeout=10)
@@ -192,8 +202,12 @@ def test_undecodable_request_without_credentials_is_unauthenticated(guarded: Sid
     for payload in UNDECODABLE.values():
         err = raw_unary(channel, "/ragsidecar.v1.RerankerService/Rerank", payload)
         assert err.code() == grpc.StatusCode.UNAUTHENTICATED
-    err = raw_unary(channel, "/ragsidecar.v1.RerankerService/Rerank", UNDECODABLE["corrupt wire bytes"],
-                    metadata=(("authorization", f"bearer {TOKEN}"),))
+    err = raw_unary(
+        channel,
+        "/ragsidecar.v1.RerankerService/Rerank",
+        UNDECODABLE["corrupt wire bytes"],
+        metadata=(("authorization", f"bearer {TOKEN}"),),
+    )
     assert_invalid_request(err)
     assert TOKEN not in guarded.log() and "Traceback" not in guarded.log()
 
@@ -216,8 +230,9 @@ def assert_violations_capped(err: grpc.RpcError, at_least: int) -> None:
 
 def test_ten_thousand_unknown_names_get_a_status_that_fits(sidecar: Sidecar) -> None:
     names = [f"unknown-knowledge-{i:05d}-" + "n" * 40 for i in range(10_000)]
-    request = retrieval_pb2.RequireLoadedRequest(principal=PRINCIPAL, scope=SCOPE,
-                                                 target=retrieval_pb2.Target(name="t"), names=names)
+    request = retrieval_pb2.RequireLoadedRequest(
+        principal=PRINCIPAL, scope=SCOPE, target=retrieval_pb2.Target(name="t"), names=names
+    )
     with pytest.raises(grpc.RpcError) as caught:
         retrieval_stub(sidecar).RequireLoaded(request, timeout=60)
     assert_fits(caught.value, grpc.StatusCode.INVALID_ARGUMENT)
@@ -226,8 +241,9 @@ def test_ten_thousand_unknown_names_get_a_status_that_fits(sidecar: Sidecar) -> 
 
 def test_hundreds_of_long_violations_get_a_status_that_fits(sidecar: Sidecar) -> None:
     documents = [retrieval_pb2.MemoryDocument(id=f"{i}-" + "é" * 300, text=" ") for i in range(900)]
-    request = retrieval_pb2.UpsertDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes",
-                                                   documents=documents)
+    request = retrieval_pb2.UpsertDocumentsRequest(
+        principal=PRINCIPAL, scope=SCOPE, knowledge="notes", documents=documents
+    )
     with pytest.raises(grpc.RpcError) as caught:
         retrieval_stub(sidecar).UpsertDocuments(request, timeout=60)
     assert_fits(caught.value, grpc.StatusCode.INVALID_ARGUMENT)
@@ -238,20 +254,26 @@ def test_hundreds_of_long_violations_get_a_status_that_fits(sidecar: Sidecar) ->
 
 def test_long_path_gets_a_status_that_fits(sidecar: Sidecar) -> None:
     path = "/" + "p" * 9000 + "é" * 3000
-    entry = retrieval_pb2.KnowledgeEntry(name="long", type=retrieval_pb2.KNOWLEDGE_TYPE_FILE,
-                                         use=retrieval_pb2.KNOWLEDGE_USE_SEARCH, path=path)
-    request = retrieval_pb2.RequireReadyRequest(principal=PRINCIPAL, scope=SCOPE,
-                                                target=retrieval_pb2.Target(name="t", knowledge=[entry] * 30))
+    entry = retrieval_pb2.KnowledgeEntry(
+        name="long", type=retrieval_pb2.KNOWLEDGE_TYPE_FILE, use=retrieval_pb2.KNOWLEDGE_USE_SEARCH, path=path
+    )
+    request = retrieval_pb2.RequireReadyRequest(
+        principal=PRINCIPAL, scope=SCOPE, target=retrieval_pb2.Target(name="t", knowledge=[entry] * 30)
+    )
     with pytest.raises(grpc.RpcError) as caught:
         retrieval_stub(sidecar).RequireReady(request, timeout=60)
-    assert caught.value.code() not in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL,
-                                       grpc.StatusCode.RESOURCE_EXHAUSTED), caught.value.details()
+    assert caught.value.code() not in (
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ), caught.value.details()
     assert_fits(caught.value, caught.value.code())
 
 
 def test_long_model_name_gets_a_status_that_fits(sidecar: Sidecar) -> None:
-    request = reranker_pb2.RerankRequest(model="m" * 9000 + "\u202e" * 3000, query="q",
-                                         documents=[reranker_pb2.RerankDocument(text="d")])
+    request = reranker_pb2.RerankRequest(
+        model="m" * 9000 + "\u202e" * 3000, query="q", documents=[reranker_pb2.RerankDocument(text="d")]
+    )
     with pytest.raises(grpc.RpcError) as caught:
         sidecar.reranker().Rerank(request, timeout=30)
     assert_fits(caught.value, grpc.StatusCode.NOT_FOUND)

@@ -42,11 +42,11 @@ def test_long_units_are_cut_on_tokens_within_the_window_and_map_back_to_their_te
     assert len(chunks) > 1 and [c.position for c in chunks] == list(range(len(chunks)))
     for chunk in chunks:
         assert chunk.tokens <= 25 and chunk.tokens == count_tokens(word_tokenizer(), chunk.text)
-        assert text[chunk.provenance.char_start:chunk.provenance.char_end] == chunk.text
-        lines = text[:chunk.provenance.char_start].count("\n") + 1
+        assert text[chunk.provenance.char_start : chunk.provenance.char_end] == chunk.text
+        lines = text[: chunk.provenance.char_start].count("\n") + 1
         assert chunk.provenance.line_start == lines and chunk.provenance.file == "notes.txt"
     assert chunks[0].text.endswith(".")  # a sentence end in the window's tail is where it ends
-    covered = "".join(text[c.provenance.char_start:c.provenance.char_end] for c in chunks)
+    covered = "".join(text[c.provenance.char_start : c.provenance.char_end] for c in chunks)
     assert set(re.findall(r"Sentence \d+", covered)) == {f"Sentence {i}" for i in range(12)}
 
 
@@ -66,9 +66,17 @@ def test_positions_run_across_units_from_the_first_position_and_blank_units_give
 
 def test_chunk_meta_is_what_a_hit_reports() -> None:
     (chunk,) = chunk_units("s", [unit("one line")], word_tokenizer(), max_tokens=8, overlap_tokens=0)
-    assert chunk_meta(chunk) == {"position": 0, "content_hash": chunk.content_hash, "file": "notes.txt",
-                                 "document_id": "", "line_start": 1, "line_end": 1, "page": None,
-                                 "char_start": 0, "char_end": 8}
+    assert chunk_meta(chunk) == {
+        "position": 0,
+        "content_hash": chunk.content_hash,
+        "file": "notes.txt",
+        "document_id": "",
+        "line_start": 1,
+        "line_end": 1,
+        "page": None,
+        "char_start": 0,
+        "char_end": 8,
+    }
 
 
 @pytest.mark.parametrize(("max_tokens", "overlap"), [(0, 0), (8, 8), (8, -1)])

@@ -56,23 +56,29 @@ def test_zero_sequential_cursors_is_refused_since_every_cursor_would_be_forgotte
     assert one.retrieval.max_sequential_cursors == 1
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("[server]\nshutdown_grace_s = -1.0", "server.shutdown_grace_s: must be at least 0, got -1.0"),
-    ("[server]\nconfig_poll_s = -2", "server.config_poll_s: must be at least 0, got -2"),
-    ("[server]\nport = 70000", "server.port: must be in [0, 65535], got 70000"),
-    ("[server]\nmax_message_bytes = 0", "server.max_message_bytes: must be in [1, 2147483647], got 0"),
-    ("[inference]\ncache_bytes = -1", "inference.cache_bytes: must be at least 0, got -1"),
-    ("[inference]\nworkers = \"two\"", "inference.workers: expected int, got str 'two'"),
-    ("[retrieval]\ndirect_budget_fraction = 0.0", "retrieval.direct_budget_fraction: must be in (0, 1], got 0.0"),
-    ("[retrieval.model_windows]\nllm = 0", "retrieval.model_windows: every value must be positive"),
-    ("[retrieval]\nchunk_overlap_tokens = 200", "retrieval.chunk_overlap_tokens: must be in [0, chunk_tokens/2)"),
-    ("[retrieval]\nfusion = \"max\"", "retrieval.fusion: 'max' is not one of 'rrf', 'weighted_rrf', 'convex'"),
-    ("[store]\nprot = 1", "store.prot: unknown key (known: backend, connect_timeout_s, dsn_env,"),
-    ("[[models]]\nkind = \"bi-encoder\"", "models[0].id: required key is missing"),
-    ("[[models]]\nid = \"m\"\nkind = \"bi-encoder\"\nmax_length = 8", "models[0].max_length: must be at least 16, got 8"),
-    ("server = 3", "server: expected object, got int 3"),
-    ("base_dir = \"/\"", "base_dir: unknown key"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[server]\nshutdown_grace_s = -1.0", "server.shutdown_grace_s: must be at least 0, got -1.0"),
+        ("[server]\nconfig_poll_s = -2", "server.config_poll_s: must be at least 0, got -2"),
+        ("[server]\nport = 70000", "server.port: must be in [0, 65535], got 70000"),
+        ("[server]\nmax_message_bytes = 0", "server.max_message_bytes: must be in [1, 2147483647], got 0"),
+        ("[inference]\ncache_bytes = -1", "inference.cache_bytes: must be at least 0, got -1"),
+        ('[inference]\nworkers = "two"', "inference.workers: expected int, got str 'two'"),
+        ("[retrieval]\ndirect_budget_fraction = 0.0", "retrieval.direct_budget_fraction: must be in (0, 1], got 0.0"),
+        ("[retrieval.model_windows]\nllm = 0", "retrieval.model_windows: every value must be positive"),
+        ("[retrieval]\nchunk_overlap_tokens = 200", "retrieval.chunk_overlap_tokens: must be in [0, chunk_tokens/2)"),
+        ('[retrieval]\nfusion = "max"', "retrieval.fusion: 'max' is not one of 'rrf', 'weighted_rrf', 'convex'"),
+        ("[store]\nprot = 1", "store.prot: unknown key (known: backend, connect_timeout_s, dsn_env,"),
+        ('[[models]]\nkind = "bi-encoder"', "models[0].id: required key is missing"),
+        (
+            '[[models]]\nid = "m"\nkind = "bi-encoder"\nmax_length = 8',
+            "models[0].max_length: must be at least 16, got 8",
+        ),
+        ("server = 3", "server: expected object, got int 3"),
+        ('base_dir = "/"', "base_dir: unknown key"),
+    ],
+)
 def test_errors_name_the_key_and_the_allowed_range(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as refused:
         load_config(write(tmp_path, text + "\n"), environ={}, check_files=False)
@@ -81,8 +87,12 @@ def test_errors_name_the_key_and_the_allowed_range(tmp_path: Path, text: str, me
 
 def test_a_refused_config_exits_with_code_2_naming_the_key(tmp_path: Path) -> None:
     path = write(tmp_path, "[retrieval]\nmax_sequential_cursors = 0\n")
-    shown = subprocess.run([sys.executable, "-m", "ragsidecar", "config", "--config", str(path)],
-                           capture_output=True, text=True, timeout=60)
+    shown = subprocess.run(
+        [sys.executable, "-m", "ragsidecar", "config", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 2
     assert "invalid configuration: retrieval.max_sequential_cursors: must be positive, got 0" in shown.stderr
 
@@ -96,7 +106,7 @@ def test_bounds_read_as_ranges() -> None:
 
 
 def test_environment_overrides_apply_after_the_file(tmp_path: Path) -> None:
-    path = write(tmp_path, "[server]\nport = 1\n[paths]\ndata_dir = \"here\"\n")
+    path = write(tmp_path, '[server]\nport = 1\n[paths]\ndata_dir = "here"\n')
     environ = {"RAGSIDECAR_PORT": "6123", "RAGSIDECAR_DATA_DIR": "/elsewhere", "RAGSIDECAR_HTTP_PORT": "0"}
     config = load_config(path, environ=environ, check_files=False)
     assert (config.server.port, config.paths.data_dir, config.http.port) == (6123, "/elsewhere", 0)
@@ -108,14 +118,14 @@ def test_environment_overrides_apply_after_the_file(tmp_path: Path) -> None:
 
 def test_the_written_toml_loads_back_to_the_same_settings_elsewhere(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
-    text = "[paths]\nknowledge_roots = [\"docs\"]\n[retrieval.model_windows]\n\"acme/llm \\\"x\\\"\" = 4096\n"
+    text = '[paths]\nknowledge_roots = ["docs"]\n[retrieval.model_windows]\n"acme/llm \\"x\\"" = 4096\n'
     first = load_config(write(tmp_path / "a", text), environ={}, check_files=False)
     written = to_toml(first)
     (tmp_path / "copy.toml").write_text(written, encoding="utf-8")
     second = load_config(tmp_path / "copy.toml", environ={}, check_files=False)
     assert to_toml(second) == written
     assert second.paths.knowledge_roots == (str(tmp_path / "a" / "docs"),)
-    assert second.retrieval.model_windows == {"acme/llm \"x\"": 4096}
+    assert second.retrieval.model_windows == {'acme/llm "x"': 4096}
     assert msgspec.structs.replace(second, base_dir=first.base_dir, paths=first.paths) == first
 
 

@@ -14,10 +14,11 @@ from ragsidecar.knowledge.lexical import LANGUAGES, Lexical, terms
 
 
 def test_terms_stem_and_drop_stopwords_and_none_keeps_the_words() -> None:
-    assert terms(["The lab RUNS a study", "running studies"], "english") == [["lab", "run", "studi"],
-                                                                            ["run", "studi"]]
-    assert terms(["The lab RUNS a study", "running studies"], "none") == [["lab", "runs", "study"],
-                                                                         ["running", "studies"]]
+    assert terms(["The lab RUNS a study", "running studies"], "english") == [["lab", "run", "studi"], ["run", "studi"]]
+    assert terms(["The lab RUNS a study", "running studies"], "none") == [
+        ["lab", "runs", "study"],
+        ["running", "studies"],
+    ]
     assert terms(["Die Kinder spielten im Garten"], "german") == [["kind", "spielt", "gart"]]
     assert "english" in LANGUAGES and "none" in LANGUAGES
 
@@ -52,8 +53,9 @@ def test_weighted_rrf_at_the_extremes_is_one_list_and_at_a_half_orders_as_rrf() 
 
     assert order(fuse(DENSE, LEXICAL, FusionSettings("weighted_rrf", 1.0)))[:3] == ["a", "b", "c"]
     assert order(fuse(DENSE, LEXICAL, FusionSettings("weighted_rrf", 0.0)))[:2] == ["c", "d"]
-    assert order(fuse(DENSE, LEXICAL, FusionSettings("weighted_rrf", 0.5))) == order(fuse(DENSE, LEXICAL,
-                                                                                          FusionSettings()))
+    assert order(fuse(DENSE, LEXICAL, FusionSettings("weighted_rrf", 0.5))) == order(
+        fuse(DENSE, LEXICAL, FusionSettings())
+    )
 
 
 def test_convex_scales_cosine_from_minus_one_and_bm25_from_zero_missing_counts_as_the_minimum() -> None:
@@ -71,8 +73,9 @@ def test_fusion_of_one_empty_list_follows_the_other() -> None:
         assert sorted(fused, key=lambda k: -fused[k]) == ["a", "b", "c"]
 
 
-@pytest.mark.parametrize("settings", [dict(method="max"), dict(dense_weight=1.5), dict(dense_weight=-0.1),
-                                      dict(rrf_k=0)])
+@pytest.mark.parametrize(
+    "settings", [dict(method="max"), dict(dense_weight=1.5), dict(dense_weight=-0.1), dict(rrf_k=0)]
+)
 def test_fusion_settings_refuse_what_they_cannot_mean(settings: dict) -> None:
     with pytest.raises(ValueError):
         FusionSettings(**settings)

@@ -17,37 +17,68 @@ from ragsidecar.inference.models import relevance_logit
 from ragsidecar.packaged_models import InstallError
 
 
-@pytest.mark.parametrize(("text", "repo", "revision"), [
-    ("BAAI/bge-reranker-v2-m3", "BAAI/bge-reranker-v2-m3", None),
-    ("cross-encoder/ms-marco-MiniLM-L6-v2@main", "cross-encoder/ms-marco-MiniLM-L6-v2", "main"),
-    ("Xenova/bge-reranker-base@refs/pr/3", "Xenova/bge-reranker-base", "refs/pr/3"),
-    ("org/name@" + "a" * 40, "org/name", "a" * 40),
-])
+@pytest.mark.parametrize(
+    ("text", "repo", "revision"),
+    [
+        ("BAAI/bge-reranker-v2-m3", "BAAI/bge-reranker-v2-m3", None),
+        ("cross-encoder/ms-marco-MiniLM-L6-v2@main", "cross-encoder/ms-marco-MiniLM-L6-v2", "main"),
+        ("Xenova/bge-reranker-base@refs/pr/3", "Xenova/bge-reranker-base", "refs/pr/3"),
+        ("org/name@" + "a" * 40, "org/name", "a" * 40),
+    ],
+)
 def test_hub_ids_parse(text: str, repo: str, revision: str | None) -> None:
     assert HubRef.parse(text) == HubRef(repo, revision)
     assert str(HubRef.parse(text)) == text
 
 
-@pytest.mark.parametrize("text", ["name", "org/", "/name", "org/name/extra", "org/name@", "org/..@v1",
-                                  "org/name@../x", "https://example.org/org/name", "org/name@v 1", ""])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "name",
+        "org/",
+        "/name",
+        "org/name/extra",
+        "org/name@",
+        "org/..@v1",
+        "org/name@../x",
+        "https://example.org/org/name",
+        "org/name@v 1",
+        "",
+    ],
+)
 def test_what_is_not_a_hub_id(text: str) -> None:
     with pytest.raises(ValueError, match="is not a hub model id"):
         HubRef.parse(text)
 
 
-OPTIMUM = ["config.json", "tokenizer.json", "onnx/model.onnx", "onnx/model_O4.onnx", "onnx/model_qint8_arm64.onnx",
-           "onnx/model_quint8_avx2.onnx", "onnx/model_qint8_avx512.onnx"]
-TRANSFORMERS_JS = ["tokenizer.json", "onnx/model.onnx", "onnx/model_fp16.onnx", "onnx/model_quantized.onnx",
-                   "onnx/model_int8.onnx"]
+OPTIMUM = [
+    "config.json",
+    "tokenizer.json",
+    "onnx/model.onnx",
+    "onnx/model_O4.onnx",
+    "onnx/model_qint8_arm64.onnx",
+    "onnx/model_quint8_avx2.onnx",
+    "onnx/model_qint8_avx512.onnx",
+]
+TRANSFORMERS_JS = [
+    "tokenizer.json",
+    "onnx/model.onnx",
+    "onnx/model_fp16.onnx",
+    "onnx/model_quantized.onnx",
+    "onnx/model_int8.onnx",
+]
 
 
-@pytest.mark.parametrize(("files", "quantized", "graph"), [
-    (OPTIMUM, False, "onnx/model.onnx"),
-    (OPTIMUM, True, "onnx/model_quint8_avx2.onnx"),
-    (TRANSFORMERS_JS, True, "onnx/model_quantized.onnx"),
-    (["model.onnx", "model_quantized.onnx", "tokenizer.json"], True, "model_quantized.onnx"),
-    (["model.onnx", "onnx/model.onnx"], False, "onnx/model.onnx"),
-])
+@pytest.mark.parametrize(
+    ("files", "quantized", "graph"),
+    [
+        (OPTIMUM, False, "onnx/model.onnx"),
+        (OPTIMUM, True, "onnx/model_quint8_avx2.onnx"),
+        (TRANSFORMERS_JS, True, "onnx/model_quantized.onnx"),
+        (["model.onnx", "model_quantized.onnx", "tokenizer.json"], True, "model_quantized.onnx"),
+        (["model.onnx", "onnx/model.onnx"], False, "onnx/model.onnx"),
+    ],
+)
 def test_the_graph_picked_from_a_repository(files: list[str], quantized: bool, graph: str) -> None:
     assert pick_onnx_file(files, quantized, "org/name@abc") == graph
 
@@ -69,11 +100,19 @@ def test_health_with_a_hub_entry_leaves_huggingface_hub_unloaded(tmp_path: Path)
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens once the socket closes
     config = tmp_path / "ragsidecar.toml"
-    config.write_text(f'[server]\nport = {port}\n\n[retrieval]\nembedder = ""\n\n[[models]]\nid = "r"\n'
-                      'kind = "cross-encoder"\nhub = "BAAI/bge-reranker-base@main"\n', encoding="utf-8")
+    config.write_text(
+        f'[server]\nport = {port}\n\n[retrieval]\nembedder = ""\n\n[[models]]\nid = "r"\n'
+        'kind = "cross-encoder"\nhub = "BAAI/bge-reranker-base@main"\n',
+        encoding="utf-8",
+    )
     environ = {k: v for k, v in os.environ.items() if not k.startswith("RAGSIDECAR_")}
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "ragsidecar", "health", "--config", str(config),
-                           "--timeout", "5"], capture_output=True, text=True, timeout=60, env=environ)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "ragsidecar", "health", "--config", str(config), "--timeout", "5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environ,
+    )
     assert done.returncode == 1 and "health check of 127.0.0.1:" in done.stderr
     imported = {m.strip() for m in re.findall(r"^import time:.*\|(.*)$", done.stderr, re.MULTILINE)}
     assert "ragsidecar.hub_models" in imported and "huggingface_hub" not in imported

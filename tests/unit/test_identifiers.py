@@ -22,16 +22,19 @@ def test_lone_surrogates_make_keys_rather_than_errors() -> None:
     assert key_of("\ud800") != key_of("\udc00")
 
 
-@pytest.mark.parametrize(("value", "required", "problem"), [
-    ("", True, "required"),
-    ("   ", True, "required"),
-    ("", False, None),
-    ("x" * (MAX_ID_CHARS + 1), True, f"longer than {MAX_ID_CHARS} characters ({MAX_ID_CHARS + 1})"),
-    ("x" * MAX_ID_CHARS, True, None),
-    ("tab\there", True, "contains control characters"),
-    ("bell\a", True, "contains control characters"),
-    ("caf\u00e9 \u4e2d\u6587", True, None),
-])
+@pytest.mark.parametrize(
+    ("value", "required", "problem"),
+    [
+        ("", True, "required"),
+        ("   ", True, "required"),
+        ("", False, None),
+        ("x" * (MAX_ID_CHARS + 1), True, f"longer than {MAX_ID_CHARS} characters ({MAX_ID_CHARS + 1})"),
+        ("x" * MAX_ID_CHARS, True, None),
+        ("tab\there", True, "contains control characters"),
+        ("bell\a", True, "contains control characters"),
+        ("caf\u00e9 \u4e2d\u6587", True, None),
+    ],
+)
 def test_id_problems_name_the_field_and_what_is_wrong(value: str, required: bool, problem: str | None) -> None:
     found = id_problems(value, "owner_id", required=required)
     if problem is None:

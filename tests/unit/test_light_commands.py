@@ -28,8 +28,13 @@ def test_health_imports_neither_onnxruntime_nor_bm25s_nor_the_stemmers(tmp_path:
     config = tmp_path / "ragsidecar.toml"
     config.write_text(f"[server]\nport = {closed_port()}\n{EMBEDDER}", encoding="utf-8")
     environ = {k: v for k, v in os.environ.items() if not k.startswith("RAGSIDECAR_")}
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "ragsidecar", "health", "--config", str(config),
-                           "--timeout", "5"], capture_output=True, text=True, timeout=60, env=environ)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "ragsidecar", "health", "--config", str(config), "--timeout", "5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environ,
+    )
     assert done.returncode == 1 and "health check of 127.0.0.1:" in done.stderr  # it ran: nothing listens there
     imported = {m.strip() for m in re.findall(r"^import time:.*\|(.*)$", done.stderr, re.MULTILINE)}
     assert "ragsidecar.config" in imported and "grpc" in imported

@@ -7,8 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from ragsidecar.knowledge.sources import (LIMIT_EXCEEDED, SOURCE_UNREADABLE, Provenance, SourceError, inline_units,
-                                          provenance_path, read_units)
+from ragsidecar.knowledge.sources import (
+    LIMIT_EXCEEDED,
+    SOURCE_UNREADABLE,
+    Provenance,
+    SourceError,
+    inline_units,
+    provenance_path,
+    read_units,
+)
 
 ROOT = Path(__file__).resolve().parents[1] / "data" / "sources"
 
@@ -28,10 +35,14 @@ def test_a_whitespace_only_file_has_no_units() -> None:
 
 def test_json_array_elements_are_records_with_their_ids_titles_and_lines() -> None:
     assert read("records.json") == [
-        ("Kayak\nKept in shed B.", Provenance(file="records.json", document_id="k1", line_start=2, line_end=2,
-                                              char_end=21)),
-        ("Paddles hang on the north wall.", Provenance(file="records.json", document_id="7", line_start=3,
-                                                       line_end=4, char_end=31)),
+        (
+            "Kayak\nKept in shed B.",
+            Provenance(file="records.json", document_id="k1", line_start=2, line_end=2, char_end=21),
+        ),
+        (
+            "Paddles hang on the north wall.",
+            Provenance(file="records.json", document_id="7", line_start=3, line_end=4, char_end=31),
+        ),
         # A blank text field is no document; a record of another shape is indexed as its compact JSON.
         ('["no","text","field"]', Provenance(file="records.json", line_start=6, line_end=6, char_end=21)),
     ]
@@ -39,21 +50,29 @@ def test_json_array_elements_are_records_with_their_ids_titles_and_lines() -> No
 
 def test_jsonl_lines_are_records_and_an_id_must_be_a_scalar() -> None:
     assert read("records.jsonl") == [
-        ("High tide at noon.", Provenance(file="records.jsonl", document_id="t1", line_start=1, line_end=1,
-                                          char_end=18)),
-        ("An id that is not a scalar is no id.", Provenance(file="records.jsonl", line_start=3, line_end=3,
-                                                            char_end=36)),
+        (
+            "High tide at noon.",
+            Provenance(file="records.jsonl", document_id="t1", line_start=1, line_end=1, char_end=18),
+        ),
+        (
+            "An id that is not a scalar is no id.",
+            Provenance(file="records.jsonl", line_start=3, line_end=3, char_end=36),
+        ),
         ("a bare string record", Provenance(file="records.jsonl", line_start=4, line_end=4, char_end=20)),
     ]
 
 
 def test_csv_rows_are_named_by_the_header_and_a_quoted_newline_spans_lines() -> None:
     assert read("table.csv") == [
-        ("id: b1\nname: Kayak\nnotes: two\nlines", Provenance(file="table.csv", document_id="b1", line_start=2,
-                                                              line_end=3, char_end=35)),
+        (
+            "id: b1\nname: Kayak\nnotes: two\nlines",
+            Provenance(file="table.csv", document_id="b1", line_start=2, line_end=3, char_end=35),
+        ),
         ("id: b2", Provenance(file="table.csv", document_id="b2", line_start=4, line_end=4, char_end=6)),
-        ("id: b3\nname: Canoe\nnotes: dry", Provenance(file="table.csv", document_id="b3", line_start=5,
-                                                       line_end=5, char_end=29)),
+        (
+            "id: b3\nname: Canoe\nnotes: dry",
+            Provenance(file="table.csv", document_id="b3", line_start=5, line_end=5, char_end=29),
+        ),
     ]
 
 
@@ -63,15 +82,23 @@ def test_html_keeps_the_visible_text_one_block_per_line() -> None:
 
 
 def test_pdf_pages_are_units_numbered_as_in_the_file_and_blank_pages_are_skipped() -> None:
-    first, third = "Harbour opening hours\nThe kayak shed opens at dawn.\n", "Page three\nTide tables are posted weekly.\n"
-    assert read("harbour.pdf") == [(first, Provenance(file="harbour.pdf", page=1, char_end=len(first))),
-                                   (third, Provenance(file="harbour.pdf", page=3, char_end=len(third)))]
+    first, third = (
+        "Harbour opening hours\nThe kayak shed opens at dawn.\n",
+        "Page three\nTide tables are posted weekly.\n",
+    )
+    assert read("harbour.pdf") == [
+        (first, Provenance(file="harbour.pdf", page=1, char_end=len(first))),
+        (third, Provenance(file="harbour.pdf", page=3, char_end=len(third))),
+    ]
 
 
-@pytest.mark.parametrize(("name", "message"), [
-    ("broken.jsonl", "broken.jsonl: malformed JSON on line 1"),
-    ("latin1.txt", "latin1.txt: not valid UTF-8 (byte 3)"),
-])
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("broken.jsonl", "broken.jsonl: malformed JSON on line 1"),
+        ("latin1.txt", "latin1.txt: not valid UTF-8 (byte 3)"),
+    ],
+)
 def test_unreadable_files_are_refused_naming_the_file_as_its_provenance_does(name: str, message: str) -> None:
     with pytest.raises(SourceError) as refused:
         read(name)
@@ -82,13 +109,15 @@ def test_refusals_for_size_binary_content_and_type(tmp_path: Path) -> None:
     (tmp_path / "big.txt").write_text("x" * 11)
     (tmp_path / "nul.txt").write_bytes(b"text\x00more")
     (tmp_path / "doc.docx").write_bytes(b"PK")
-    cases = {"big.txt": (LIMIT_EXCEEDED, "big.txt: 11 bytes exceeds the limit of 10"),
-             "nul.txt": (SOURCE_UNREADABLE, "nul.txt: binary content (NUL bytes)"),
-             "doc.docx": (SOURCE_UNREADABLE, "doc.docx: unsupported file type '.docx'")}
+    cases = {
+        "big.txt": (LIMIT_EXCEEDED, "big.txt: 11 bytes exceeds the limit of 10"),
+        "nul.txt": (SOURCE_UNREADABLE, "nul.txt: binary content (NUL bytes)"),
+        "doc.docx": (SOURCE_UNREADABLE, "doc.docx: unsupported file type '.docx'"),
+    }
     for name, (reason, message) in cases.items():
         with pytest.raises(SourceError) as refused:
             read_units(tmp_path / name, tmp_path, 10)
-        assert (refused.value.reason, refused.value.message[:len(message)]) == (reason, message)
+        assert (refused.value.reason, refused.value.message[: len(message)]) == (reason, message)
 
 
 def test_inline_text_is_one_unit_with_lines_counted_like_a_file() -> None:

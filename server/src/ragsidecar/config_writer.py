@@ -16,9 +16,11 @@ def to_toml(config: Config) -> str:
     Paths are written resolved (absolute), since a saved copy no longer sits where they were relative to.
     """
     paths = msgspec.structs.replace(
-        config.paths, models_dir=str(config.resolve(config.paths.models_dir)),
+        config.paths,
+        models_dir=str(config.resolve(config.paths.models_dir)),
         data_dir=str(config.resolve(config.paths.data_dir)),
-        knowledge_roots=tuple(str(root) for root in config.knowledge_roots()))
+        knowledge_roots=tuple(str(root) for root in config.knowledge_roots()),
+    )
     resolved = msgspec.structs.replace(config, paths=paths)
     lines: list[str] = []
     for section in config.__struct_fields__:

@@ -43,22 +43,43 @@ class Embedder:
         self._validate(request)
         with self._registry.embedder(request.model).in_use() as model:
             if request.dimensions is not None and request.dimensions != model.dimensions:
-                raise errors.invalid([Violation("dimensions", f"model {model.id!r} produces {model.dimensions} "
-                                                              f"dimensions, not {request.dimensions}")])
+                raise errors.invalid(
+                    [
+                        Violation(
+                            "dimensions",
+                            f"model {model.id!r} produces {model.dimensions} dimensions, not {request.dimensions}",
+                        )
+                    ]
+                )
             embedded = await model.embed(request.texts, deadline)
         return EmbedOutcome(model.id, embedded.vectors, sum(embedded.tokens), sum(embedded.truncated))
 
     def _validate(self, request: EmbedQuery) -> None:
         limits = []
         if len(request.texts) > self._max_texts:
-            limits.append(Violation("input", f"{len(request.texts)} texts exceed the maximum of {self._max_texts} "
-                                             "per request", LIMIT_EXCEEDED))
-        limits += [Violation(f"input[{i}]", f"{len(text)} characters exceed the maximum of {MAX_DOCUMENT_CHARS}",
-                             LIMIT_EXCEEDED) for i, text in enumerate(request.texts) if len(text) > MAX_DOCUMENT_CHARS]
+            limits.append(
+                Violation(
+                    "input",
+                    f"{len(request.texts)} texts exceed the maximum of {self._max_texts} per request",
+                    LIMIT_EXCEEDED,
+                )
+            )
+        limits += [
+            Violation(
+                f"input[{i}]", f"{len(text)} characters exceed the maximum of {MAX_DOCUMENT_CHARS}", LIMIT_EXCEEDED
+            )
+            for i, text in enumerate(request.texts)
+            if len(text) > MAX_DOCUMENT_CHARS
+        ]
         total = sum(map(len, request.texts))
         if total > MAX_DOCUMENTS_CHARS:
-            limits.append(Violation("input", f"the texts hold {total} characters, over the maximum of "
-                                             f"{MAX_DOCUMENTS_CHARS}", LIMIT_EXCEEDED))
+            limits.append(
+                Violation(
+                    "input",
+                    f"the texts hold {total} characters, over the maximum of {MAX_DOCUMENTS_CHARS}",
+                    LIMIT_EXCEEDED,
+                )
+            )
         if limits:
             raise errors.invalid(limits, LIMIT_EXCEEDED)
         problems = []

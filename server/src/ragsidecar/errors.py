@@ -67,15 +67,19 @@ def unknown_model(model: str, known: list[str]) -> SidecarError:
 
 
 def model_not_ready(model: str, why: str) -> SidecarError:
-    return SidecarError(ErrorKind.UNAVAILABLE, "MODEL_NOT_READY", f"model {model!r} is not ready: {why}",
-                        metadata={"model": model})
+    return SidecarError(
+        ErrorKind.UNAVAILABLE, "MODEL_NOT_READY", f"model {model!r} is not ready: {why}", metadata={"model": model}
+    )
 
 
 def warming_up(model: str) -> SidecarError:
     """The sidecar has not finished loading its models since it started: transient, unlike a model that failed."""
-    return SidecarError(ErrorKind.UNAVAILABLE, "WARMING_UP",
-                        f"the sidecar is warming up: model {model!r} is still loading; retry shortly",
-                        metadata={"model": model})
+    return SidecarError(
+        ErrorKind.UNAVAILABLE,
+        "WARMING_UP",
+        f"the sidecar is warming up: model {model!r} is still loading; retry shortly",
+        metadata={"model": model},
+    )
 
 
 def queue_full(model: str, limit: int) -> SidecarError:

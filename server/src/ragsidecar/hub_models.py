@@ -30,8 +30,15 @@ _ONNX_FOLDERS = ("onnx/", "")
 _FULL_PRECISION = ("model.onnx",)
 # Quantized variants, most portable first: transformers.js' dynamic int8 ("quantized"), then Optimum's
 # per-instruction-set dynamic int8 exports (all run on any CPU; they are tuned for the one they name).
-_QUANTIZED = ("model_quantized.onnx", "model_int8.onnx", "model_uint8.onnx", "model_quint8_avx2.onnx",
-              "model_qint8_avx512.onnx", "model_qint8_avx512_vnni.onnx", "model_qint8_arm64.onnx")
+_QUANTIZED = (
+    "model_quantized.onnx",
+    "model_int8.onnx",
+    "model_uint8.onnx",
+    "model_quint8_avx2.onnx",
+    "model_qint8_avx512.onnx",
+    "model_qint8_avx512_vnni.onnx",
+    "model_qint8_arm64.onnx",
+)
 
 
 @dataclass(frozen=True)
@@ -77,8 +84,9 @@ def is_hub_id(text: str) -> bool:
     return True
 
 
-def install_from_hub(ref: HubRef, models_dir: Path, model_id: str | None = None, quantized: bool = False,
-                     onnx_file: str | None = None) -> Path:
+def install_from_hub(
+    ref: HubRef, models_dir: Path, model_id: str | None = None, quantized: bool = False, onnx_file: str | None = None
+) -> Path:
     """Fetches the export at `ref`, installs it as `<models_dir>/<model id>` and records it in the lock."""
     model_id = _plain_name(model_id or ref.repo.split("/")[1], "model id")
     commit, files = _resolve(ref)
@@ -106,8 +114,10 @@ def install_from_lock(lock_file: Path, models_dir: Path) -> list[Path]:
             fetched = _fetch(model.repo, file.source, model.revision)
             digest = sha256_of(fetched)
             if digest != file.sha256:
-                raise InstallError(f"{lock_file}: {model_id}/{name} ({file.source} of {model.repo}@{model.revision}) "
-                                   f"has sha256 {digest}, the lock records {file.sha256}; refusing to install it")
+                raise InstallError(
+                    f"{lock_file}: {model_id}/{name} ({file.source} of {model.repo}@{model.revision}) "
+                    f"has sha256 {digest}, the lock records {file.sha256}; refusing to install it"
+                )
             _copy(fetched, models_dir / model_id / name, digest)
     target_lock = models_dir / LOCK_NAME
     if target_lock.resolve() != lock_file.resolve():
@@ -120,8 +130,12 @@ def ensure_installed(hub: str, folder: Path) -> None:
     repository at that revision with every file present (the server then starts without asking the hub)."""
     ref = HubRef.parse(hub)
     locked = read_lock(folder.parent / LOCK_NAME).get(folder.name)
-    if (locked is not None and locked.repo == ref.repo and ref.revision in (None, locked.ref, locked.revision)
-            and all((folder / name).is_file() for name in locked.files)):
+    if (
+        locked is not None
+        and locked.repo == ref.repo
+        and ref.revision in (None, locked.ref, locked.revision)
+        and all((folder / name).is_file() for name in locked.files)
+    ):
         return
     install_from_hub(ref, folder.parent, folder.name)
 
@@ -135,8 +149,10 @@ def pick_onnx_file(files: list[str], quantized: bool, where: str) -> str:
                 return folder + name
     graphs = sorted(f for f in files if f.endswith(".onnx"))
     if not graphs:
-        raise InstallError(f"{where} has no ONNX export; export one (e.g. `optimum-cli export onnx --model "
-                           "ORG/NAME --task text-classification DIR`) and install that folder")
+        raise InstallError(
+            f"{where} has no ONNX export; export one (e.g. `optimum-cli export onnx --model "
+            "ORG/NAME --task text-classification DIR`) and install that folder"
+        )
     kind = "quantized" if quantized else "full-precision (model.onnx)"
     raise InstallError(f"{where} has no {kind} graph; it has {', '.join(graphs)}: name one with --onnx-file")
 
@@ -180,10 +196,18 @@ def _plain_name(name: str, what: str) -> str:
 
 
 def _write_lock(lock_file: Path, models: dict[str, LockedModel]) -> None:
-    raw = {"lock_version": _LOCK_VERSION, "models": {
-        model_id: {"repo": m.repo, "ref": m.ref, "revision": m.revision,
-                   "files": {name: {"source": f.source, "sha256": f.sha256} for name, f in sorted(m.files.items())}}
-        for model_id, m in sorted(models.items())}}
+    raw = {
+        "lock_version": _LOCK_VERSION,
+        "models": {
+            model_id: {
+                "repo": m.repo,
+                "ref": m.ref,
+                "revision": m.revision,
+                "files": {name: {"source": f.source, "sha256": f.sha256} for name, f in sorted(m.files.items())},
+            }
+            for model_id, m in sorted(models.items())
+        },
+    }
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     partial = lock_file.with_name(lock_file.name + ".partial")
     partial.write_text(json.dumps(raw, indent=2) + "\n")
@@ -198,8 +222,7 @@ def _resolve(ref: HubRef) -> tuple[str, list[str]]:
     try:
         if is_offline_mode():
             snapshot = Path(snapshot_download(ref.repo, revision=ref.revision, local_files_only=True))
-            return snapshot.name, sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*")
-                                         if p.is_file())
+            return snapshot.name, sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file())
         info = HfApi().model_info(ref.repo, revision=ref.revision)
         return str(info.sha), sorted(s.rfilename for s in info.siblings or [])
     except LocalEntryNotFoundError:

@@ -19,8 +19,12 @@ class JsonFormatter(logging.Formatter):
     in the W3C hex form a tracing backend searches by; absent when tracing is off or no span is current."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = {"time": dt.datetime.fromtimestamp(record.created, dt.timezone.utc).isoformat(timespec="milliseconds"),
-                "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        line = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         ids = tracing.log_ids()

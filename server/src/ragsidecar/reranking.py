@@ -85,15 +85,22 @@ class Reranker:
     async def rerank(self, request: RerankQuery, deadline: float | None) -> RerankOutcome:
         started = time.perf_counter()
         self._validate(request)
-        with self._registry.get(request.model).in_use() as model, \
-                tracing.span("rerank", model=model.id, documents=len(request.documents)) as span:
+        with (
+            self._registry.get(request.model).in_use() as model,
+            tracing.span("rerank", model=model.id, documents=len(request.documents)) as span,
+        ):
             outcome = await self._rerank(model, request, deadline, started)
-            span.set(pairs=outcome.pairs, cached_pairs=outcome.cached_pairs, tokens=outcome.tokens,
-                     results=len(outcome.results))
+            span.set(
+                pairs=outcome.pairs,
+                cached_pairs=outcome.cached_pairs,
+                tokens=outcome.tokens,
+                results=len(outcome.results),
+            )
             return outcome
 
-    async def _rerank(self, model: LoadedModel, request: RerankQuery, deadline: float | None,
-                      started: float) -> RerankOutcome:
+    async def _rerank(
+        self, model: LoadedModel, request: RerankQuery, deadline: float | None, started: float
+    ) -> RerankOutcome:
         window = model.spec.long_document_strategy == "window" if request.window is None else request.window
         cap = request.max_document_tokens
         # Hashing megabytes of text is work proportional to the request: off the event loop.
@@ -105,19 +112,26 @@ class Reranker:
         metrics.CACHE_HITS.labels(model.id).inc(outcome.cached_pairs)
         if misses:
             try:
-                batch = await model.score(request.query, [request.documents[i].text for i in misses], cap, window,
-                                          deadline)
+                batch = await model.score(
+                    request.query, [request.documents[i].text for i in misses], cap, window, deadline
+                )
             except QueryTooLong as err:
                 raise errors.invalid([Violation("query", str(err))]) from None
             for i, score in zip(misses, batch.scores):
                 scores[i] = score
                 self._cache.put(keys[i], score)
             outcome.tokenization_s, outcome.queue_s, outcome.inference_s = (
-                batch.tokenization_s, batch.queue_s, batch.inference_s)
+                batch.tokenization_s,
+                batch.queue_s,
+                batch.inference_s,
+            )
             outcome.tokens = sum(s.tokens for s in batch.scores)
         relevance = _cosine_relevance if isinstance(model, BiEncoder) else _sigmoid
-        ranked = [Ranked(i, c, _f32(relevance(s.raw)), _f32(s.raw), s.best_window)
-                  for i, (c, s) in enumerate(zip(request.documents, scores)) if s is not None]
+        ranked = [
+            Ranked(i, c, _f32(relevance(s.raw)), _f32(s.raw), s.best_window)
+            for i, (c, s) in enumerate(zip(request.documents, scores))
+            if s is not None
+        ]
         outcome.truncated_documents = sum(1 for s in scores if s is not None and s.truncated)
         ranked.sort(key=lambda r: (-r.raw_score, r.index))
         if request.min_relevance_score is not None:
@@ -138,8 +152,11 @@ class Reranker:
         seen: dict[str, int] = {}
         for i, candidate in enumerate(request.documents):
             if candidate.id and candidate.id in seen:
-                problems.append(Violation(f"documents[{i}].id",
-                                          f"duplicate id {candidate.id!r} (also documents[{seen[candidate.id]}])"))
+                problems.append(
+                    Violation(
+                        f"documents[{i}].id", f"duplicate id {candidate.id!r} (also documents[{seen[candidate.id]}])"
+                    )
+                )
             seen.setdefault(candidate.id, i)
         if request.top_n is not None and request.top_n < 0:
             problems.append(Violation("top_n", f"must not be negative, got {request.top_n}"))
@@ -154,22 +171,40 @@ class Reranker:
         """Refuses requests over a size limit (LIMIT_EXCEEDED) in time linear in the document count only."""
         problems = []
         if len(request.documents) > self._max_documents:
-            problems.append(Violation("documents", f"{len(request.documents)} documents exceed the maximum of "
-                                                   f"{self._max_documents} per request", LIMIT_EXCEEDED))
+            problems.append(
+                Violation(
+                    "documents",
+                    f"{len(request.documents)} documents exceed the maximum of {self._max_documents} per request",
+                    LIMIT_EXCEEDED,
+                )
+            )
         if len(request.query) > MAX_QUERY_CHARS:
-            problems.append(Violation("query", f"{len(request.query)} characters exceed the maximum of "
-                                               f"{MAX_QUERY_CHARS}", LIMIT_EXCEEDED))
+            problems.append(
+                Violation(
+                    "query", f"{len(request.query)} characters exceed the maximum of {MAX_QUERY_CHARS}", LIMIT_EXCEEDED
+                )
+            )
         total = 0
         for i, candidate in enumerate(request.documents):
             if len(candidate.text) > MAX_DOCUMENT_CHARS:
-                problems.append(Violation(f"documents[{i}].text", f"{len(candidate.text)} characters exceed the "
-                                                                  f"maximum of {MAX_DOCUMENT_CHARS}", LIMIT_EXCEEDED))
+                problems.append(
+                    Violation(
+                        f"documents[{i}].text",
+                        f"{len(candidate.text)} characters exceed the maximum of {MAX_DOCUMENT_CHARS}",
+                        LIMIT_EXCEEDED,
+                    )
+                )
             total += len(candidate.id) + len(candidate.text) + sum(map(len, candidate.metadata.keys()))
             total += sum(map(len, candidate.metadata.values()))
         if total > MAX_DOCUMENTS_CHARS:
-            problems.append(Violation("documents", f"the documents hold {total} characters of ids, texts "
-                                                   f"and metadata, over the maximum of {MAX_DOCUMENTS_CHARS}",
-                                      LIMIT_EXCEEDED))
+            problems.append(
+                Violation(
+                    "documents",
+                    f"the documents hold {total} characters of ids, texts "
+                    f"and metadata, over the maximum of {MAX_DOCUMENTS_CHARS}",
+                    LIMIT_EXCEEDED,
+                )
+            )
         if problems:
             raise errors.invalid(problems, LIMIT_EXCEEDED)
 

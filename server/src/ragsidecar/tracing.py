@@ -61,13 +61,13 @@ def configure() -> bool:
     from ragsidecar import __version__
 
     named = environ.get("OTEL_SERVICE_NAME") or "service.name=" in environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
-    resource = Resource.create({"service.version": __version__,
-                                **({} if named else {SERVICE_NAME: DEFAULT_SERVICE_NAME})})
+    resource = Resource.create(
+        {"service.version": __version__, **({} if named else {SERVICE_NAME: DEFAULT_SERVICE_NAME})}
+    )
     _provider = TracerProvider(resource=resource)  # the sampler comes from OTEL_TRACES_SAMPLER(_ARG)
     _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     _tracer = _provider.get_tracer("ragsidecar", __version__)
-    log.info("tracing on: spans exported over OTLP/gRPC as service %s",
-             resource.attributes.get(SERVICE_NAME))
+    log.info("tracing on: spans exported over OTLP/gRPC as service %s", resource.attributes.get(SERVICE_NAME))
     protocol = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
     if protocol and protocol != "grpc":
         log.warning("OTEL_EXPORTER_OTLP_PROTOCOL=%s is not offered: spans go out over OTLP/gRPC", protocol)
@@ -168,6 +168,7 @@ def rpc_span(method: str, metadata: Iterable[tuple[str, Any]] | None) -> Iterato
     service, _, name = method.lstrip("/").rpartition("/")
     attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
     with _server_span(f"{service}/{name}", dict(metadata or ()), attributes) as live:
+
         def finished(code: str) -> None:
             live.set_attribute("rpc.grpc.status_code", code)
             if code in _SERVER_ERRORS:
@@ -182,6 +183,7 @@ def http_span(method: str, route: str, headers: Mapping[str, str]) -> Iterator[C
     the response's status."""
     attributes = {"http.request.method": method, "http.route": route}
     with _server_span(f"{method} {route}", headers, attributes) as live:
+
         def finished(status: int) -> None:
             live.set_attribute("http.response.status_code", status)
             if status >= 500:
@@ -198,8 +200,14 @@ def _server_span(name: str, headers: Mapping[str, Any], attributes: dict[str, st
 
     carrier = {key: value for key in ("traceparent", "tracestate") if isinstance(value := headers.get(key), str)}
     parent = TraceContextTextMapPropagator().extract(carrier) if carrier else None
-    with _tracer.start_as_current_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
-                                       record_exception=False, set_status_on_exception=False) as live:
+    with _tracer.start_as_current_span(
+        name,
+        context=parent,
+        kind=SpanKind.SERVER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as live:
         yield live
 
 

@@ -16,9 +16,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))  # tests/: the harness
 
-import ragsidecar  # noqa: E402
-from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc  # noqa: E402
 from sidecar import MODELS, Sidecar  # noqa: E402
+
+import ragsidecar  # noqa: E402
+from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc  # noqa: E402
+from ragsidecar.v1 import retrieval_pb2 as pb
 
 PRINCIPAL = common_pb2.Principal(id="agent-host")
 # (tenant, session, source) -> {id: (text, metadata)}: two tenants, a tenant-wide partition, look-alike scopes,
@@ -46,8 +48,12 @@ PARTITIONS: dict[tuple[str, str, str], dict[str, tuple[str, dict[str, str]]]] = 
     ("a", "b:c", "notes"): {"look-alike": ("Tenant a keeps its kayaks in the boathouse.", {})},
 }
 # Written, then changed, as a host would: replaced once, and one deleted (neither earlier state survives).
-SUPERSEDED = {("acme", "s1", "notes"): {"pref-1": "The customer Bob prefers delivery on Mondays.",
-                                        "gone": "This note was deleted before the upgrade."}}
+SUPERSEDED = {
+    ("acme", "s1", "notes"): {
+        "pref-1": "The customer Bob prefers delivery on Mondays.",
+        "gone": "This note was deleted before the upgrade.",
+    }
+}
 
 
 def main() -> None:
@@ -75,17 +81,27 @@ def main() -> None:
 def write(stub: retrieval_pb2_grpc.RetrievalServiceStub) -> None:
     def upsert(key: tuple[str, str, str], documents: dict[str, tuple[str, dict[str, str]]]) -> None:
         tenant, session, source = key
-        stub.UpsertDocuments(pb.UpsertDocumentsRequest(
-            principal=PRINCIPAL, scope=common_pb2.Scope(tenant=tenant, session=session), knowledge=source,
-            documents=[pb.MemoryDocument(id=i, text=t, metadata=m) for i, (t, m) in documents.items()]), timeout=60)
+        stub.UpsertDocuments(
+            pb.UpsertDocumentsRequest(
+                principal=PRINCIPAL,
+                scope=common_pb2.Scope(tenant=tenant, session=session),
+                knowledge=source,
+                documents=[pb.MemoryDocument(id=i, text=t, metadata=m) for i, (t, m) in documents.items()],
+            ),
+            timeout=60,
+        )
 
     for key, old in SUPERSEDED.items():
         upsert(key, {i: (t, {}) for i, t in old.items()})
     for key, documents in PARTITIONS.items():
         upsert(key, documents)
     tenant, session, source = ("acme", "s1", "notes")
-    stub.DeleteDocuments(pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=common_pb2.Scope(
-        tenant=tenant, session=session), knowledge=source, ids=["gone"]), timeout=60)
+    stub.DeleteDocuments(
+        pb.DeleteDocumentsRequest(
+            principal=PRINCIPAL, scope=common_pb2.Scope(tenant=tenant, session=session), knowledge=source, ids=["gone"]
+        ),
+        timeout=60,
+    )
 
 
 if __name__ == "__main__":

@@ -10,24 +10,53 @@ from typing import TypeVar
 import grpc
 from google.protobuf import json_format
 
-from ragsidecar.api.retrieval_service import (caller, knowledge_entries, llm_of, memory_documents, require_principal,
-                                              stale_fallback, timing_of, usage_of)
+from ragsidecar.api.retrieval_service import (
+    caller,
+    knowledge_entries,
+    llm_of,
+    memory_documents,
+    require_principal,
+    stale_fallback,
+    timing_of,
+    usage_of,
+)
 from ragsidecar.api.status import deadline_of, translates_errors
-from ragsidecar.chat.activity import (DEFAULT_MAX_ENTRIES, DEFAULT_MAX_ENTRY_CHARS, DEFAULT_MAX_TOTAL_CHARS, Activity,
-                                      ActivityEntry, ActivityKind)
+from ragsidecar.chat.activity import (
+    DEFAULT_MAX_ENTRIES,
+    DEFAULT_MAX_ENTRY_CHARS,
+    DEFAULT_MAX_TOTAL_CHARS,
+    Activity,
+    ActivityEntry,
+    ActivityKind,
+)
 from ragsidecar.chat.bindings import Bindings
-from ragsidecar.chat.grounding import (MAX_MESSAGES, Grounder, Message, Owner, OwnerOutcome, RetrievalContext, Turn,
-                                       TurnBinding, TurnResult, shape_problems)
+from ragsidecar.chat.grounding import (
+    MAX_MESSAGES,
+    Grounder,
+    Message,
+    Owner,
+    OwnerOutcome,
+    RetrievalContext,
+    Turn,
+    TurnBinding,
+    TurnResult,
+    shape_problems,
+)
 from ragsidecar.config import RetrievalConfig
 from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
 from ragsidecar.identifiers import id_problems
 from ragsidecar.knowledge.declarations import DEFAULT_TOP_K, Scope
 from ragsidecar.knowledge.runtime import RetrievalRuntime
-from ragsidecar.v1 import chat_knowledge_pb2 as pb, chat_knowledge_pb2_grpc, retrieval_pb2
+from ragsidecar.v1 import chat_knowledge_pb2 as pb
+from ragsidecar.v1 import chat_knowledge_pb2_grpc, retrieval_pb2
 
 T = TypeVar("T")
-_KINDS = {pb.ACTIVITY_KIND_SENT: ActivityKind.SENT, pb.ACTIVITY_KIND_RECEIVED: ActivityKind.RECEIVED,
-          pb.ACTIVITY_KIND_ACTED: ActivityKind.ACTED, pb.ACTIVITY_KIND_NOTED: ActivityKind.NOTED}
+_KINDS = {
+    pb.ACTIVITY_KIND_SENT: ActivityKind.SENT,
+    pb.ACTIVITY_KIND_RECEIVED: ActivityKind.RECEIVED,
+    pb.ACTIVITY_KIND_ACTED: ActivityKind.ACTED,
+    pb.ACTIVITY_KIND_NOTED: ActivityKind.NOTED,
+}
 
 
 class ChatKnowledgeService(chat_knowledge_pb2_grpc.ChatKnowledgeServiceServicer):
@@ -37,8 +66,9 @@ class ChatKnowledgeService(chat_knowledge_pb2_grpc.ChatKnowledgeServiceServicer)
         self._max_documents = runtime.max_memory_documents
 
     @translates_errors
-    async def GroundTurn(self, request: pb.GroundTurnRequest,
-                         context: grpc.aio.ServicerContext) -> pb.GroundTurnResponse:
+    async def GroundTurn(
+        self, request: pb.GroundTurnRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GroundTurnResponse:
         require_principal(request)
         if len(request.conversation) > MAX_MESSAGES:  # before converting them
             raise invalid([Violation("conversation", f"{len(request.conversation)} items; at most {MAX_MESSAGES}")])
@@ -51,8 +81,9 @@ class ChatKnowledgeService(chat_knowledge_pb2_grpc.ChatKnowledgeServiceServicer)
         return await asyncio.to_thread(_response, result)
 
     @translates_errors
-    async def OpenBinding(self, request: pb.OpenBindingRequest,
-                          context: grpc.aio.ServicerContext) -> pb.OpenBindingResponse:
+    async def OpenBinding(
+        self, request: pb.OpenBindingRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OpenBindingResponse:
         scope = _scope(request)
         problems = id_problems(request.owner_id, "owner_id") + id_problems(request.source, "source")
         if request.HasField("top_k") and request.top_k < 1:
@@ -64,24 +95,30 @@ class ChatKnowledgeService(chat_knowledge_pb2_grpc.ChatKnowledgeServiceServicer)
         return pb.OpenBindingResponse(binding_id=binding.id, binding_handle=binding.handle)
 
     @translates_errors
-    async def AppendToBinding(self, request: pb.AppendToBindingRequest,
-                              context: grpc.aio.ServicerContext) -> pb.AppendToBindingResponse:
-        binding = await self._bindings.get(request.binding_id, request.owner_id, _binding_scope(request),
-                                           request.binding_handle)
+    async def AppendToBinding(
+        self, request: pb.AppendToBindingRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AppendToBindingResponse:
+        binding = await self._bindings.get(
+            request.binding_id, request.owner_id, _binding_scope(request), request.binding_handle
+        )
         outcome = await self._bindings.append(binding, memory_documents(request.documents, self._max_documents, []))
-        return pb.AppendToBindingResponse(appended=outcome.inserted, replaced=outcome.replaced + outcome.unchanged,
-                                          document_count=outcome.count)
+        return pb.AppendToBindingResponse(
+            appended=outcome.inserted, replaced=outcome.replaced + outcome.unchanged, document_count=outcome.count
+        )
 
     @translates_errors
-    async def InvalidateBinding(self, request: pb.InvalidateBindingRequest,
-                                context: grpc.aio.ServicerContext) -> pb.InvalidateBindingResponse:
-        binding = await self._bindings.get(request.binding_id, request.owner_id, _binding_scope(request),
-                                           request.binding_handle)
+    async def InvalidateBinding(
+        self, request: pb.InvalidateBindingRequest, context: grpc.aio.ServicerContext
+    ) -> pb.InvalidateBindingResponse:
+        binding = await self._bindings.get(
+            request.binding_id, request.owner_id, _binding_scope(request), request.binding_handle
+        )
         return pb.InvalidateBindingResponse(document_count=await self._bindings.invalidate(binding, request.reset))
 
     @translates_errors
-    async def CloseBinding(self, request: pb.CloseBindingRequest,
-                           context: grpc.aio.ServicerContext) -> pb.CloseBindingResponse:
+    async def CloseBinding(
+        self, request: pb.CloseBindingRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CloseBindingResponse:
         scope = _binding_scope(request)
         was_open = await self._bindings.close(request.binding_id, request.owner_id, scope, request.binding_handle)
         return pb.CloseBindingResponse(was_open=was_open)
@@ -110,15 +147,22 @@ def _turn(request: pb.GroundTurnRequest, now: float, call_deadline: float | None
     problems: list[Violation] = []
     turn = Turn(
         conversation=tuple(_message(m, f"conversation[{i}]", problems) for i, m in enumerate(request.conversation)),
-        owners=tuple(Owner(o.owner_id, _collected(lambda: knowledge_entries(o.knowledge, f"owners[{i}].knowledge"),
-                                                  problems) or (), o.state_text)
-                     for i, o in enumerate(request.owners)),
+        owners=tuple(
+            Owner(
+                o.owner_id,
+                _collected(lambda: knowledge_entries(o.knowledge, f"owners[{i}].knowledge"), problems) or (),
+                o.state_text,
+            )
+            for i, o in enumerate(request.owners)
+        ),
         bindings=tuple(TurnBinding(b.binding_id, b.owner_id, b.binding_handle) for b in request.bindings),
         context=_context(request.context, now, problems) if request.HasField("context") else None,
         request_section=request.request_section,
         activity=_activity(request.activity) if request.HasField("activity") else None,
-        llm=_collected(lambda: llm_of(request), problems), call_deadline=call_deadline,
-        scope=Scope(request.scope.tenant, request.scope.session) if request.HasField("scope") else None)
+        llm=_collected(lambda: llm_of(request), problems),
+        call_deadline=call_deadline,
+        scope=Scope(request.scope.tenant, request.scope.session) if request.HasField("scope") else None,
+    )
     return turn, problems
 
 
@@ -136,9 +180,13 @@ def _collected(convert: Callable[[], T], problems: list[Violation]) -> T | None:
 def _response(result: TurnResult) -> pb.GroundTurnResponse:
     return pb.GroundTurnResponse(
         conversation=[_chat_message(m) for m in result.conversation],
-        grounding=pb.TurnGrounding.Value(f"TURN_GROUNDING_{result.grounding.name}"), detail=result.detail,
-        owners=[_outcome(o) for o in result.owners], stale_fallbacks=[stale_fallback(s) for s in result.stale],
-        usage=usage_of(result.work), timing=timing_of(result.work))
+        grounding=pb.TurnGrounding.Value(f"TURN_GROUNDING_{result.grounding.name}"),
+        detail=result.detail,
+        owners=[_outcome(o) for o in result.owners],
+        stale_fallbacks=[stale_fallback(s) for s in result.stale],
+        usage=usage_of(result.work),
+        timing=timing_of(result.work),
+    )
 
 
 def _message(message: pb.ChatMessage, at: str, problems: list[Violation]) -> Message:
@@ -148,13 +196,19 @@ def _message(message: pb.ChatMessage, at: str, problems: list[Violation]) -> Mes
             extra = json_format.MessageToDict(message.extra)
         except ValueError:  # NaN or an infinity in a number_value: JSON has neither
             problems.append(Violation(f"{at}.extra", "numbers must be finite (JSON has no NaN or Infinity)"))
-    return Message(message.role, message.content if message.HasField("content") else None, message.name,
-                   message.tool_call_id, extra)
+    return Message(
+        message.role,
+        message.content if message.HasField("content") else None,
+        message.name,
+        message.tool_call_id,
+        extra,
+    )
 
 
 def _chat_message(message: Message) -> pb.ChatMessage:
-    proto = pb.ChatMessage(role=message.role, content=message.content, name=message.name,
-                           tool_call_id=message.tool_call_id)
+    proto = pb.ChatMessage(
+        role=message.role, content=message.content, name=message.name, tool_call_id=message.tool_call_id
+    )
     if message.extra is not None:
         proto.extra.update(message.extra)
     return proto
@@ -168,8 +222,11 @@ def _context(context: pb.ChatRetrievalContext, now: float, problems: list[Violat
             deadline = now + (context.deadline.ToNanoseconds() / 1e9 - time.time())
         except ValueError as err:  # outside years 1-9999, or nanos outside [0, 1e9)
             problems.append(Violation("context.deadline", f"not a valid Timestamp: {err}"))
-    metadata = {name: getattr(context, name) for name in ("run_id", "agent_name", "simulation_state", "episode",
-                                                          "source_revision") if getattr(context, name)}
+    metadata = {
+        name: getattr(context, name)
+        for name in ("run_id", "agent_name", "simulation_state", "episode", "source_revision")
+        if getattr(context, name)
+    }
     return RetrievalContext(Scope(context.scope.tenant, context.scope.session), deadline, metadata)
 
 
@@ -178,20 +235,35 @@ def _activity(record: pb.ActivityRecord) -> Activity:
         return getattr(record, name) if record.HasField(name) else default
 
     return Activity(
-        entries=tuple(ActivityEntry(e.tick, _KINDS.get(e.kind), e.peer, e.type, e.text, e.failed)
-                      for e in record.entries),
+        entries=tuple(
+            ActivityEntry(e.tick, _KINDS.get(e.kind), e.peer, e.type, e.text, e.failed) for e in record.entries
+        ),
         max_entries=cap("max_entries", DEFAULT_MAX_ENTRIES),
         max_total_chars=cap("max_total_chars", DEFAULT_MAX_TOTAL_CHARS),
         max_entry_chars=cap("max_entry_chars", DEFAULT_MAX_ENTRY_CHARS),
-        redaction_roots=tuple((r.path, r.replacement) for r in record.redaction_roots))
+        redaction_roots=tuple((r.path, r.replacement) for r in record.redaction_roots),
+    )
 
 
 def _outcome(outcome: OwnerOutcome) -> pb.OwnerOutcome:
     return pb.OwnerOutcome(
-        owner_id=outcome.owner_id, search=pb.OwnerSearch.Value(f"OWNER_SEARCH_{outcome.search.name}"),
-        document_count=outcome.document_count, detail=outcome.detail, searched_sources=outcome.searched_sources,
+        owner_id=outcome.owner_id,
+        search=pb.OwnerSearch.Value(f"OWNER_SEARCH_{outcome.search.name}"),
+        document_count=outcome.document_count,
+        detail=outcome.detail,
+        searched_sources=outcome.searched_sources,
         fail_open_reason=pb.FailOpenReason.Value(f"FAIL_OPEN_REASON_{outcome.fail_open.name}")
-        if outcome.fail_open else pb.FAIL_OPEN_REASON_UNSPECIFIED,
-        direct_blocks=[retrieval_pb2.DirectKnowledgeBlock(
-            source=m.entry.name, position=m.position, tokens=m.tokens, budget_tokens=m.budget,
-            shared_budget=m.shared, document_count=m.documents) for m in outcome.direct])
+        if outcome.fail_open
+        else pb.FAIL_OPEN_REASON_UNSPECIFIED,
+        direct_blocks=[
+            retrieval_pb2.DirectKnowledgeBlock(
+                source=m.entry.name,
+                position=m.position,
+                tokens=m.tokens,
+                budget_tokens=m.budget,
+                shared_budget=m.shared,
+                document_count=m.documents,
+            )
+            for m in outcome.direct
+        ],
+    )

@@ -22,8 +22,9 @@ log = logging.getLogger("ragsidecar.requests")
 _HEALTH_PREFIX = "/grpc.health.v1.Health/"
 
 
-def _replace_behaviour(handler: grpc.RpcMethodHandler, wrap: Callable[[Any], Any],
-                       deserializer: Callable[[bytes], Any] | None = None) -> grpc.RpcMethodHandler:
+def _replace_behaviour(
+    handler: grpc.RpcMethodHandler, wrap: Callable[[Any], Any], deserializer: Callable[[bytes], Any] | None = None
+) -> grpc.RpcMethodHandler:
     """The same handler with its behaviour wrapped (and its request decoder replaced), whatever its shape."""
     shapes = (
         ("unary_unary", grpc.unary_unary_rpc_method_handler),
@@ -56,8 +57,9 @@ def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
 
 
 def _undecodable_error(method: str, request: _Undecodable) -> SidecarError:
-    return SidecarError(ErrorKind.INVALID_ARGUMENT, "INVALID_REQUEST",
-                        f"the request to {method} could not be decoded: {request.why}")
+    return SidecarError(
+        ErrorKind.INVALID_ARGUMENT, "INVALID_REQUEST", f"the request to {method} could not be decoded: {request.why}"
+    )
 
 
 class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):
@@ -92,6 +94,7 @@ class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):
 def _checking_the_request(behaviour: Any, refuse: Callable[[Any, Any], Awaitable[None]]) -> Any:
     """Keeps the behaviour's kind (coroutine or async generator): grpc.aio serves the two differently."""
     if inspect.isasyncgenfunction(behaviour):
+
         async def checked_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if isinstance(request, _Undecodable):
                 await refuse(request, context)
@@ -121,6 +124,7 @@ def _checking_each_request(behaviour: Any, refuse: Callable[[Any, Any], Awaitabl
         return checked_requests()
 
     if inspect.isasyncgenfunction(behaviour):
+
         async def checked_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
             async for response in behaviour(requests_of(requests, context), context):
                 yield response

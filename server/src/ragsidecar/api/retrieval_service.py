@@ -11,27 +11,55 @@ from google.protobuf import json_format, timestamp_pb2
 from ragsidecar.api.status import deadline_of, translates_errors
 from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
 from ragsidecar.identifiers import id_problems
-from ragsidecar.knowledge.declarations import (Action, Entry, Llm, RerankOrder, RetrievalMode, Scope, SourceType,
-                                               Target, Use)
-from ragsidecar.store.interface import MemoryDocument
+from ragsidecar.knowledge.declarations import (
+    Action,
+    Entry,
+    Llm,
+    RerankOrder,
+    RetrievalMode,
+    Scope,
+    SourceType,
+    Target,
+    Use,
+)
 from ragsidecar.knowledge.runtime import Block, Hit, RetrievalRuntime, SearchSpec, StaleSource, Work
-from ragsidecar.v1 import common_pb2, retrieval_pb2 as pb, retrieval_pb2_grpc
+from ragsidecar.store.interface import MemoryDocument
+from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import retrieval_pb2 as pb
 
-_TYPES = {pb.KNOWLEDGE_TYPE_FILE: SourceType.FILE, pb.KNOWLEDGE_TYPE_DIRECTORY: SourceType.DIRECTORY,
-          pb.KNOWLEDGE_TYPE_MEMORY: SourceType.MEMORY, pb.KNOWLEDGE_TYPE_INLINE: SourceType.INLINE}
-_USES = {pb.KNOWLEDGE_USE_DIRECT: Use.DIRECT, pb.KNOWLEDGE_USE_SEARCH: Use.SEARCH,
-         pb.KNOWLEDGE_USE_SEQUENTIAL: Use.SEQUENTIAL}
+_TYPES = {
+    pb.KNOWLEDGE_TYPE_FILE: SourceType.FILE,
+    pb.KNOWLEDGE_TYPE_DIRECTORY: SourceType.DIRECTORY,
+    pb.KNOWLEDGE_TYPE_MEMORY: SourceType.MEMORY,
+    pb.KNOWLEDGE_TYPE_INLINE: SourceType.INLINE,
+}
+_USES = {
+    pb.KNOWLEDGE_USE_DIRECT: Use.DIRECT,
+    pb.KNOWLEDGE_USE_SEARCH: Use.SEARCH,
+    pb.KNOWLEDGE_USE_SEQUENTIAL: Use.SEQUENTIAL,
+}
 _USE_PROTO = {v: k for k, v in _USES.items()}
-_RERANK_ORDERS = {pb.RERANK_ORDER_UNSPECIFIED: RerankOrder.FUSED, pb.RERANK_ORDER_FUSED: RerankOrder.FUSED,
-                  pb.RERANK_ORDER_RERANKER: RerankOrder.RERANKER}
-_RETRIEVAL_MODES = {pb.RETRIEVAL_MODE_UNSPECIFIED: RetrievalMode.HYBRID, pb.RETRIEVAL_MODE_HYBRID: RetrievalMode.HYBRID,
-                    pb.RETRIEVAL_MODE_DENSE: RetrievalMode.DENSE, pb.RETRIEVAL_MODE_LEXICAL: RetrievalMode.LEXICAL}
+_RERANK_ORDERS = {
+    pb.RERANK_ORDER_UNSPECIFIED: RerankOrder.FUSED,
+    pb.RERANK_ORDER_FUSED: RerankOrder.FUSED,
+    pb.RERANK_ORDER_RERANKER: RerankOrder.RERANKER,
+}
+_RETRIEVAL_MODES = {
+    pb.RETRIEVAL_MODE_UNSPECIFIED: RetrievalMode.HYBRID,
+    pb.RETRIEVAL_MODE_HYBRID: RetrievalMode.HYBRID,
+    pb.RETRIEVAL_MODE_DENSE: RetrievalMode.DENSE,
+    pb.RETRIEVAL_MODE_LEXICAL: RetrievalMode.LEXICAL,
+}
 # The enum fields of SearchOptions, by path, with their enum.
 _SEARCH_ENUMS = (("rerank_order", pb.RerankOrder), ("retrieval_mode", pb.RetrievalMode))
 # The enum fields of a KnowledgeEntry, by path, with their enum: a number the enum does not define is refused.
-_ENTRY_ENUMS = (("type", pb.KnowledgeType), ("use", pb.KnowledgeUse), ("readiness", pb.KnowledgeReadiness),
-                ("on_failure", pb.KnowledgeOnFailure),
-                *((f"search.{name}", enum) for name, enum in _SEARCH_ENUMS))
+_ENTRY_ENUMS = (
+    ("type", pb.KnowledgeType),
+    ("use", pb.KnowledgeUse),
+    ("readiness", pb.KnowledgeReadiness),
+    ("on_failure", pb.KnowledgeOnFailure),
+    *((f"search.{name}", enum) for name, enum in _SEARCH_ENUMS),
+)
 
 
 class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
@@ -39,16 +67,30 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
         self._runtime = runtime
 
     @translates_errors
-    async def ValidateConfiguration(self, request: pb.ValidateConfigurationRequest,
-                                    context: grpc.aio.ServicerContext) -> pb.ValidateConfigurationResponse:
+    async def ValidateConfiguration(
+        self, request: pb.ValidateConfigurationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ValidateConfigurationResponse:
         scope = caller(request)
         problems = await self._runtime.validate(
-            _target(request.target), knowledge_entries(request.outer, "outer"), llm_of(request), 
+            _target(request.target),
+            knowledge_entries(request.outer, "outer"),
+            llm_of(request),
             {name: tuple(names.names) for name, names in request.action_knowledge.items()},
-            request.paths_per_run, scope, declarations_only=request.declarations_only)
-        return pb.ValidateConfigurationResponse(valid=not problems, violations=[
-            pb.Violation(field=p.field, reason=common_pb2.ErrorReason.Value(f"ERROR_REASON_{p.reason}"),
-                         description=p.description) for p in problems])
+            request.paths_per_run,
+            scope,
+            declarations_only=request.declarations_only,
+        )
+        return pb.ValidateConfigurationResponse(
+            valid=not problems,
+            violations=[
+                pb.Violation(
+                    field=p.field,
+                    reason=common_pb2.ErrorReason.Value(f"ERROR_REASON_{p.reason}"),
+                    description=p.description,
+                )
+                for p in problems
+            ],
+        )
 
     @translates_errors
     async def Enforce(self, request: pb.EnforceRequest, context: grpc.aio.ServicerContext) -> pb.EnforceResponse:
@@ -56,46 +98,77 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
         if request.HasField("max_context_tokens") and request.max_context_tokens < 1:
             raise invalid([Violation("max_context_tokens", "must be at least 1 when set")])
         result = await self._runtime.enforce(
-            _target(request.target), knowledge_entries(request.outer, "outer"), request.action,
-            _params(request.params), dict(request.resolved_paths),
-            llm_of(request), tuple(request.action_knowledge.names) if request.HasField("action_knowledge") else None,
-            request.max_context_tokens if request.HasField("max_context_tokens") else None, scope,
-            deadline_of(context, asyncio.get_running_loop().time()))
+            _target(request.target),
+            knowledge_entries(request.outer, "outer"),
+            request.action,
+            _params(request.params),
+            dict(request.resolved_paths),
+            llm_of(request),
+            tuple(request.action_knowledge.names) if request.HasField("action_knowledge") else None,
+            request.max_context_tokens if request.HasField("max_context_tokens") else None,
+            scope,
+            deadline_of(context, asyncio.get_running_loop().time()),
+        )
         return pb.EnforceResponse(
-            retrieved_context=result.context, document_count=result.document_count,
-            stale_fallbacks=[stale_fallback(s) for s in result.stale], truncated=result.truncated,
-            blocks=[_block(b) for b in result.blocks], query=result.query,
-            usage=usage_of(result.work), timing=timing_of(result.work))
+            retrieved_context=result.context,
+            document_count=result.document_count,
+            stale_fallbacks=[stale_fallback(s) for s in result.stale],
+            truncated=result.truncated,
+            blocks=[_block(b) for b in result.blocks],
+            query=result.query,
+            usage=usage_of(result.work),
+            timing=timing_of(result.work),
+        )
 
     @translates_errors
-    async def RequireLoaded(self, request: pb.RequireLoadedRequest,
-                            context: grpc.aio.ServicerContext) -> pb.RequireLoadedResponse:
+    async def RequireLoaded(
+        self, request: pb.RequireLoadedRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RequireLoadedResponse:
         scope = caller(request)
-        counts = await self._runtime.require_loaded(_target(request.target), knowledge_entries(request.outer, "outer"),
-                                                    list(request.names), dict(request.resolved_paths), scope)
+        counts = await self._runtime.require_loaded(
+            _target(request.target),
+            knowledge_entries(request.outer, "outer"),
+            list(request.names),
+            dict(request.resolved_paths),
+            scope,
+        )
         return pb.RequireLoadedResponse(counts=[pb.SourceCount(name=n, count=c) for n, c in counts])
 
     @translates_errors
-    async def RequireReady(self, request: pb.RequireReadyRequest,
-                           context: grpc.aio.ServicerContext) -> pb.RequireReadyResponse:
+    async def RequireReady(
+        self, request: pb.RequireReadyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RequireReadyResponse:
         scope = caller(request)
-        counts = await self._runtime.require_ready(_target(request.target), knowledge_entries(request.outer, "outer"),
-                                                   dict(request.resolved_paths), scope)
+        counts = await self._runtime.require_ready(
+            _target(request.target), knowledge_entries(request.outer, "outer"), dict(request.resolved_paths), scope
+        )
         return pb.RequireReadyResponse(counts=[pb.SourceCount(name=n, count=c) for n, c in counts])
 
     @translates_errors
-    async def PrepareChatKnowledge(self, request: pb.PrepareChatKnowledgeRequest,
-                                   context: grpc.aio.ServicerContext) -> pb.PrepareChatKnowledgeResponse:
+    async def PrepareChatKnowledge(
+        self, request: pb.PrepareChatKnowledgeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PrepareChatKnowledgeResponse:
         scope = caller(request)
         if problems := id_problems(request.agent_id, "agent_id"):
             raise invalid(problems)
         plan = await self._runtime.prepare_chat(knowledge_entries(request.entries, "entries"), llm_of(request), scope)
         return pb.PrepareChatKnowledgeResponse(
-            blocks=[pb.DirectKnowledgeBlock(source=m.entry.name, position=m.position, text=m.text, tokens=m.tokens,
-                                            budget_tokens=m.budget, shared_budget=m.shared,
-                                            document_count=m.documents) for m in plan.blocks],
-            input_window_tokens=plan.window or 0, default_budget_tokens=plan.default_budget,
-            default_budget_used_tokens=plan.default_used)
+            blocks=[
+                pb.DirectKnowledgeBlock(
+                    source=m.entry.name,
+                    position=m.position,
+                    text=m.text,
+                    tokens=m.tokens,
+                    budget_tokens=m.budget,
+                    shared_budget=m.shared,
+                    document_count=m.documents,
+                )
+                for m in plan.blocks
+            ],
+            input_window_tokens=plan.window or 0,
+            default_budget_tokens=plan.default_budget,
+            default_budget_used_tokens=plan.default_used,
+        )
 
     @translates_errors
     async def Search(self, request: pb.SearchRequest, context: grpc.aio.ServicerContext) -> pb.SearchResponse:
@@ -108,45 +181,69 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
         spec = SearchSpec(
             top_k=request.top_k if request.HasField("top_k") else None,
             min_score=request.min_score if request.HasField("min_score") else None,
-            rerank=options.rerank if options else None, reranker_model=options.reranker_model if options else None,
+            rerank=options.rerank if options else None,
+            reranker_model=options.reranker_model if options else None,
             candidates=options.candidates if options and options.HasField("candidates") else None,
             rerank_order=_RERANK_ORDERS[options.rerank_order] if options else None,
             rerank_depth=options.rerank_depth if options and options.HasField("rerank_depth") else None,
             group_by_document=options.group_by_document if options else None,
-            retrieval_mode=_RETRIEVAL_MODES[options.retrieval_mode] if options else None)
+            retrieval_mode=_RETRIEVAL_MODES[options.retrieval_mode] if options else None,
+        )
         hits, stale, work = await self._runtime.search(
-            _target(request.target), knowledge_entries(request.outer, "outer"), list(request.knowledge), request.query,
-            spec, dict(request.resolved_paths), scope, deadline_of(context, asyncio.get_running_loop().time()))
-        return pb.SearchResponse(hits=[_chunk(h) for h in hits], stale_fallbacks=[stale_fallback(s) for s in stale],
-                                 usage=usage_of(work), timing=timing_of(work))
+            _target(request.target),
+            knowledge_entries(request.outer, "outer"),
+            list(request.knowledge),
+            request.query,
+            spec,
+            dict(request.resolved_paths),
+            scope,
+            deadline_of(context, asyncio.get_running_loop().time()),
+        )
+        return pb.SearchResponse(
+            hits=[_chunk(h) for h in hits],
+            stale_fallbacks=[stale_fallback(s) for s in stale],
+            usage=usage_of(work),
+            timing=timing_of(work),
+        )
 
     @translates_errors
-    async def UpsertDocuments(self, request: pb.UpsertDocumentsRequest,
-                              context: grpc.aio.ServicerContext) -> pb.UpsertDocumentsResponse:
+    async def UpsertDocuments(
+        self, request: pb.UpsertDocumentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpsertDocumentsResponse:
         scope = caller(request)
-        documents = memory_documents(request.documents, self._runtime.max_memory_documents,
-                                     _knowledge_problems(request.knowledge))
+        documents = memory_documents(
+            request.documents, self._runtime.max_memory_documents, _knowledge_problems(request.knowledge)
+        )
         outcome = await self._runtime.catalog.memory.upsert(scope, request.knowledge, documents)
-        return pb.UpsertDocumentsResponse(inserted=outcome.inserted, replaced=outcome.replaced,
-                                          unchanged=outcome.unchanged, document_count=outcome.count)
+        return pb.UpsertDocumentsResponse(
+            inserted=outcome.inserted,
+            replaced=outcome.replaced,
+            unchanged=outcome.unchanged,
+            document_count=outcome.count,
+        )
 
     @translates_errors
-    async def DeleteDocuments(self, request: pb.DeleteDocumentsRequest,
-                              context: grpc.aio.ServicerContext) -> pb.DeleteDocumentsResponse:
+    async def DeleteDocuments(
+        self, request: pb.DeleteDocumentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteDocumentsResponse:
         scope = caller(request)
         problems = _knowledge_problems(request.knowledge) + _id_problems(list(request.ids), "ids", repeats_allowed=True)
         if problems:
             raise invalid(problems)
         outcome = await self._runtime.catalog.memory.delete(scope, request.knowledge, list(request.ids))
-        return pb.DeleteDocumentsResponse(deleted=outcome.deleted, not_found=outcome.not_found,
-                                          document_count=outcome.count)
+        return pb.DeleteDocumentsResponse(
+            deleted=outcome.deleted, not_found=outcome.not_found, document_count=outcome.count
+        )
 
 
 def require_principal(request: Any) -> None:
     """Checked first, before anything is read: a principal is required, and its id must be a valid id."""
     if not request.principal.id.strip():
-        raise SidecarError(ErrorKind.PERMISSION_DENIED, "PERMISSION_DENIED",
-                           "the request carries no principal; knowledge is read only on behalf of a caller")
+        raise SidecarError(
+            ErrorKind.PERMISSION_DENIED,
+            "PERMISSION_DENIED",
+            "the request carries no principal; knowledge is read only on behalf of a caller",
+        )
     if problems := id_problems(request.principal.id, "principal.id"):
         raise invalid(problems)
 
@@ -155,8 +252,9 @@ def caller(request: Any) -> Scope:
     """Every request names its principal and tenant; ids with control characters or over
     identifiers.MAX_ID_CHARS are refused before anything is read or written."""
     require_principal(request)
-    problems = id_problems(request.scope.tenant, "scope.tenant") + \
-        id_problems(request.scope.session, "scope.session", required=False)
+    problems = id_problems(request.scope.tenant, "scope.tenant") + id_problems(
+        request.scope.session, "scope.session", required=False
+    )
     if problems:
         raise invalid(problems)
     return Scope(request.scope.tenant, request.scope.session)
@@ -167,11 +265,18 @@ def memory_documents(documents: Any, limit: int, problems: list[Violation]) -> l
     limit per call, ids valid and unique, text not blank (the store checks bytes). `problems` are the
     request's other ones."""
     if len(documents) > limit:
-        raise invalid([Violation("documents", f"{len(documents)} documents exceed the limit of {limit} per call",
-                                 "LIMIT_EXCEEDED")], "LIMIT_EXCEEDED")
+        raise invalid(
+            [
+                Violation(
+                    "documents", f"{len(documents)} documents exceed the limit of {limit} per call", "LIMIT_EXCEEDED"
+                )
+            ],
+            "LIMIT_EXCEEDED",
+        )
     problems = problems + _id_problems([d.id for d in documents], "documents", repeats_allowed=False)
-    problems += [Violation(f"documents[{i}].text", "must not be blank")
-                 for i, d in enumerate(documents) if not d.text.strip()]
+    problems += [
+        Violation(f"documents[{i}].text", "must not be blank") for i, d in enumerate(documents) if not d.text.strip()
+    ]
     if problems:
         raise invalid(problems)
     return [MemoryDocument(d.id, d.text, dict(d.metadata)) for d in documents]
@@ -197,8 +302,10 @@ def _id_problems(ids: list[str], field: str, repeats_allowed: bool) -> list[Viol
 def _target(target: pb.Target) -> Target:
     if not target.name.strip():
         raise invalid([Violation("target.name", "required")])
-    actions = tuple(Action(a.name, tuple(a.knowledge), a.query_parameter if a.HasField("query_parameter") else None)
-                    for a in target.actions)
+    actions = tuple(
+        Action(a.name, tuple(a.knowledge), a.query_parameter if a.HasField("query_parameter") else None)
+        for a in target.actions
+    )
     return Target(target.name, knowledge_entries(target.knowledge, "target.knowledge"), actions)
 
 
@@ -243,7 +350,10 @@ def _params(params: Any) -> list[tuple[str, Any]]:
 def _entry(entry: pb.KnowledgeEntry, origin: str) -> Entry:
     search = entry.search
     return Entry(
-        name=entry.name, type=_TYPES.get(entry.type), use=_USES.get(entry.use), path=entry.path,
+        name=entry.name,
+        type=_TYPES.get(entry.type),
+        use=_USES.get(entry.use),
+        path=entry.path,
         inline_text=entry.inline_text,
         top_k=entry.top_k if entry.HasField("top_k") else None,
         min_score=entry.min_score if entry.HasField("min_score") else None,
@@ -251,12 +361,15 @@ def _entry(entry: pb.KnowledgeEntry, origin: str) -> Entry:
         when_configured=entry.readiness == pb.KNOWLEDGE_READINESS_WHEN_CONFIGURED,
         enabled=entry.enabled if entry.HasField("enabled") else True,
         continue_on_failure=entry.on_failure == pb.KNOWLEDGE_ON_FAILURE_CONTINUE,
-        rerank=search.rerank, reranker_model=search.reranker_model,
+        rerank=search.rerank,
+        reranker_model=search.reranker_model,
         candidates=search.candidates if search.HasField("candidates") else None,
         rerank_order=_RERANK_ORDERS[search.rerank_order],
         rerank_depth=search.rerank_depth if search.HasField("rerank_depth") else None,
-        group_by_document=search.group_by_document, retrieval_mode=_RETRIEVAL_MODES[search.retrieval_mode],
-        origin=origin)
+        group_by_document=search.group_by_document,
+        retrieval_mode=_RETRIEVAL_MODES[search.retrieval_mode],
+        origin=origin,
+    )
 
 
 def llm_of(request: Any) -> Llm | None:
@@ -273,8 +386,9 @@ def usage_of(work: Work) -> common_pb2.Usage:
 
 
 def timing_of(work: Work) -> common_pb2.Timing:
-    return common_pb2.Timing(queue_us=int(work.queue_s * 1e6), inference_us=int(work.inference_s * 1e6),
-                             total_us=int(work.total_s * 1e6))
+    return common_pb2.Timing(
+        queue_us=int(work.queue_s * 1e6), inference_us=int(work.inference_s * 1e6), total_us=int(work.total_s * 1e6)
+    )
 
 
 def stale_fallback(stale: StaleSource) -> pb.StaleFallback:
@@ -284,14 +398,24 @@ def stale_fallback(stale: StaleSource) -> pb.StaleFallback:
 
 
 def _block(block: Block) -> pb.ContextBlock:
-    return pb.ContextBlock(source=block.source, use=_USE_PROTO[block.use], chunks=[_chunk(h) for h in block.hits],
-                           tokens=block.tokens, truncated=block.truncated)
+    return pb.ContextBlock(
+        source=block.source,
+        use=_USE_PROTO[block.use],
+        chunks=[_chunk(h) for h in block.hits],
+        tokens=block.tokens,
+        truncated=block.truncated,
+    )
 
 
 def _chunk(hit: Hit) -> pb.RetrievedChunk:
     p = hit.provenance
-    provenance = pb.Provenance(source=hit.source, file=p.get("file") or "", document_id=p.get("document_id") or "",
-                               char_start=p.get("char_start") or 0, char_end=p.get("char_end") or 0)
+    provenance = pb.Provenance(
+        source=hit.source,
+        file=p.get("file") or "",
+        document_id=p.get("document_id") or "",
+        char_start=p.get("char_start") or 0,
+        char_end=p.get("char_end") or 0,
+    )
     for key in ("line_start", "line_end", "page"):
         if p.get(key):
             setattr(provenance, key, p[key])

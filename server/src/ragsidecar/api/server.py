@@ -15,8 +15,12 @@ from grpc_reflection.v1alpha import reflection
 
 from ragsidecar import metrics, tracing
 from ragsidecar.api.chat_service import ChatKnowledgeService
-from ragsidecar.api.interceptors import (AccessLogInterceptor, AuthInterceptor, DecodeGuardInterceptor,
-                                         TracingInterceptor)
+from ragsidecar.api.interceptors import (
+    AccessLogInterceptor,
+    AuthInterceptor,
+    DecodeGuardInterceptor,
+    TracingInterceptor,
+)
 from ragsidecar.api.reranker_service import RerankerService
 from ragsidecar.api.retrieval_service import RetrievalService
 from ragsidecar.auth import BearerToken
@@ -28,8 +32,14 @@ from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge.runtime import RetrievalRuntime
 from ragsidecar.reranking import Reranker
 from ragsidecar.store.factory import open_backend
-from ragsidecar.v1 import (chat_knowledge_pb2, chat_knowledge_pb2_grpc, reranker_pb2, reranker_pb2_grpc,
-                           retrieval_pb2, retrieval_pb2_grpc)
+from ragsidecar.v1 import (
+    chat_knowledge_pb2,
+    chat_knowledge_pb2_grpc,
+    reranker_pb2,
+    reranker_pb2_grpc,
+    retrieval_pb2,
+    retrieval_pb2_grpc,
+)
 
 if TYPE_CHECKING:
     from ragsidecar.http.listener import HttpListener
@@ -83,8 +93,10 @@ class Sidecar:
         # Innermost: authentication, when it refuses a call, replaces the decoder this one installs.
         interceptors.append(DecodeGuardInterceptor())
         limit = config.server.max_message_bytes
-        server = grpc.aio.server(interceptors=interceptors, options=[
-            ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)])
+        server = grpc.aio.server(
+            interceptors=interceptors,
+            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)],
+        )
         reranker_pb2_grpc.add_RerankerServiceServicer_to_server(RerankerService(self.registry, self.reranker), server)
         runtime = RetrievalRuntime(config, self.registry, self.reranker, self.backend)
         retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalService(runtime), server)
@@ -115,8 +127,11 @@ class Sidecar:
         if server_config.unix_socket:
             targets.append(f"unix:{self._config.resolve(server_config.unix_socket)}")
         for target in targets:
-            port = (self._server.add_secure_port(target, credentials) if credentials
-                    else self._server.add_insecure_port(target))
+            port = (
+                self._server.add_secure_port(target, credentials)
+                if credentials
+                else self._server.add_insecure_port(target)
+            )
             self.addresses.append(target if target.startswith("unix:") else f"{server_config.host}:{port}")
         await self._server.start()
         if self._config.http.port:
@@ -132,8 +147,14 @@ class Sidecar:
 
         token = self._config.bearer_token()
         embedder = Embedder(self.registry, self._config.inference.max_documents_per_request)
-        services = Services(self.registry, self.reranker, embedder, BearerToken(token) if token else None,
-                            self._config.server.max_message_bytes, lambda: self.serving)
+        services = Services(
+            self.registry,
+            self.reranker,
+            embedder,
+            BearerToken(token) if token else None,
+            self._config.server.max_message_bytes,
+            lambda: self.serving,
+        )
         return HttpListener(self._config, services)
 
     async def load_models(self) -> bool:
@@ -169,8 +190,10 @@ class Sidecar:
         default = self._config.default_model()
         embedder = self._config.retrieval.embedder
         store_up = self.backend.healthy
-        ready = {SERVICE_NAMES[0]: default is None or self.registry.is_ready(default.id),
-                 SERVICE_NAMES[1]: bool(embedder) and self.registry.is_ready(embedder) and store_up}
+        ready = {
+            SERVICE_NAMES[0]: default is None or self.registry.is_ready(default.id),
+            SERVICE_NAMES[1]: bool(embedder) and self.registry.is_ready(embedder) and store_up,
+        }
         ready[SERVICE_NAMES[2]] = ready[SERVICE_NAMES[1]]
         for name, up in ready.items():
             await self._health.set(name, SERVING if up else NOT_SERVING)
@@ -227,8 +250,9 @@ class Sidecar:
         for name in self._model_health_names:
             await self._health.set(name, NOT_SERVING)
         log.info("shutting down; draining in-flight calls for up to %.1fs", self._config.server.shutdown_grace_s)
-        await asyncio.gather(self._server.stop(self._config.server.shutdown_grace_s),
-                             *([self._http.stop()] if self._http else []))
+        await asyncio.gather(
+            self._server.stop(self._config.server.shutdown_grace_s), *([self._http.stop()] if self._http else [])
+        )
         await self.registry.close()
         await self.backend.close()
         self._stopped.set()

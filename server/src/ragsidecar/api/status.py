@@ -50,8 +50,9 @@ def to_status(error: SidecarError) -> grpc.Status:
     message = _cut_message(error.message)
     metadata = _metadata_within_budget(error.metadata)
     # Room for the ErrorInfo as sent: with the count of left-out violations (and the line saying so).
-    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN,
-                                       metadata={**metadata, "omitted_violations": "999999"})
+    info = error_details_pb2.ErrorInfo(
+        reason=error.reason, domain=ERROR_DOMAIN, metadata={**metadata, "omitted_violations": "999999"}
+    )
     room = MAX_STATUS_BYTES - len(message.encode()) - info.ByteSize() - 4 * _FRAMING_BYTES - MAX_TEXT_BYTES
     violations, omitted = _violations_within(error.violations, room)
     if omitted:
@@ -72,17 +73,20 @@ def _violations_within(violations: list[Violation], room: int) -> tuple[list[Any
     """The first violations, each cut, that fit `room` bytes; then one saying how many were left out."""
     kept: list[Any] = []
     for violation in violations[:MAX_VIOLATIONS]:
-        cut = error_details_pb2.BadRequest.FieldViolation(field=cut_text(violation.field, MAX_TEXT_BYTES),
-                                                          description=cut_text(violation.description,
-                                                                                MAX_TEXT_BYTES))
+        cut = error_details_pb2.BadRequest.FieldViolation(
+            field=cut_text(violation.field, MAX_TEXT_BYTES), description=cut_text(violation.description, MAX_TEXT_BYTES)
+        )
         room -= cut.ByteSize() + 4  # the tag and length that frame it
         if room < 0:
             break
         kept.append(cut)
     omitted = len(violations) - len(kept)
     if omitted:
-        kept.append(error_details_pb2.BadRequest.FieldViolation(
-            field="", description=f"{omitted} more violation{'s' if omitted > 1 else ''} not shown"))
+        kept.append(
+            error_details_pb2.BadRequest.FieldViolation(
+                field="", description=f"{omitted} more violation{'s' if omitted > 1 else ''} not shown"
+            )
+        )
     return kept, omitted
 
 
@@ -93,16 +97,16 @@ def _metadata_within_budget(metadata: dict[str, str]) -> dict[str, str]:
 
 def cut_text(text: str, limit: int) -> str:
     """At most `limit` UTF-8 bytes, cut on a character boundary and marked when cut; always valid UTF-8."""
-    data = text[:limit + 1].encode("utf-8", "replace")
+    data = text[: limit + 1].encode("utf-8", "replace")
     if len(data) <= limit:
         return data.decode("utf-8")
-    return data[:limit - len(_ELLIPSIS.encode())].decode("utf-8", "ignore") + _ELLIPSIS
+    return data[: limit - len(_ELLIPSIS.encode())].decode("utf-8", "ignore") + _ELLIPSIS
 
 
 def _cut_message(message: str) -> str:
     """At most MAX_MESSAGE_WIRE_BYTES once percent-encoded as grpc-message is (bytes outside 0x20-0x7E and %)."""
     # A longer message costs more than the limit: each character is at least one byte.
-    data = message[:MAX_MESSAGE_WIRE_BYTES + 1].encode("utf-8", "replace")
+    data = message[: MAX_MESSAGE_WIRE_BYTES + 1].encode("utf-8", "replace")
     costs = [1 if 0x20 <= byte <= 0x7E and byte != 0x25 else 3 for byte in data]
     if sum(costs) <= MAX_MESSAGE_WIRE_BYTES:
         return data.decode("utf-8")
@@ -131,8 +135,9 @@ def translates_errors(method: Handler) -> Handler:
             raise
         except Exception:
             log.exception("%s failed", method.__qualname__)
-            status = rpc_status.to_status(status_pb2.Status(code=code_pb2.INTERNAL,
-                                                            message="internal error; see the sidecar's log"))
+            status = rpc_status.to_status(
+                status_pb2.Status(code=code_pb2.INTERNAL, message="internal error; see the sidecar's log")
+            )
         # Aborting, not setting the code and returning: grpc.aio sends a unary method's return value, None
         # included (as an empty message), before a status set that way, and a client that takes the first message
         # as the answer would see a failed call succeed. The AbortError's reference cycle holds the request until a

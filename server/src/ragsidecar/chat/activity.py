@@ -63,37 +63,54 @@ class Activity:
         if len(self.entries) > MAX_ENTRIES:
             problems = [Violation(f"{at}.entries", f"{len(self.entries)} entries; at most {MAX_ENTRIES}")]
         else:
-            problems = [Violation(f"{at}.entries[{i}].kind", "an activity kind is required")
-                        for i, e in enumerate(self.entries) if e.kind is None]
-            problems += [Violation(f"{at}.entries[{i}].{name}", f"{size} characters; at most {MAX_ENTRY_FIELD_CHARS}")
-                         for i, e in enumerate(self.entries) for name in ("peer", "type", "text")
-                         if (size := len(getattr(e, name))) > MAX_ENTRY_FIELD_CHARS]
+            problems = [
+                Violation(f"{at}.entries[{i}].kind", "an activity kind is required")
+                for i, e in enumerate(self.entries)
+                if e.kind is None
+            ]
+            problems += [
+                Violation(f"{at}.entries[{i}].{name}", f"{size} characters; at most {MAX_ENTRY_FIELD_CHARS}")
+                for i, e in enumerate(self.entries)
+                for name in ("peer", "type", "text")
+                if (size := len(getattr(e, name))) > MAX_ENTRY_FIELD_CHARS
+            ]
         if self.max_entries > MAX_ENTRIES:
             problems.append(Violation(f"{at}.max_entries", f"at most {MAX_ENTRIES}"))
-        problems += [Violation(f"{at}.{name}", "must be at least 1 when set")
-                     for name in ("max_entries", "max_total_chars", "max_entry_chars") if getattr(self, name) < 1]
+        problems += [
+            Violation(f"{at}.{name}", "must be at least 1 when set")
+            for name in ("max_entries", "max_total_chars", "max_entry_chars")
+            if getattr(self, name) < 1
+        ]
         if self.max_entry_chars > self.max_total_chars:
-            problems.append(Violation(f"{at}.max_entry_chars", f"{self.max_entry_chars} exceeds max_total_chars "
-                                      f"({self.max_total_chars})"))
+            problems.append(
+                Violation(
+                    f"{at}.max_entry_chars", f"{self.max_entry_chars} exceeds max_total_chars ({self.max_total_chars})"
+                )
+            )
         if len(self.redaction_roots) > MAX_REDACTION_ROOTS:
-            problems.append(Violation(f"{at}.redaction_roots", f"{len(self.redaction_roots)} roots; at most "
-                                      f"{MAX_REDACTION_ROOTS}"))
+            problems.append(
+                Violation(f"{at}.redaction_roots", f"{len(self.redaction_roots)} roots; at most {MAX_REDACTION_ROOTS}")
+            )
             return problems
         for i, (folder, _) in enumerate(self.redaction_roots):
             if not folder.strip() or len(folder) > MAX_ROOT_CHARS or "\0" in folder:
-                problems.append(Violation(f"{at}.redaction_roots[{i}].path", f"required, at most {MAX_ROOT_CHARS} "
-                                          "characters and no NUL"))
+                problems.append(
+                    Violation(
+                        f"{at}.redaction_roots[{i}].path", f"required, at most {MAX_ROOT_CHARS} characters and no NUL"
+                    )
+                )
         total = sum(len(folder) for folder, _ in self.redaction_roots)
         if total > MAX_ROOTS_CHARS:
-            problems.append(Violation(f"{at}.redaction_roots", f"{total} characters of paths; at most "
-                                      f"{MAX_ROOTS_CHARS}"))
+            problems.append(
+                Violation(f"{at}.redaction_roots", f"{total} characters of paths; at most {MAX_ROOTS_CHARS}")
+            )
         return problems
 
     def render(self) -> str:
         """The block, or "" when no entry is recorded. Only the newest max_entries entries can be kept, so
         only they are redacted: the work is bounded by the caps, not by the record's length."""
         redactor = PathRedactor(self.redaction_roots)
-        recorded = [self._recorded(e, redactor) for e in self.entries[-self.max_entries:]]
+        recorded = [self._recorded(e, redactor) for e in self.entries[-self.max_entries :]]
         kept = _newest_within(recorded, self.max_entries, self.max_total_chars)
         return "\n".join([HEADING, DATA_LINE, *(_line(e) for e in kept)]) if kept else ""
 
@@ -112,7 +129,7 @@ def _newest_within(entries: list[ActivityEntry], max_entries: int, max_total: in
         if kept == max_entries or (kept and total + entry.size > max_total):
             break
         kept, total = kept + 1, total + entry.size
-    return entries[len(entries) - kept:]
+    return entries[len(entries) - kept :]
 
 
 def _line(entry: ActivityEntry) -> str:

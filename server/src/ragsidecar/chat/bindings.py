@@ -40,8 +40,9 @@ class Bindings:
     """The open bindings. Ids are minted here (random, unique), so a plain id is an unambiguous key: no
     caller-supplied part goes into it."""
 
-    def __init__(self, catalog: Catalog, max_open: int, idle_seconds: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, catalog: Catalog, max_open: int, idle_seconds: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._catalog = catalog
         self._store = catalog.bindings
         self._max_open, self._idle_seconds = max_open, idle_seconds
@@ -50,8 +51,7 @@ class Bindings:
     async def open(self, owner_id: str, scope: Scope, source: str, top_k: int, declared: bool) -> Binding:
         await self._close_idle()
         handle = secrets.token_urlsafe(_HANDLE_BYTES)
-        binding = Binding(secrets.token_urlsafe(_ID_BYTES), owner_id, scope, source, top_k, declared,
-                          _digest(handle))
+        binding = Binding(secrets.token_urlsafe(_ID_BYTES), owner_id, scope, source, top_k, declared, _digest(handle))
         await self._released(await self._registry.add(binding, self._max_open), "lru")
         metrics.OPEN_BINDINGS.set(await self._registry.count())
         return replace(binding, handle=handle)
@@ -62,8 +62,12 @@ class Bindings:
         await self._close_idle()
         binding = await self._find(binding_id, scope)
         if binding is None:
-            raise SidecarError(ErrorKind.NOT_FOUND, "UNKNOWN_BINDING", f"binding {binding_id!r} is not open",
-                               metadata={"binding_id": binding_id})
+            raise SidecarError(
+                ErrorKind.NOT_FOUND,
+                "UNKNOWN_BINDING",
+                f"binding {binding_id!r} is not open",
+                metadata={"binding_id": binding_id},
+            )
         _authorize(binding, owner_id, scope, handle)
         await self._registry.use(binding)
         return binding
@@ -121,5 +125,8 @@ def _digest(handle: str) -> bytes:
 def _authorize(binding: Binding, owner_id: str, scope: Scope | None, handle: str) -> None:
     right_handle = hmac.compare_digest(_digest(handle), binding.handle_digest)
     if not right_handle or binding.owner_id != owner_id or (scope is not None and scope != binding.scope):
-        raise SidecarError(ErrorKind.PERMISSION_DENIED, "PERMISSION_DENIED",
-                           f"binding {binding.id!r} is not usable with this handle, owner, tenant and session")
+        raise SidecarError(
+            ErrorKind.PERMISSION_DENIED,
+            "PERMISSION_DENIED",
+            f"binding {binding.id!r} is not usable with this handle, owner, tenant and session",
+        )

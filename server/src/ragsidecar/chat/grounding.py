@@ -26,13 +26,31 @@ from typing import Any
 from ragsidecar import tracing
 from ragsidecar.chat.activity import Activity
 from ragsidecar.chat.bindings import Binding, Bindings
-from ragsidecar.chat.markup import (REQUEST, STATE, fence, marker_count, neutralise_fenced, neutralise_host_text,
-                                    region, strip_regions)
+from ragsidecar.chat.markup import (
+    REQUEST,
+    STATE,
+    fence,
+    marker_count,
+    neutralise_fenced,
+    neutralise_host_text,
+    region,
+    strip_regions,
+)
 from ragsidecar.errors import SidecarError, Violation, invalid
 from ragsidecar.identifiers import id_problems
 from ragsidecar.knowledge.declarations import Entry, Llm, Scope, Target, Use
-from ragsidecar.knowledge.runtime import (Block, DirectMeasure, DirectPlan, Hit, Query, RetrievalRuntime,
-                                          SearchSpec, StaleSource, Work, render_block)
+from ragsidecar.knowledge.runtime import (
+    Block,
+    DirectMeasure,
+    DirectPlan,
+    Hit,
+    Query,
+    RetrievalRuntime,
+    SearchSpec,
+    StaleSource,
+    Work,
+    render_block,
+)
 from ragsidecar.knowledge.validation import unique_name_problems
 
 log = logging.getLogger(__name__)
@@ -47,8 +65,17 @@ MAX_TEXT_CHARS = 1_000_000
 # this only refuses what no real conversation holds (a turn adds a handful) well before the character cap.
 MAX_MARKERS = 20_000
 # Errors met while searching that are the configuration's, not the retrieval's: they surface, as in Enforce.
-_CONFIGURATION_REASONS = frozenset({"UNKNOWN_MODEL", "MODEL_NOT_READY", "WARMING_UP", "INVALID_CONFIGURATION",
-                                    "UNKNOWN_KNOWLEDGE", "UNKNOWN_MODEL_WINDOW", "PATH_OUTSIDE_ROOTS"})
+_CONFIGURATION_REASONS = frozenset(
+    {
+        "UNKNOWN_MODEL",
+        "MODEL_NOT_READY",
+        "WARMING_UP",
+        "INVALID_CONFIGURATION",
+        "UNKNOWN_KNOWLEDGE",
+        "UNKNOWN_MODEL_WINDOW",
+        "PATH_OUTSIDE_ROOTS",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -187,8 +214,12 @@ class Grounder:
         result = TurnResult(conversation, Grounding.GROUNDED, [OwnerOutcome(o.owner_id) for o in turn.owners])
         with tracing.span("grounding", owners=len(turn.owners), bindings=len(turn.bindings)) as span:
             knowledge = await self._knowledge(turn, owned, host_text, result)
-            span.set(grounding=result.grounding.value, pairs=result.work.pairs, cached_pairs=result.work.cached_pairs,
-                     tokens=result.work.tokens)
+            span.set(
+                grounding=result.grounding.value,
+                pairs=result.work.pairs,
+                cached_pairs=result.work.cached_pairs,
+                tokens=result.work.tokens,
+            )
         result.conversation = await asyncio.to_thread(_appended, conversation, host_text + knowledge)
         result.work.total_s = time.perf_counter() - started
         return result
@@ -202,21 +233,29 @@ class Grounder:
             raise invalid(problems)
         return [[b for b in resolved if b.owner_id == owner.owner_id] for owner in turn.owners]
 
-    async def _knowledge(self, turn: Turn, owned: list[list[Binding]], host_text: list[str],
-                         result: TurnResult) -> list[str]:
+    async def _knowledge(
+        self, turn: Turn, owned: list[list[Binding]], host_text: list[str], result: TurnResult
+    ) -> list[str]:
         """The fenced knowledge region (or nothing), and the turn's grounding as a whole."""
         query, context = await asyncio.to_thread(_latest_user_text, result.conversation), turn.context
         if not turn.owners or context is None or not query:
-            result.grounding = (Grounding.NO_OWNERS if not turn.owners else
-                                Grounding.NO_CONTEXT if context is None else Grounding.NO_USER_MESSAGE)
+            result.grounding = (
+                Grounding.NO_OWNERS
+                if not turn.owners
+                else Grounding.NO_CONTEXT
+                if context is None
+                else Grounding.NO_USER_MESSAGE
+            )
             return []
         direct = [e for owner in turn.owners for _, e in owner.chat_knowledge(Use.DIRECT)]
         plan = await self._runtime.prepare_chat(tuple(direct), turn.llm, context.scope)
         # One deadline for all owners, searched in order: a later owner may find it spent.
         deadline = min((d for d in (context.deadline, turn.call_deadline) if d is not None), default=None)
         shared = _Query(query, context, deadline, Query(query))
-        searched = [await self._search(owner, bindings, shared, outcome, result)
-                    for owner, bindings, outcome in zip(turn.owners, owned, result.owners)]
+        searched = [
+            await self._search(owner, bindings, shared, outcome, result)
+            for owner, bindings, outcome in zip(turn.owners, owned, result.owners)
+        ]
         try:
             blocks = await asyncio.to_thread(self._render, turn.owners, plan, searched, result, host_text)
         except Exception as err:  # the seed: a failure while rendering dispatches the whole turn ungrounded
@@ -229,8 +268,9 @@ class Grounder:
 
     # -- searching -------------------------------------------------------------------------------------
 
-    async def _search(self, owner: Owner, bindings: list[Binding], query: _Query, outcome: OwnerOutcome,
-                      result: TurnResult) -> _Searched:
+    async def _search(
+        self, owner: Owner, bindings: list[Binding], query: _Query, outcome: OwnerOutcome, result: TurnResult
+    ) -> _Searched:
         """Searches the owner's bindings together under what is left of the turn's deadline."""
         searched = _Searched(bindings)
         if not bindings:
@@ -269,36 +309,51 @@ class Grounder:
         return searched
 
     async def _searched(self, target: Target, query: _Query) -> tuple[list[Hit], list[StaleSource], Work]:
-        return await self._runtime.search(target, (), [], query.text, SearchSpec(), {}, query.context.scope,
-                                          query.deadline, query.embedded)
+        return await self._runtime.search(
+            target, (), [], query.text, SearchSpec(), {}, query.context.scope, query.deadline, query.embedded
+        )
 
     # -- rendering -------------------------------------------------------------------------------------
 
-    def _render(self, owners: tuple[Owner, ...], plan: DirectPlan, searched: list[_Searched], result: TurnResult,
-                host_text: list[str]) -> list[str]:
+    def _render(
+        self,
+        owners: tuple[Owner, ...],
+        plan: DirectPlan,
+        searched: list[_Searched],
+        result: TurnResult,
+        host_text: list[str],
+    ) -> list[str]:
         """The fenced blocks: owners in list order, each one's blocks in declaration order. DIRECT blocks are
         always given (they passed their budgets); an owner's evidence must fit what is left of the window."""
         measures = {m.entry: m for m in plan.blocks}
         per_owner = [self._direct_blocks(owner, measures, outcome) for owner, outcome in zip(owners, result.owners)]
         room = _Room(plan.window, self._runtime.count_tokens)
-        room.take([m.content or "" for m in result.conversation] + host_text + [fence([])]
-                  + [text for blocks in per_owner for _, text in blocks])
+        room.take(
+            [m.content or "" for m in result.conversation]
+            + host_text
+            + [fence([])]
+            + [text for blocks in per_owner for _, text in blocks]
+        )
         for owner, blocks, found, outcome in zip(owners, per_owner, searched, result.owners):
             if not found.hits:
                 continue
             evidence = _evidence_blocks(owner, found)
             texts = [text for _, text in evidence]
             if not room.fits(texts):
-                outcome.failed_open(FailOpen.EVIDENCE_OVERSIZED, f"{room.tokens(texts)} tokens of evidence do not "
-                                    f"fit the {room.left()} tokens left of the input window")
+                outcome.failed_open(
+                    FailOpen.EVIDENCE_OVERSIZED,
+                    f"{room.tokens(texts)} tokens of evidence do not "
+                    f"fit the {room.left()} tokens left of the input window",
+                )
                 continue
             room.take(texts)
             blocks += evidence
             outcome.search, outcome.document_count = OwnerSearch.GROUNDED, len(found.hits)
         return [text for blocks in per_owner for _, text in sorted(blocks, key=lambda b: b[0])]
 
-    def _direct_blocks(self, owner: Owner, measures: dict[Entry, DirectMeasure],
-                       outcome: OwnerOutcome) -> list[tuple[int, str]]:
+    def _direct_blocks(
+        self, owner: Owner, measures: dict[Entry, DirectMeasure], outcome: OwnerOutcome
+    ) -> list[tuple[int, str]]:
         blocks = []
         for position, entry in owner.chat_knowledge(Use.DIRECT):
             measure = measures.get(entry)
@@ -365,9 +420,11 @@ def _add_work(total: Work, work: Work) -> None:
 def _prepared(turn: Turn) -> tuple[list[Message], list[str]]:
     """The stripped copy and the host regions (worker thread: linear in the turn's size). System messages
     over the marker cap are refused first, before any is stripped."""
-    problems = [Violation(f"conversation[{i}].content", f"{count} sidecar markers; at most {MAX_MARKERS}")
-                for i, m in enumerate(turn.conversation) if m.role == "system" and m.content
-                and (count := marker_count(m.content)) > MAX_MARKERS]
+    problems = [
+        Violation(f"conversation[{i}].content", f"{count} sidecar markers; at most {MAX_MARKERS}")
+        for i, m in enumerate(turn.conversation)
+        if m.role == "system" and m.content and (count := marker_count(m.content)) > MAX_MARKERS
+    ]
     if problems:
         raise invalid(problems)
     return _stripped(turn.conversation), _host_regions(turn)
@@ -426,8 +483,12 @@ def shape_problems(turn: Turn) -> list[Violation]:
         if id_problems(owner.owner_id, f"owners[{i}].owner_id"):
             problems += id_problems(owner.owner_id, f"owners[{i}].owner_id")
         elif owner.owner_id in owners:
-            problems.append(Violation(f"owners[{i}].owner_id", f"owner {owner.owner_id!r} is listed twice "
-                                      f"(also owners[{owners[owner.owner_id]}])"))
+            problems.append(
+                Violation(
+                    f"owners[{i}].owner_id",
+                    f"owner {owner.owner_id!r} is listed twice (also owners[{owners[owner.owner_id]}])",
+                )
+            )
         owners.setdefault(owner.owner_id, i)
         problems += _knowledge_name_problems(owner, f"owners[{i}]")
     ids: set[str] = set()
@@ -455,18 +516,27 @@ def shape_problems(turn: Turn) -> list[Violation]:
 
 
 def _size_problems(turn: Turn) -> list[Violation]:
-    counts = (("conversation", len(turn.conversation), MAX_MESSAGES), ("owners", len(turn.owners), MAX_OWNERS),
-              ("bindings", len(turn.bindings), MAX_BINDINGS))
+    counts = (
+        ("conversation", len(turn.conversation), MAX_MESSAGES),
+        ("owners", len(turn.owners), MAX_OWNERS),
+        ("bindings", len(turn.bindings), MAX_BINDINGS),
+    )
     problems = [Violation(name, f"{count} items; at most {cap}") for name, count, cap in counts if count > cap]
-    problems += [Violation(f"owners[{i}].knowledge", f"{len(o.knowledge)} entries; at most {MAX_OWNER_KNOWLEDGE}")
-                 for i, o in enumerate(turn.owners[:MAX_OWNERS]) if len(o.knowledge) > MAX_OWNER_KNOWLEDGE]
+    problems += [
+        Violation(f"owners[{i}].knowledge", f"{len(o.knowledge)} entries; at most {MAX_OWNER_KNOWLEDGE}")
+        for i, o in enumerate(turn.owners[:MAX_OWNERS])
+        if len(o.knowledge) > MAX_OWNER_KNOWLEDGE
+    ]
     if problems:
         return problems
     texts = [(f"conversation[{i}].content", m.content or "") for i, m in enumerate(turn.conversation)]
     texts += [(f"owners[{i}].state_text", o.state_text) for i, o in enumerate(turn.owners)]
     texts.append(("request_section", turn.request_section))
-    return [Violation(name, f"{len(text)} characters; at most {MAX_TEXT_CHARS}")
-            for name, text in texts if len(text) > MAX_TEXT_CHARS]
+    return [
+        Violation(name, f"{len(text)} characters; at most {MAX_TEXT_CHARS}")
+        for name, text in texts
+        if len(text) > MAX_TEXT_CHARS
+    ]
 
 
 def _scope_problems(scope: Scope, at: str) -> list[Violation]:
@@ -475,8 +545,9 @@ def _scope_problems(scope: Scope, at: str) -> list[Violation]:
 
 def _knowledge_name_problems(owner: Owner, at: str) -> list[Violation]:
     """The owner's knowledge names: valid ids, each declared once."""
-    return unique_name_problems(((e.name, f"{at}.knowledge[{k}].name") for k, e in enumerate(owner.knowledge)),
-                                "knowledge")
+    return unique_name_problems(
+        ((e.name, f"{at}.knowledge[{k}].name") for k, e in enumerate(owner.knowledge)), "knowledge"
+    )
 
 
 def _declaration_problems(owners: tuple[Owner, ...], bindings: list[Binding]) -> list[Violation]:
@@ -490,23 +561,40 @@ def _declaration_problems(owners: tuple[Owner, ...], bindings: list[Binding]) ->
         at, owner = f"bindings[{j}]", binding.owner_id
         declared = declared_by[owner]
         if (owner, binding.source) in sources:
-            problems.append(Violation(at, f"owner {owner!r} already searches {binding.source!r} through "
-                                      f"bindings[{sources[owner, binding.source]}]"))
+            problems.append(
+                Violation(
+                    at,
+                    f"owner {owner!r} already searches {binding.source!r} through "
+                    f"bindings[{sources[owner, binding.source]}]",
+                )
+            )
         sources.setdefault((owner, binding.source), j)
         if not binding.declared:
             if binding.source in declared:
-                problems.append(Violation(at, f"an undeclared binding may not use {binding.source!r}, "
-                                          f"knowledge that owner {owner!r} declares"))
+                problems.append(
+                    Violation(
+                        at,
+                        f"an undeclared binding may not use {binding.source!r}, "
+                        f"knowledge that owner {owner!r} declares",
+                    )
+                )
             continue
         if owner in first_declared:
-            problems.append(Violation(at, f"owner {owner!r} already has a declared binding "
-                                      f"(bindings[{first_declared[owner]}])"))
+            problems.append(
+                Violation(at, f"owner {owner!r} already has a declared binding (bindings[{first_declared[owner]}])")
+            )
         first_declared.setdefault(owner, j)
         entry = declared.get(binding.source)
         if entry is None or not entry.enabled or entry.use is not Use.SEARCH:
-            problems.append(Violation(at, f"declared binding source {binding.source!r} is not an enabled SEARCH "
-                                      f"entry of owner {owner!r}"))
+            problems.append(
+                Violation(
+                    at, f"declared binding source {binding.source!r} is not an enabled SEARCH entry of owner {owner!r}"
+                )
+            )
         elif entry.k != binding.top_k:
-            problems.append(Violation(at, f"declared binding top_k {binding.top_k} differs from {binding.source!r}'s "
-                                      f"top_k {entry.k}"))
+            problems.append(
+                Violation(
+                    at, f"declared binding top_k {binding.top_k} differs from {binding.source!r}'s top_k {entry.k}"
+                )
+            )
     return problems

@@ -27,13 +27,23 @@ from starlette.routing import Route
 
 from ragsidecar import metrics, tracing
 from ragsidecar.auth import BearerToken
-from ragsidecar.embedding import EmbedOutcome, Embedder, EmbedQuery
+from ragsidecar.embedding import Embedder, EmbedOutcome, EmbedQuery
 from ragsidecar.errors import ErrorKind, SidecarError, Violation
 from ragsidecar.http.fields import Fields, decode_object
-from ragsidecar.http.status import (COHERE, OPENAI, TEI, Dialect, Fault, error_content, fault_of, headers_of,
-                                    internal_fault, route_fault)
+from ragsidecar.http.status import (
+    COHERE,
+    OPENAI,
+    TEI,
+    Dialect,
+    Fault,
+    error_content,
+    fault_of,
+    headers_of,
+    internal_fault,
+    route_fault,
+)
 from ragsidecar.inference.registry import ModelRegistry
-from ragsidecar.reranking import LIMIT_EXCEEDED, Candidate, RerankOutcome, Reranker, RerankQuery
+from ragsidecar.reranking import LIMIT_EXCEEDED, Candidate, Reranker, RerankOutcome, RerankQuery
 
 log = logging.getLogger("ragsidecar.requests")
 
@@ -124,9 +134,19 @@ def _models_endpoint(services: Services) -> Callable[[Request], Awaitable[Respon
     async def endpoint(request: Request) -> Response:
         async def produce() -> Answer:
             services.authenticate(request)
-            data = [{"id": s.spec.id, "object": "model", "created": 0, "owned_by": "ragsidecar", "kind": s.spec.kind,
-                     "state": s.state.value, "default": s.is_default, "max_input_tokens": s.spec.max_length}
-                    for s in services.registry.statuses()]
+            data = [
+                {
+                    "id": s.spec.id,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "ragsidecar",
+                    "kind": s.spec.kind,
+                    "state": s.state.value,
+                    "default": s.is_default,
+                    "max_input_tokens": s.spec.max_length,
+                }
+                for s in services.registry.statuses()
+            ]
             return 200, {}, json.dumps({"object": "list", "data": data}).encode()
 
         return await _answered("/v1/models", OPENAI, produce)
@@ -153,8 +173,7 @@ def _refused(fault: Fault, headers: dict[str, str]) -> Callable[[], Awaitable[An
     return produce
 
 
-async def _answered(path: str, dialect: Dialect,
-                    produce: Callable[[], Awaitable[Answer]]) -> Response:
+async def _answered(path: str, dialect: Dialect, produce: Callable[[], Awaitable[Answer]]) -> Response:
     """The response, with every error mapped once; one log line and the request metrics, as gRPC calls get."""
     started = time.perf_counter()
     status = 499  # until answered: a request cancelled under it counts as closed by the client (nginx's 499)
@@ -196,9 +215,12 @@ async def _read_body(request: Request, limit: int) -> list[bytes]:
 
 
 def _too_large(size: int, limit: int) -> SidecarError:
-    return SidecarError(ErrorKind.INVALID_ARGUMENT, LIMIT_EXCEEDED,
-                        f"the request body ({size} bytes or more) exceeds the limit of {limit} bytes "
-                        "(server.max_message_bytes)", metadata={"max_body_bytes": str(limit)})
+    return SidecarError(
+        ErrorKind.INVALID_ARGUMENT,
+        LIMIT_EXCEEDED,
+        f"the request body ({size} bytes or more) exceeds the limit of {limit} bytes (server.max_message_bytes)",
+        metadata={"max_body_bytes": str(limit)},
+    )
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[Outcome]) -> Outcome:
@@ -224,6 +246,7 @@ async def _disconnected(request: Request) -> None:
 
 
 # --- Rerank: Cohere v1/v2 and Jina (/v1/rerank, /v2/rerank) ---
+
 
 @dataclass(frozen=True)
 class RerankCall:
@@ -266,14 +289,19 @@ def _rerank_writer(version: str) -> Callable[[RerankCall, RerankOutcome], Any]:
                 result["document"] = {"text": ranked.candidate.text}
             results.append(result)
         tokens = outcome.tokens
-        return {"id": str(uuid.uuid4()), "model": outcome.model, "results": results,
-                "meta": {"api_version": {"version": version}, "tokens": {"input_tokens": tokens, "output_tokens": 0}},
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        return {
+            "id": str(uuid.uuid4()),
+            "model": outcome.model,
+            "results": results,
+            "meta": {"api_version": {"version": version}, "tokens": {"input_tokens": tokens, "output_tokens": 0}},
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
 
     return write
 
 
 # --- Rerank: text-embeddings-inference (/rerank) ---
+
 
 @dataclass(frozen=True)
 class TeiRerankCall:
@@ -295,8 +323,10 @@ def _read_tei_rerank(body: dict[str, Any]) -> TeiRerankCall:
 def _write_tei_rerank(call: TeiRerankCall, outcome: RerankOutcome) -> Any:
     results = []
     for ranked in outcome.results:
-        result: dict[str, Any] = {"index": ranked.index,
-                                  "score": ranked.raw_score if call.raw_scores else ranked.relevance_score}
+        result: dict[str, Any] = {
+            "index": ranked.index,
+            "score": ranked.raw_score if call.raw_scores else ranked.relevance_score,
+        }
         if call.return_text:
             result["text"] = ranked.candidate.text
         results.append(result)
@@ -304,6 +334,7 @@ def _write_tei_rerank(call: TeiRerankCall, outcome: RerankOutcome) -> Any:
 
 
 # --- Embeddings: OpenAI (/v1/embeddings) ---
+
 
 @dataclass(frozen=True)
 class EmbedCall:
@@ -317,7 +348,7 @@ def _read_embeddings(body: dict[str, Any]) -> EmbedCall:
     texts = _input_texts(fields)
     encoding = fields.text("encoding_format") or "float"
     if encoding not in ("float", "base64"):
-        fields.problems.append(Violation("encoding_format", f"must be \"float\" or \"base64\", not {encoding!r}"))
+        fields.problems.append(Violation("encoding_format", f'must be "float" or "base64", not {encoding!r}'))
     dimensions = fields.integer("dimensions")
     fields.done()
     return EmbedCall(EmbedQuery(model, texts, dimensions), encoding == "base64")
@@ -342,10 +373,16 @@ async def _run_embeddings(services: Services, call: EmbedCall) -> EmbedOutcome:
 
 
 def _write_embeddings(call: EmbedCall, outcome: EmbedOutcome) -> Any:
-    data = [{"object": "embedding", "index": i, "embedding": _encoded(row, call.as_base64)}
-            for i, row in enumerate(outcome.vectors)]
-    return {"object": "list", "data": data, "model": outcome.model,
-            "usage": {"prompt_tokens": outcome.tokens, "total_tokens": outcome.tokens}}
+    data = [
+        {"object": "embedding", "index": i, "embedding": _encoded(row, call.as_base64)}
+        for i, row in enumerate(outcome.vectors)
+    ]
+    return {
+        "object": "list",
+        "data": data,
+        "model": outcome.model,
+        "usage": {"prompt_tokens": outcome.tokens, "total_tokens": outcome.tokens},
+    }
 
 
 def _encoded(vector: np.ndarray, as_base64: bool) -> Any:

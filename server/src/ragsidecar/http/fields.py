@@ -20,11 +20,15 @@ def decode_object(body: bytes) -> dict[str, Any]:
     try:
         value = json.loads(body)
     except (ValueError, RecursionError) as err:  # bad syntax or encoding; nesting deeper than the decoder takes
-        raise SidecarError(ErrorKind.INVALID_ARGUMENT, "INVALID_REQUEST",
-                           f"the request body is not valid JSON: {type(err).__name__}: {err}") from None
+        raise SidecarError(
+            ErrorKind.INVALID_ARGUMENT,
+            "INVALID_REQUEST",
+            f"the request body is not valid JSON: {type(err).__name__}: {err}",
+        ) from None
     if not isinstance(value, dict):
-        raise SidecarError(ErrorKind.INVALID_ARGUMENT, "INVALID_REQUEST",
-                           f"the request body must be a JSON object, not {_kind(value)}")
+        raise SidecarError(
+            ErrorKind.INVALID_ARGUMENT, "INVALID_REQUEST", f"the request body must be a JSON object, not {_kind(value)}"
+        )
     return value
 
 
@@ -88,6 +92,13 @@ class Fields:
 
 
 def _kind(value: Any) -> str:
-    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array",
-             dict: "an object", type(None): "null"}
+    names = {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "an array",
+        dict: "an object",
+        type(None): "null",
+    }
     return names[type(value)]

@@ -33,11 +33,20 @@ class HttpListener:
     def __init__(self, config: Config, services: Services) -> None:
         self._config = config
         tls = config.tls
-        self._server = _EmbeddedServer(uvicorn.Config(
-            build_app(services), http="h11", lifespan="off", log_config=None, access_log=False, server_header=False,
-            proxy_headers=False, timeout_graceful_shutdown=math.ceil(config.server.shutdown_grace_s),
-            ssl_certfile=str(config.resolve(tls.cert_file)) if tls.cert_file else None,
-            ssl_keyfile=str(config.resolve(tls.key_file)) if tls.key_file else None))
+        self._server = _EmbeddedServer(
+            uvicorn.Config(
+                build_app(services),
+                http="h11",
+                lifespan="off",
+                log_config=None,
+                access_log=False,
+                server_header=False,
+                proxy_headers=False,
+                timeout_graceful_shutdown=math.ceil(config.server.shutdown_grace_s),
+                ssl_certfile=str(config.resolve(tls.cert_file)) if tls.cert_file else None,
+                ssl_keyfile=str(config.resolve(tls.key_file)) if tls.key_file else None,
+            )
+        )
         self._task: asyncio.Task | None = None
 
     async def start(self) -> str:
@@ -65,8 +74,9 @@ def _listening_socket(host: str, port: int) -> socket.socket:
     """A TCP socket listening on the address; its protocol stated (IPPROTO_TCP), since asyncio sets TCP_NODELAY
     only on connections accepted from such a socket (and with Nagle's algorithm every keep-alive response waited
     for the client's delayed ACK: 40 ms)."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                         proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE)[0]
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
+    )[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -59,14 +59,20 @@ def _openai_body(fault: Fault) -> dict[str, Any]:
     kinds = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
     kind = kinds.get(fault.status, "server_error" if fault.status >= 500 else "invalid_request_error")
     param = fault.violations[0]["field"] if fault.violations else None
-    return {"error": {"message": fault.message, "type": kind, "param": param, "code": fault.reason,
-                      "violations": fault.violations}}
+    return {
+        "error": {
+            "message": fault.message,
+            "type": kind,
+            "param": param,
+            "code": fault.reason,
+            "violations": fault.violations,
+        }
+    }
 
 
 def _rerank_body(fault: Fault) -> dict[str, Any]:
     # Cohere's clients read `message`; Jina's (and FastAPI-style ones) read `detail`.
-    return {"message": fault.message, "detail": fault.message, "reason": fault.reason,
-            "violations": fault.violations}
+    return {"message": fault.message, "detail": fault.message, "reason": fault.reason, "violations": fault.violations}
 
 
 def _tei_body(fault: Fault) -> dict[str, Any]:
@@ -97,8 +103,9 @@ def headers_of(status: int) -> dict[str, str]:
 
 
 def fault_of(error: SidecarError, dialect: Dialect) -> Fault:
-    return Fault(status_of(error, dialect), cut_text(error.message, MAX_MESSAGE_BYTES), error.reason,
-                 _bounded(error.violations))
+    return Fault(
+        status_of(error, dialect), cut_text(error.message, MAX_MESSAGE_BYTES), error.reason, _bounded(error.violations)
+    )
 
 
 def internal_fault() -> Fault:
@@ -117,8 +124,10 @@ def error_content(fault: Fault, dialect: Dialect) -> bytes:
 
 def _bounded(violations: list[Violation]) -> list[dict[str, str]]:
     """The first violations, each cut, then one saying how many were left out."""
-    kept = [{"field": cut_text(v.field, MAX_TEXT_BYTES), "description": cut_text(v.description, MAX_TEXT_BYTES)}
-            for v in violations[:MAX_VIOLATIONS]]
+    kept = [
+        {"field": cut_text(v.field, MAX_TEXT_BYTES), "description": cut_text(v.description, MAX_TEXT_BYTES)}
+        for v in violations[:MAX_VIOLATIONS]
+    ]
     omitted = len(violations) - len(kept)
     if omitted:
         kept.append({"field": "", "description": f"{omitted} more violation{'s' if omitted > 1 else ''} not shown"})

@@ -39,8 +39,10 @@ class OnnxBackend:
             raise ValueError(f"{model_file}: ONNX graph lacks inputs {sorted(missing)}")
         unknown = set(inputs) - {"input_ids", "attention_mask", "token_type_ids"}
         if unknown:
-            raise ValueError(f"{model_file}: ONNX graph takes inputs {sorted(unknown)}; the sidecar feeds only "
-                             "input_ids, attention_mask and token_type_ids")
+            raise ValueError(
+                f"{model_file}: ONNX graph takes inputs {sorted(unknown)}; the sidecar feeds only "
+                "input_ids, attention_mask and token_type_ids"
+            )
         self._wants_type_ids = "token_type_ids" in inputs
         # Most exports take int64 ids; some (e.g. for mobile runtimes) take int32.
         self._input_dtypes = {name: np.int32 if kind == "tensor(int32)" else np.int64 for name, kind in inputs.items()}
@@ -93,6 +95,9 @@ class OnnxBackend:
         together = self.run(samples, pad_together=True)
         worst = max(float(np.max(np.abs(a - b))) for a, b in zip(alone, together))
         self.batch_invariant_padding = worst <= BATCH_INVARIANCE_TOLERANCE
-        log.info("batch-invariance probe: max |alone - batched| = %.3g -> %s", worst,
-                 "padded batches" if self.batch_invariant_padding else "one sequence per run")
+        log.info(
+            "batch-invariance probe: max |alone - batched| = %.3g -> %s",
+            worst,
+            "padded batches" if self.batch_invariant_padding else "one sequence per run",
+        )
         return self.batch_invariant_padding

@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ragsidecar import errors, tracing
+from ragsidecar import errors, metrics, tracing
 from ragsidecar.inference.backend import OnnxBackend
 from ragsidecar.inference.tokenization import ModelInput
-from ragsidecar import metrics
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +69,9 @@ Batch = list[tuple[_Job, int]]
 
 
 class BatchQueue:
-    def __init__(self, model_id: str, backend: OnnxBackend, workers: int, max_batch_tokens: int,
-                 max_queued_inputs: int) -> None:
+    def __init__(
+        self, model_id: str, backend: OnnxBackend, workers: int, max_batch_tokens: int, max_queued_inputs: int
+    ) -> None:
         self.model_id = model_id
         self._backend = backend
         self._max_batch_tokens = max_batch_tokens
@@ -96,8 +96,15 @@ class BatchQueue:
         if self._queued_inputs + len(inputs) > self._max_queued:
             raise errors.queue_full(self.model_id, self._max_queued)
         loop = asyncio.get_running_loop()
-        job = _Job(inputs, loop.create_future(), deadline, loop.time(),
-                   outputs=[None] * len(inputs), remaining=len(inputs), trace=tracing.current())
+        job = _Job(
+            inputs,
+            loop.create_future(),
+            deadline,
+            loop.time(),
+            outputs=[None] * len(inputs),
+            remaining=len(inputs),
+            trace=tracing.current(),
+        )
         self._jobs.append(job)
         self._set_depth(self._queued_inputs + len(inputs))
         self._wakeup.set()
@@ -138,8 +145,11 @@ class BatchQueue:
         """A worker ends only when the queue closes; any other end must not leave requests waiting forever."""
         if self._closed:
             return
-        log.error("an inference worker of model %s stopped unexpectedly (%s); failing the queued requests",
-                  self.model_id, "cancelled" if task.cancelled() else repr(task.exception()))
+        log.error(
+            "an inference worker of model %s stopped unexpectedly (%s); failing the queued requests",
+            self.model_id,
+            "cancelled" if task.cancelled() else repr(task.exception()),
+        )
         self._fail(self._take_all(), errors.model_not_ready(self.model_id, "its inference worker stopped"))
 
     async def _work(self) -> None:
@@ -175,17 +185,27 @@ class BatchQueue:
         """A "queue wait" span for each request whose first input runs in this batch."""
         for job in {id(job): job for job, _ in batch if job.started_at is None}.values():
             waited_ns = int((now - job.enqueued_at) * 1e9)
-            tracing.record(job.trace, "queue wait", now_ns - waited_ns, now_ns, model=self.model_id,
-                           inputs=len(job.inputs))
+            tracing.record(
+                job.trace, "queue wait", now_ns - waited_ns, now_ns, model=self.model_id, inputs=len(job.inputs)
+            )
 
     def _trace_batch(self, batch: Batch, start_ns: int, end_ns: int) -> None:
         """An "inference batch" span under each request that has inputs in the batch (batches mix requests)."""
         tokens = sum(len(job.inputs[index]) for job, index in batch)
         for trace in tracing.distinct(job.trace for job, _ in batch):
             mine = [job.inputs[index] for job, index in batch if job.trace is trace]
-            tracing.record(trace, "inference batch", start_ns, end_ns, model=self.model_id, batch_inputs=len(batch),
-                           batch_tokens=tokens, inputs=len(mine), tokens=sum(map(len, mine)),
-                           padded=self._backend.batch_invariant_padding)
+            tracing.record(
+                trace,
+                "inference batch",
+                start_ns,
+                end_ns,
+                model=self.model_id,
+                batch_inputs=len(batch),
+                batch_tokens=tokens,
+                inputs=len(mine),
+                tokens=sum(map(len, mine)),
+                padded=self._backend.batch_invariant_padding,
+            )
 
     def _run_batch(self, batch: Batch) -> list[np.ndarray | None]:
         """Runs a batch on a worker thread, skipping inputs whose request has gone (reading a future's

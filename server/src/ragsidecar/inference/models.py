@@ -69,15 +69,22 @@ class QueryTooLong(ValueError):
 class LoadedModel:
     """A configured model, loaded and (after warm_up) serving through its batching queue."""
 
-    def __init__(self, spec: ModelConfig, inference: InferenceConfig, fingerprint: str, encoder: TextEncoder,
-                 backend: OnnxBackend) -> None:
+    def __init__(
+        self,
+        spec: ModelConfig,
+        inference: InferenceConfig,
+        fingerprint: str,
+        encoder: TextEncoder,
+        backend: OnnxBackend,
+    ) -> None:
         self.spec = spec
         self.inference = inference
         self.fingerprint = fingerprint
         self.encoder = encoder
         self.backend = backend
-        self.queue = BatchQueue(spec.id, self.backend, inference.workers, inference.max_batch_tokens,
-                                inference.max_queued_pairs)
+        self.queue = BatchQueue(
+            spec.id, self.backend, inference.workers, inference.max_batch_tokens, inference.max_queued_pairs
+        )
         self._users = 0
         self._retired = False
         self._closing: asyncio.Task | None = None
@@ -109,8 +116,9 @@ class LoadedModel:
     def _check_outputs(self, outputs: list[np.ndarray]) -> None:
         """Refuses, at warm-up, outputs this kind of model cannot use (a graph may leave their shape symbolic)."""
 
-    async def score(self, query: str, documents: list[str], max_document_tokens: int | None, window: bool,
-                    deadline: float | None) -> ScoredBatch:
+    async def score(
+        self, query: str, documents: list[str], max_document_tokens: int | None, window: bool, deadline: float | None
+    ) -> ScoredBatch:
         raise NotImplementedError
 
     @contextlib.contextmanager
@@ -155,16 +163,22 @@ class CrossEncoder(LoadedModel):
     def _check_outputs(self, outputs: list[np.ndarray]) -> None:
         widths = {np.asarray(out).size for out in outputs}
         if not widths <= {1, 2}:
-            raise ValueError(f"model {self.id!r}: a cross-encoder gives one or two logits per pair ([B], [B,1] or "
-                             f"[B,2]); this graph gives {max(widths)}")
+            raise ValueError(
+                f"model {self.id!r}: a cross-encoder gives one or two logits per pair ([B], [B,1] or "
+                f"[B,2]); this graph gives {max(widths)}"
+            )
 
-    async def score(self, query: str, documents: list[str], max_document_tokens: int | None, window: bool,
-                    deadline: float | None) -> ScoredBatch:
+    async def score(
+        self, query: str, documents: list[str], max_document_tokens: int | None, window: bool, deadline: float | None
+    ) -> ScoredBatch:
         started = time.perf_counter()
         with tracing.span("tokenize", model=self.id, documents=len(documents)) as span:
             per_document = await run_stoppable(
-                lambda stop: self._tokenize(query, documents, max_document_tokens, window, stop), deadline, self.id,
-                f"model {self.id!r} tokenized the request")
+                lambda stop: self._tokenize(query, documents, max_document_tokens, window, stop),
+                deadline,
+                self.id,
+                f"model {self.id!r} tokenized the request",
+            )
             flat = [one for doc in per_document for one in doc.inputs]
             span.set(pairs=len(flat), tokens=sum(map(len, flat)))
         tokenization_s = time.perf_counter() - started
@@ -177,8 +191,9 @@ class CrossEncoder(LoadedModel):
             scores.append(PairScore(windows[best], best, doc.truncated, sum(len(i) for i in doc.inputs)))
         return ScoredBatch(scores, tokenization_s, result.queue_s, result.inference_s)
 
-    def _tokenize(self, query: str, documents: list[str], cap: int | None, window: bool,
-                  stop: StopFlag) -> list[DocumentInputs]:
+    def _tokenize(
+        self, query: str, documents: list[str], cap: int | None, window: bool, stop: StopFlag
+    ) -> list[DocumentInputs]:
         """The pairs' model inputs; runs on a thread. The query first: one too long refuses the request
         before any document is tokenized; documents are tokenized only as far as their windows reach."""
         (query_encoding,) = self.encoder.encode([query], stop=stop)
@@ -186,7 +201,8 @@ class CrossEncoder(LoadedModel):
         if budget < 1:
             raise QueryTooLong(
                 f"the query is {len(query_encoding.ids)} tokens; model {self.id!r} takes "
-                f"{self.spec.max_length} tokens per pair, query and document together")
+                f"{self.spec.max_length} tokens per pair, query and document together"
+            )
         windows = self.spec.max_chunks_per_document if window else 1
         document_encodings = self.encoder.encode(documents, keep_tokens=windows * budget, stop=stop)
         overlap = min(self.spec.window_overlap, budget // 2)
@@ -207,23 +223,33 @@ class BiEncoder(LoadedModel):
         """Unit vectors for the texts, whether each was cut, the queue and inference seconds, and token counts."""
         keep = self.encoder.single_budget
         with tracing.span("tokenize", model=self.id, texts=len(texts)) as span:
-            encodings = await run_stoppable(lambda stop: self.encoder.encode(texts, keep_tokens=keep, stop=stop),
-                                            deadline, self.id, f"model {self.id!r} tokenized the texts")
+            encodings = await run_stoppable(
+                lambda stop: self.encoder.encode(texts, keep_tokens=keep, stop=stop),
+                deadline,
+                self.id,
+                f"model {self.id!r} tokenized the texts",
+            )
             inputs, truncated = zip(*[self.encoder.single(e) for e in encodings])
             span.set(tokens=sum(map(len, inputs)))
         result = await self.queue.submit(list(inputs), deadline)
         vectors = np.stack([self._pool(out, one) for out, one in zip(result.outputs, inputs)])
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        return Embedded(vectors.astype(np.float32), list(truncated), result.queue_s, result.inference_s,
-                        [len(one) for one in inputs])
+        return Embedded(
+            vectors.astype(np.float32),
+            list(truncated),
+            result.queue_s,
+            result.inference_s,
+            [len(one) for one in inputs],
+        )
 
     def _pool(self, output: np.ndarray, one: ModelInput) -> np.ndarray:
         if output.ndim == 1:  # the graph pools itself (a sentence-embedding export)
             return output
         return output[0] if self.spec.pooling == "cls" else output[: len(one)].mean(axis=0)
 
-    async def score(self, query: str, documents: list[str], max_document_tokens: int | None, window: bool,
-                    deadline: float | None) -> ScoredBatch:
+    async def score(
+        self, query: str, documents: list[str], max_document_tokens: int | None, window: bool, deadline: float | None
+    ) -> ScoredBatch:
         started = time.perf_counter()
         vectors, truncated, queue_s, inference_s, _ = await self.embed([query, *documents], deadline)
         cosines = vectors[1:] @ vectors[0]
@@ -268,11 +294,15 @@ def _check_cross_encoder(folder: Path, encoder: TextEncoder, backend: OnnxBacken
     """Refuses exports a cross-encoder cannot score with, at load rather than as wrong scores later."""
     rank, width = backend.output_rank, backend.output_width
     if not (rank == 1 or rank == 2 and width in (1, 2, None)):
-        raise ValueError(f"{folder / 'model.onnx'}: a cross-encoder's first output must be logits shaped [B], [B,1] "
-                         f"or [B,2]; this one has rank {rank}, last axis {width}")
+        raise ValueError(
+            f"{folder / 'model.onnx'}: a cross-encoder's first output must be logits shaped [B], [B,1] "
+            f"or [B,2]; this one has rank {rank}, last axis {width}"
+        )
     if encoder.pair_special_tokens == 0:
-        raise ValueError(f"{folder / 'tokenizer.json'} has no post-processor: a query and a document would be "
-                         "joined without the special tokens the model was trained with")
+        raise ValueError(
+            f"{folder / 'tokenizer.json'} has no post-processor: a query and a document would be "
+            "joined without the special tokens the model was trained with"
+        )
 
 
 def _fingerprint(folder: Path) -> str:

@@ -46,7 +46,8 @@ class ModelRegistry:
         self._serving = _ModelSet()
         # Models of the current configuration that are not serving: loading, or failed to load.
         self._pending: dict[str, ModelStatus] = {
-            m.id: ModelStatus(m, ModelState.LOADING, m == config.default_model()) for m in config.models}
+            m.id: ModelStatus(m, ModelState.LOADING, m == config.default_model()) for m in config.models
+        }
         self.generation = 0
         self.last_reload_error = ""
         self._reload_lock = asyncio.Lock()
@@ -70,8 +71,11 @@ class ModelRegistry:
                 self.last_reload_error = f"{type(err).__name__}: {err}"
                 log.error("configuration reload failed, the previous models keep serving: %s", self.last_reload_error)
                 metrics.MODEL_RELOADS.labels("failed").inc()
-                self._pending = {m.id: ModelStatus(m, ModelState.FAILED, False, self.last_reload_error)
-                                 for m in config.models if m.id not in self._serving.models}
+                self._pending = {
+                    m.id: ModelStatus(m, ModelState.FAILED, False, self.last_reload_error)
+                    for m in config.models
+                    if m.id not in self._serving.models
+                }
                 self._notify()
                 return False
             retired = [m for m in self._serving.models.values() if m not in fresh.models.values()]
@@ -108,8 +112,9 @@ class ModelRegistry:
     def embedder(self, model_id: str) -> BiEncoder:
         model = self.get(model_id)
         if not isinstance(model, BiEncoder):
-            raise errors.unknown_model(model_id, [m.id for m in self._serving.models.values()
-                                                  if isinstance(m, BiEncoder)])
+            raise errors.unknown_model(
+                model_id, [m.id for m in self._serving.models.values() if isinstance(m, BiEncoder)]
+            )
         return model
 
     def is_ready(self, model_id: str) -> bool:
@@ -117,8 +122,10 @@ class ModelRegistry:
 
     def statuses(self) -> list[ModelStatus]:
         """Every configured model in configuration order, serving or not."""
-        serving = [ModelStatus(m.spec, ModelState.READY, m.id == self._serving.default_id)
-                   for m in self._serving.models.values()]
+        serving = [
+            ModelStatus(m.spec, ModelState.READY, m.id == self._serving.default_id)
+            for m in self._serving.models.values()
+        ]
         return serving + [s for s in self._pending.values() if s.spec.id not in self._serving.models]
 
     async def _build(self, config: Config, current: _ModelSet) -> _ModelSet:

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
 import numpy as np
 
 from ragsidecar import metrics, tracing
@@ -45,8 +46,15 @@ from ragsidecar.knowledge import index as index_files
 from ragsidecar.knowledge.chunking import Chunk, chunk_meta, chunk_units
 from ragsidecar.knowledge.declarations import Entry, Scope, SourceType, Use
 from ragsidecar.knowledge.index import HybridIndex, IndexCorrupt, IndexedChunk
-from ragsidecar.knowledge.sources import (SOURCE_UNREADABLE, SourceError, Unit, inline_units, list_files,
-                                          provenance_path, read_units)
+from ragsidecar.knowledge.sources import (
+    SOURCE_UNREADABLE,
+    SourceError,
+    Unit,
+    inline_units,
+    list_files,
+    provenance_path,
+    read_units,
+)
 from ragsidecar.store.interface import Backend, DocumentStore, Prepared
 
 log = logging.getLogger(__name__)
@@ -165,8 +173,9 @@ class Catalog:
     def _shown(self, file: Path) -> str:
         """How errors name a file: relative to the knowledge root holding it (never the server's own folders), else
         as the caller sent it (an absolute path of theirs)."""
-        return next((file.relative_to(root).as_posix() for root in self._roots if file.is_relative_to(root)),
-                    file.as_posix())
+        return next(
+            (file.relative_to(root).as_posix() for root in self._roots if file.is_relative_to(root)), file.as_posix()
+        )
 
     def _stat(self, file: Path) -> os.stat_result:
         try:
@@ -226,8 +235,9 @@ class Catalog:
         if (store := self._documents(entry)) is not None:
             model = self._model_fingerprint(self._embedder())
             partition = await store.index(scope, entry.name, model, self._config.retrieval.lexical_language)
-            return LoadedSource(entry.name, partition.documents, partition.index, dt.datetime.now(dt.timezone.utc),
-                                model)
+            return LoadedSource(
+                entry.name, partition.documents, partition.index, dt.datetime.now(dt.UTC), model
+            )
         identity = self._identity(entry, scope)
         try:
             embedder = self._embedder()
@@ -249,14 +259,16 @@ class Catalog:
         """Drops the source's index from memory; the next load rebuilds it (embeddings stay cached)."""
         self._sources.pop(self._identity(entry, scope))
 
-    async def _build_once(self, key: str, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder,
-                          model: str) -> LoadedSource:
+    async def _build_once(
+        self, key: str, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder, model: str
+    ) -> LoadedSource:
         """Concurrent loads of one source share a single build, run as a task of its own: a caller that is
         cancelled stops waiting, and the build goes on for the others (and for the next caller)."""
         build = self._building.get(key)
         if build is None:
-            build = asyncio.create_task(self._build_and_keep(key, identity, entry, scope, embedder, model),
-                                        name=f"index build of {entry.name}")
+            build = asyncio.create_task(
+                self._build_and_keep(key, identity, entry, scope, embedder, model), name=f"index build of {entry.name}"
+            )
             self._building[key] = build
             build.add_done_callback(functools.partial(self._build_done, key))
         else:
@@ -268,8 +280,9 @@ class Catalog:
         if not build.cancelled():
             build.exception()  # retrieved here, so a failure nobody awaited any more is not logged as lost
 
-    async def _build_and_keep(self, key: str, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder,
-                              model: str) -> LoadedSource:
+    async def _build_and_keep(
+        self, key: str, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder, model: str
+    ) -> LoadedSource:
         previous = self._sources.get(identity)
         source = await self._build(key, identity, entry, scope, embedder, model, previous and previous[1])
         self._sources.put(identity, (key, source), source.index.nbytes() if source.index else 0)
@@ -278,8 +291,16 @@ class Catalog:
             await asyncio.to_thread(shutil.rmtree, self._index_dir / previous[0], True)
         return source
 
-    async def _build(self, key: str, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder, model: str,
-                     last: LoadedSource | None) -> LoadedSource:
+    async def _build(
+        self,
+        key: str,
+        identity: str,
+        entry: Entry,
+        scope: Scope,
+        embedder: BiEncoder,
+        model: str,
+        last: LoadedSource | None,
+    ) -> LoadedSource:
         """The source's index: read back from disk, updated from `last` (the files changed since), or built."""
         folder = self._index_dir / key
         if folder.exists():
@@ -299,7 +320,7 @@ class Catalog:
         with tracing.span("index load", source=entry.name) as span:
             index = await asyncio.to_thread(HybridIndex.load, folder, self._config.retrieval.index_threads)
             span.set(chunks=len(index))
-        built = dt.datetime.fromtimestamp(folder.stat().st_mtime, dt.timezone.utc)
+        built = dt.datetime.fromtimestamp(folder.stat().st_mtime, dt.UTC)
         metrics.INDEX_LOADS.labels("disk").inc()
         self._remember_vectors(index, model)
         return LoadedSource(entry.name, len(units), index, built, model, files)
@@ -309,12 +330,13 @@ class Catalog:
             files, units = await self._units_by_file(entry, scope)
             with embedder.in_use():
                 chunks = await asyncio.to_thread(self._chunk, entry.name, units, embedder)
-                vectors = await self._embed_chunks(entry.name, chunks, embedder, model,
-                                                   self._embedding_partition(entry, scope))
+                vectors = await self._embed_chunks(
+                    entry.name, chunks, embedder, model, self._embedding_partition(entry, scope)
+                )
             index = await asyncio.to_thread(self._index, chunks, vectors)
             span.set(units=len(units), chunks=len(chunks))
         metrics.INDEX_LOADS.labels("built").inc()
-        return LoadedSource(entry.name, len(units), index, dt.datetime.now(dt.timezone.utc), model, files)
+        return LoadedSource(entry.name, len(units), index, dt.datetime.now(dt.UTC), model, files)
 
     async def _units_by_file(self, entry: Entry, scope: Scope) -> tuple[dict[str, FileState], list[Unit]]:
         """Every unit of the source, and (FILE and DIRECTORY) the state of each file read."""
@@ -327,12 +349,18 @@ class Catalog:
         """Whether `last` can be brought up to date file by file: the same files-based source, the same vectors
         and the same index settings (anything else rebuilds it whole)."""
         retrieval = self._config.retrieval
-        return (entry.type in (SourceType.FILE, SourceType.DIRECTORY) and last.index is not None
-                and bool(last.files) and last.model == model and last.index.dtype == retrieval.index_dtype
-                and last.index.lexical_language == retrieval.lexical_language)
+        return (
+            entry.type in (SourceType.FILE, SourceType.DIRECTORY)
+            and last.index is not None
+            and bool(last.files)
+            and last.model == model
+            and last.index.dtype == retrieval.index_dtype
+            and last.index.lexical_language == retrieval.lexical_language
+        )
 
-    async def _update(self, entry: Entry, scope: Scope, embedder: BiEncoder, model: str,
-                      last: LoadedSource) -> LoadedSource:
+    async def _update(
+        self, entry: Entry, scope: Scope, embedder: BiEncoder, model: str, last: LoadedSource
+    ) -> LoadedSource:
         """`last` with the files changed since re-read, re-chunked and re-embedded, and the chunks of changed and
         removed files replaced in its index: a change costs what the changed files hold. New chunks take
         positions after every chunk the index holds, so chunk ids stay unique."""
@@ -341,21 +369,25 @@ class Catalog:
         with tracing.span("index update", source=entry.name, model=embedder.id):
             return await self._updated(entry, scope, embedder, model, index, last)
 
-    async def _updated(self, entry: Entry, scope: Scope, embedder: BiEncoder, model: str, index: HybridIndex,
-                       last: LoadedSource) -> LoadedSource:
+    async def _updated(
+        self, entry: Entry, scope: Scope, embedder: BiEncoder, model: str, index: HybridIndex, last: LoadedSource
+    ) -> LoadedSource:
         files, units, outdated = await asyncio.to_thread(self._read_changed, entry, last)
         held = await asyncio.to_thread(index.chunks)
         removed = [c.id for c in held if c.meta.get("file") in outdated]
         first = 1 + max((int(c.meta.get("position", -1)) for c in held), default=-1)
         with embedder.in_use():
             chunks = await asyncio.to_thread(self._chunk, entry.name, units, embedder, first)
-            vectors = await self._embed_chunks(entry.name, chunks, embedder, model,
-                                               self._embedding_partition(entry, scope))
-        await asyncio.to_thread(index.update, removed, [IndexedChunk(c.id, c.text, chunk_meta(c)) for c in chunks],
-                                vectors)
+            vectors = await self._embed_chunks(
+                entry.name, chunks, embedder, model, self._embedding_partition(entry, scope)
+            )
+        await asyncio.to_thread(
+            index.update, removed, [IndexedChunk(c.id, c.text, chunk_meta(c)) for c in chunks], vectors
+        )
         metrics.INDEX_LOADS.labels("updated").inc()
-        return LoadedSource(entry.name, sum(f.units for f in files.values()), index,
-                            dt.datetime.now(dt.timezone.utc), model, files)
+        return LoadedSource(
+            entry.name, sum(f.units for f in files.values()), index, dt.datetime.now(dt.UTC), model, files
+        )
 
     async def _prepared(self, source_type: SourceType, scope: Scope, name: str, units: list[Unit]) -> Prepared:
         """Documents chunked and embedded for a document store, before its write transaction; the embedding
@@ -364,14 +396,21 @@ class Catalog:
         model = self._model_fingerprint(embedder)
         with embedder.in_use():
             chunks = await asyncio.to_thread(self._chunk, name, units, embedder)
-            vectors = await self._embed_chunks(name, chunks, embedder, model, self._embedding_partition(
-                Entry(name, source_type, Use.SEARCH), scope))
+            vectors = await self._embed_chunks(
+                name, chunks, embedder, model, self._embedding_partition(Entry(name, source_type, Use.SEARCH), scope)
+            )
         return Prepared(model, self._config.retrieval.lexical_language, chunks, vectors)
 
     def _chunk(self, name: str, units: list[Unit], embedder: BiEncoder, first_position: int = 0) -> list[Chunk]:
         retrieval = self._config.retrieval
-        return chunk_units(name, units, embedder.encoder.tokenizer, retrieval.chunk_tokens,
-                           retrieval.chunk_overlap_tokens, first_position)
+        return chunk_units(
+            name,
+            units,
+            embedder.encoder.tokenizer,
+            retrieval.chunk_tokens,
+            retrieval.chunk_overlap_tokens,
+            first_position,
+        )
 
     def index_folder(self, entry: Entry, scope: Scope) -> Path:
         """Where the index of that source, as it is now, is persisted."""
@@ -380,16 +419,25 @@ class Catalog:
     def _index(self, chunks: list[Chunk], vectors: np.ndarray) -> HybridIndex:
         indexed = [IndexedChunk(c.id, c.text, chunk_meta(c)) for c in chunks]
         retrieval = self._config.retrieval
-        return HybridIndex.build(indexed, vectors, threads=retrieval.index_threads, dtype=retrieval.index_dtype,
-                                 lexical_language=retrieval.lexical_language)
+        return HybridIndex.build(
+            indexed,
+            vectors,
+            threads=retrieval.index_threads,
+            dtype=retrieval.index_dtype,
+            lexical_language=retrieval.lexical_language,
+        )
 
-    async def _embed_chunks(self, name: str, chunks: list[Chunk], embedder: BiEncoder, model: str,
-                            partition: str) -> np.ndarray:
+    async def _embed_chunks(
+        self, name: str, chunks: list[Chunk], embedder: BiEncoder, model: str, partition: str
+    ) -> np.ndarray:
         """Vectors for the chunks; only texts not embedded before (by content hash), here or (postgres store) by
         any replica, reach the model. `partition` is whose cached vectors these are ("" for every tenant's)."""
         cache_key = key_of(model, partition) if partition else model
-        found = {c.content_hash: vector for c in chunks
-                 if (vector := self._vectors.get(f"{cache_key}:{c.content_hash}")) is not None}
+        found = {
+            c.content_hash: vector
+            for c in chunks
+            if (vector := self._vectors.get(f"{cache_key}:{c.content_hash}")) is not None
+        }
         missing = [c for c in chunks if c.content_hash not in found]
         if missing:
             hashes = list(dict.fromkeys(c.content_hash for c in missing))
@@ -413,14 +461,21 @@ class Catalog:
             if time.monotonic() - last_report >= _PROGRESS_EVERY_S or done == len(missing):
                 last_report = time.monotonic()
                 rate = done / max(last_report - started, 1e-9)
-                log.info("indexing %s: embedded %d/%d new chunks (%.1f chunks/s; %d reused)",
-                         name, done, len(missing), rate, len(chunks) - len(missing))
+                log.info(
+                    "indexing %s: embedded %d/%d new chunks (%.1f chunks/s; %d reused)",
+                    name,
+                    done,
+                    len(missing),
+                    rate,
+                    len(chunks) - len(missing),
+                )
         if embedded:
             await self._shared_vectors.keep(partition, model, embedded)
         found.update(embedded)
         dimensions = embedder.dimensions
-        return np.stack([found[c.content_hash] for c in chunks]) if chunks \
-            else np.zeros((0, dimensions), dtype=np.float32)
+        return (
+            np.stack([found[c.content_hash] for c in chunks]) if chunks else np.zeros((0, dimensions), dtype=np.float32)
+        )
 
     def _embedding_partition(self, entry: Entry, scope: Scope) -> str:
         """Whose cached vectors a source's chunks are: "" (every tenant's) unless [store] share_embeddings is
@@ -453,8 +508,14 @@ class Catalog:
         """Everything that changes a chunk's or a query's vector: the embedder's files, its pooling and
         max_length (a reload may change them under the same model id), the query prefix, the chunking."""
         retrieval = self._config.retrieval
-        return key_of(embedder.fingerprint, embedder.spec.pooling, str(embedder.spec.max_length),
-                      retrieval.query_prefix, str(retrieval.chunk_tokens), str(retrieval.chunk_overlap_tokens))
+        return key_of(
+            embedder.fingerprint,
+            embedder.spec.pooling,
+            str(embedder.spec.max_length),
+            retrieval.query_prefix,
+            str(retrieval.chunk_tokens),
+            str(retrieval.chunk_overlap_tokens),
+        )
 
     def _identity(self, entry: Entry, scope: Scope) -> str:
         """One source whatever its content: its name, type and location."""
@@ -481,10 +542,17 @@ def _resolved(path: Path, shown: str) -> Path:
     try:
         return path.resolve()
     except (RuntimeError, OSError) as err:  # Python 3.11 raises RuntimeError on a loop, later ones OSError
-        why = "a symlink loop" if isinstance(err, RuntimeError) or getattr(err, "errno", None) == errno.ELOOP \
+        why = (
+            "a symlink loop"
+            if isinstance(err, RuntimeError) or getattr(err, "errno", None) == errno.ELOOP
             else f"it cannot be resolved ({err.strerror})"
-        raise SidecarError(ErrorKind.FAILED_PRECONDITION, "SOURCE_UNREADABLE",
-                           f"knowledge path {shown[:200]!r} is unreadable: {why}", metadata={"path": shown[:200]})
+        )
+        raise SidecarError(
+            ErrorKind.FAILED_PRECONDITION,
+            "SOURCE_UNREADABLE",
+            f"knowledge path {shown[:200]!r} is unreadable: {why}",
+            metadata={"path": shown[:200]},
+        )
 
 
 def _length_problem(path: str) -> str:
@@ -492,8 +560,9 @@ def _length_problem(path: str) -> str:
     Checked before any use, so the system's own error, naming the absolute path tried, never arises."""
     if len(encoded := path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
         return f"{len(encoded)} bytes, over the limit of {MAX_PATH_BYTES}"
-    longest = max((len(part.encode("utf-8", "surrogatepass")) for part in path.split("/") if not glob.has_magic(part)),
-                  default=0)
+    longest = max(
+        (len(part.encode("utf-8", "surrogatepass")) for part in path.split("/") if not glob.has_magic(part)), default=0
+    )
     return f"a name of {longest} bytes, over the limit of {MAX_NAME_BYTES}" if longest > MAX_NAME_BYTES else ""
 
 
@@ -517,18 +586,33 @@ def _glob_prefix(path: Path) -> Path:
 
 
 def _outside(path: str, why: str) -> SidecarError:
-    return SidecarError(ErrorKind.PERMISSION_DENIED, "PATH_OUTSIDE_ROOTS", f"knowledge path {path!r} refused: {why}",
-                        metadata={"path": path})
+    return SidecarError(
+        ErrorKind.PERMISSION_DENIED,
+        "PATH_OUTSIDE_ROOTS",
+        f"knowledge path {path!r} refused: {why}",
+        metadata={"path": path},
+    )
 
 
 def source_error(name: str, err: Exception) -> SidecarError:
     """A load failure as the API reports it: a missing file is not ready, anything else unreadable."""
     if isinstance(err, FileNotFoundError):
-        return SidecarError(ErrorKind.FAILED_PRECONDITION, "KNOWLEDGE_NOT_READY",
-                            f"knowledge source {name!r} has no file at {err}", metadata={"sources": name})
+        return SidecarError(
+            ErrorKind.FAILED_PRECONDITION,
+            "KNOWLEDGE_NOT_READY",
+            f"knowledge source {name!r} has no file at {err}",
+            metadata={"sources": name},
+        )
     if isinstance(err, SourceError) and err.reason == "LIMIT_EXCEEDED":
-        return SidecarError(ErrorKind.FAILED_PRECONDITION, "LIMIT_EXCEEDED", f"knowledge source {name!r}: {err}",
-                            metadata={"sources": name})
-    return SidecarError(ErrorKind.FAILED_PRECONDITION, "SOURCE_UNREADABLE", f"knowledge source {name!r}: {err}",
-                        metadata={"sources": name})
-
+        return SidecarError(
+            ErrorKind.FAILED_PRECONDITION,
+            "LIMIT_EXCEEDED",
+            f"knowledge source {name!r}: {err}",
+            metadata={"sources": name},
+        )
+    return SidecarError(
+        ErrorKind.FAILED_PRECONDITION,
+        "SOURCE_UNREADABLE",
+        f"knowledge source {name!r}: {err}",
+        metadata={"sources": name},
+    )

@@ -47,10 +47,17 @@ class Chunk:
 def chunk_meta(chunk: Chunk) -> dict:
     """What a search hit reports of its chunk (every index and store keeps the same)."""
     provenance = chunk.provenance
-    return {"position": chunk.position, "content_hash": chunk.content_hash, "file": provenance.file,
-            "document_id": provenance.document_id,
-            "line_start": provenance.line_start, "line_end": provenance.line_end, "page": provenance.page,
-            "char_start": provenance.char_start, "char_end": provenance.char_end}
+    return {
+        "position": chunk.position,
+        "content_hash": chunk.content_hash,
+        "file": provenance.file,
+        "document_id": provenance.document_id,
+        "line_start": provenance.line_start,
+        "line_end": provenance.line_end,
+        "page": provenance.page,
+        "char_start": provenance.char_start,
+        "char_end": provenance.char_end,
+    }
 
 
 def count_tokens(tokenizer: tokenizers.Tokenizer, text: str) -> int:
@@ -96,9 +103,7 @@ def chunk_units(
 # Tokenizing
 
 
-def _encoded_units(
-    tokenizer: tokenizers.Tokenizer, units: list[Unit]
-) -> Iterator[tuple[Unit, Offsets, WordIds]]:
+def _encoded_units(tokenizer: tokenizers.Tokenizer, units: list[Unit]) -> Iterator[tuple[Unit, Offsets, WordIds]]:
     """Yields each non-blank unit with its token offsets and word ids, in order."""
     batch: list[Unit] = []
     for unit in units:
@@ -116,9 +121,7 @@ def _encoded_units(
     yield from _encode_batch(tokenizer, batch)
 
 
-def _encode_batch(
-    tokenizer: tokenizers.Tokenizer, units: list[Unit]
-) -> Iterator[tuple[Unit, Offsets, WordIds]]:
+def _encode_batch(tokenizer: tokenizers.Tokenizer, units: list[Unit]) -> Iterator[tuple[Unit, Offsets, WordIds]]:
     if not units:
         return
     encodings = tokenizer.encode_batch([u.text for u in units], add_special_tokens=False)
@@ -190,9 +193,7 @@ def _windows(
         start = _next_start(offsets, word_ids, start, end, overlap)
 
 
-def _choose_end(
-    text: str, offsets: Offsets, word_ids: WordIds, start: int, hard_end: int, max_tokens: int
-) -> int:
+def _choose_end(text: str, offsets: Offsets, word_ids: WordIds, start: int, hard_end: int, max_tokens: int) -> int:
     """The exclusive end token of a window: the latest sentence or line boundary in the window's
     last ~20%, else the latest word boundary in its second half, else the full window."""
     tail_from = max(start + 1, hard_end - max(1, int(max_tokens * _BOUNDARY_TAIL)))

@@ -60,12 +60,22 @@ class DirectCheck:
         """The problems as the one error a dispatch or PrepareChatKnowledge reports; metadata["sources"] names
         the entries concerned (never a model)."""
         reasons = [p.reason for p in self.problems]
-        reason = "UNKNOWN_MODEL_WINDOW" if "UNKNOWN_MODEL_WINDOW" in reasons else \
-            next((r for r in reasons if r != "INVALID_CONFIGURATION"), "INVALID_CONFIGURATION")
-        kind = {"INVALID_CONFIGURATION": ErrorKind.INVALID_ARGUMENT,
-                "PATH_OUTSIDE_ROOTS": ErrorKind.PERMISSION_DENIED}.get(reason, ErrorKind.FAILED_PRECONDITION)
-        return SidecarError(kind, reason, "; ".join(p.description for p in self.problems), self.problems,
-                            {"sources": ",".join(sorted(self.sources))})
+        reason = (
+            "UNKNOWN_MODEL_WINDOW"
+            if "UNKNOWN_MODEL_WINDOW" in reasons
+            else next((r for r in reasons if r != "INVALID_CONFIGURATION"), "INVALID_CONFIGURATION")
+        )
+        kind = {
+            "INVALID_CONFIGURATION": ErrorKind.INVALID_ARGUMENT,
+            "PATH_OUTSIDE_ROOTS": ErrorKind.PERMISSION_DENIED,
+        }.get(reason, ErrorKind.FAILED_PRECONDITION)
+        return SidecarError(
+            kind,
+            reason,
+            "; ".join(p.description for p in self.problems),
+            self.problems,
+            {"sources": ",".join(sorted(self.sources))},
+        )
 
 
 class DirectBudgets:
@@ -74,8 +84,9 @@ class DirectBudgets:
         self._budgets = budgets
         self._tokens = tokens
 
-    async def measure(self, entries: list[Entry], llm: Llm | None, scope: Scope,
-                      at_dispatch: bool = False) -> DirectCheck:
+    async def measure(
+        self, entries: list[Entry], llm: Llm | None, scope: Scope, at_dispatch: bool = False
+    ) -> DirectCheck:
         """Reads and measures every DIRECT entry (tokenized once, off the event loop) against its budget.
 
         At dispatch a source that fails to load, or has no location, follows its readiness and on_failure;
@@ -98,8 +109,9 @@ class DirectBudgets:
                     raise source_error(entry.name, err) from None
                 if not (entry.when_configured and isinstance(err, FileNotFoundError)):
                     reason = "INVALID_CONFIGURATION" if isinstance(err, FileNotFoundError) else "SOURCE_UNREADABLE"
-                    check.add(Violation(f"{entry.origin}.path", f"{entry.name!r} cannot be read: {err}", reason),
-                              entry.name)
+                    check.add(
+                        Violation(f"{entry.origin}.path", f"{entry.name!r} cannot be read: {err}", reason), entry.name
+                    )
                 continue
             except SidecarError as err:
                 if at_dispatch or err.reason != "PATH_OUTSIDE_ROOTS":
@@ -110,10 +122,15 @@ class DirectBudgets:
             body = await asyncio.to_thread(self._measure_units, units, budget)
             check.plan.blocks.append(DirectMeasure(entry, position, body, budget, entry.max_tokens is None, len(units)))
             if entry.max_tokens is not None and body.tokens > entry.max_tokens:
-                check.add(Violation(f"{entry.origin}.max_tokens", f"DIRECT source {entry.name!r} takes "
-                                    f"{body.counted()} tokens, over its max_tokens of {entry.max_tokens}",
-                                    "DIRECT_BUDGET_EXCEEDED"),
-                          entry.name)
+                check.add(
+                    Violation(
+                        f"{entry.origin}.max_tokens",
+                        f"DIRECT source {entry.name!r} takes "
+                        f"{body.counted()} tokens, over its max_tokens of {entry.max_tokens}",
+                        "DIRECT_BUDGET_EXCEEDED",
+                    ),
+                    entry.name,
+                )
         self._check_shared(check, llm, default_budget)
         return check
 
@@ -131,14 +148,27 @@ class DirectBudgets:
         names = [m.entry.name for m in shared]
         if shared and check.plan.window is None:
             model = llm.model if llm else ""
-            check.add(Violation("llm.input_window_tokens", f"the input window of model {model!r} is unknown and "
-                                f"none was given; DIRECT entries without max_tokens cannot be sized",
-                                "UNKNOWN_MODEL_WINDOW"), *names)
+            check.add(
+                Violation(
+                    "llm.input_window_tokens",
+                    f"the input window of model {model!r} is unknown and "
+                    f"none was given; DIRECT entries without max_tokens cannot be sized",
+                    "UNKNOWN_MODEL_WINDOW",
+                ),
+                *names,
+            )
         elif used > default_budget:
             for m in shared:
-                check.add(Violation(f"{m.entry.origin}.max_tokens", f"DIRECT sources without max_tokens take "
-                                    f"{together} tokens together ({m.entry.name!r}: {m.body.counted()}), over the "
-                                    f"shared default budget of {default_budget}", "DIRECT_BUDGET_EXCEEDED"), *names)
+                check.add(
+                    Violation(
+                        f"{m.entry.origin}.max_tokens",
+                        f"DIRECT sources without max_tokens take "
+                        f"{together} tokens together ({m.entry.name!r}: {m.body.counted()}), over the "
+                        f"shared default budget of {default_budget}",
+                        "DIRECT_BUDGET_EXCEEDED",
+                    ),
+                    *names,
+                )
         check.plan.default_budget = default_budget if shared else 0
         check.plan.default_used = used
 
@@ -148,6 +178,10 @@ def direct_block(measure: DirectMeasure | None) -> Block | None:
         return None
     entry = measure.entry
     file = entry.path if entry.type in (SourceType.FILE, SourceType.DIRECTORY) else ""
-    hit = Hit(f"{entry.name}:direct", entry.name, measure.text,
-              {"position": 0, "file": file, "char_start": 0, "char_end": len(measure.text)})
+    hit = Hit(
+        f"{entry.name}:direct",
+        entry.name,
+        measure.text,
+        {"position": 0, "file": file, "char_start": 0, "char_end": len(measure.text)},
+    )
     return Block(measure.entry.name, Use.DIRECT, [hit], body=measure.body)

@@ -47,8 +47,9 @@ class FusionSettings:
             raise ValueError(f"rrf_k must be positive, got {self.rrf_k}")
 
 
-def fuse(dense: Sequence[tuple[K, float]], lexical: Sequence[tuple[K, float]],
-         settings: FusionSettings) -> dict[K, float]:
+def fuse(
+    dense: Sequence[tuple[K, float]], lexical: Sequence[tuple[K, float]], settings: FusionSettings
+) -> dict[K, float]:
     """The fused score of every candidate of either list; `dense` and `lexical` are best first, with their
     cosine and BM25 scores. Higher is better; ties are the caller's to break."""
     if settings.method == "convex":
@@ -59,8 +60,9 @@ def fuse(dense: Sequence[tuple[K, float]], lexical: Sequence[tuple[K, float]],
     return reciprocal_rank_fusion([[k for k, _ in dense], [k for k, _ in lexical]], settings.rrf_k, weights)
 
 
-def reciprocal_rank_fusion(rankings: Sequence[Sequence[K]], rrf_k: int = 60,
-                           weights: Sequence[float] | None = None) -> dict[K, float]:
+def reciprocal_rank_fusion(
+    rankings: Sequence[Sequence[K]], rrf_k: int = 60, weights: Sequence[float] | None = None
+) -> dict[K, float]:
     """Sum over the rankings of weight / (rrf_k + rank), rank 1-based: items high in several lists win."""
     fused: dict[K, float] = {}
     for ranking, weight in zip(rankings, weights or [1.0] * len(rankings), strict=True):
@@ -69,20 +71,22 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[K]], rrf_k: int = 60,
     return fused
 
 
-def convex_combination(dense: Sequence[tuple[K, float]], lexical: Sequence[tuple[K, float]],
-                       dense_weight: float) -> dict[K, float]:
+def convex_combination(
+    dense: Sequence[tuple[K, float]], lexical: Sequence[tuple[K, float]], dense_weight: float
+) -> dict[K, float]:
     """dense_weight * TMM-scaled cosine + (1 - dense_weight) * TMM-scaled BM25 (missing: scaled 0)."""
     cosines, bm25 = theoretical_min_max(dense, COSINE_MIN), theoretical_min_max(lexical, BM25_MIN)
-    return {k: dense_weight * cosines.get(k, 0.0) + (1.0 - dense_weight) * bm25.get(k, 0.0)
-            for k in [*cosines, *bm25]}
+    return {k: dense_weight * cosines.get(k, 0.0) + (1.0 - dense_weight) * bm25.get(k, 0.0) for k in [*cosines, *bm25]}
 
 
 def weighted_sum(dense: Mapping[K, float], lexical: Mapping[K, float], dense_weight: float) -> dict[K, float]:
     """dense_weight * dense + (1 - dense_weight) * lexical over scaled scores; a candidate one list lacks gets
     that list's lowest scaled score (a list with none gives 0)."""
     dense_floor, lexical_floor = min(dense.values(), default=0.0), min(lexical.values(), default=0.0)
-    return {k: dense_weight * dense.get(k, dense_floor) + (1.0 - dense_weight) * lexical.get(k, lexical_floor)
-            for k in [*dense, *lexical]}
+    return {
+        k: dense_weight * dense.get(k, dense_floor) + (1.0 - dense_weight) * lexical.get(k, lexical_floor)
+        for k in [*dense, *lexical]
+    }
 
 
 def min_max(scored: Sequence[tuple[K, float]]) -> dict[K, float]:
@@ -108,8 +112,7 @@ def z_scores(scored: Sequence[tuple[K, float]]) -> dict[K, float]:
     return {k: (score - mean) / spread if spread > 0 else 0.0 for k, score in scored}
 
 
-SCALINGS: dict[str, Callable[[Sequence[tuple[Any, float]]], dict[Any, float]]] = {"minmax": min_max,
-                                                                                 "zscore": z_scores}
+SCALINGS: dict[str, Callable[[Sequence[tuple[Any, float]]], dict[Any, float]]] = {"minmax": min_max, "zscore": z_scores}
 
 
 def theoretical_min_max(scored: Sequence[tuple[K, float]], floor: float) -> dict[K, float]:
@@ -132,8 +135,9 @@ def alternate(*rankings: Sequence[K]) -> list[K]:
     return list(merged)
 
 
-def combine_reranked(retrieval: Sequence[float], relevance: Mapping[int, float], method: RerankFusion,
-                     rerank_weight: float) -> list[tuple[int, float]]:
+def combine_reranked(
+    retrieval: Sequence[float], relevance: Mapping[int, float], method: RerankFusion, rerank_weight: float
+) -> list[tuple[int, float]]:
     """The final order of hits given in retrieval order, as (position, score) pairs best first. `retrieval`
     holds every hit's retrieval (fused) score, `relevance` the reranker's relevance by position of the hits
     reranked (the head); hits past the rerank depth follow the head in retrieval order.
@@ -169,8 +173,10 @@ def interpolate(relevance: Sequence[float | None], retrieval: Sequence[float], r
     if not head:
         return [0.0] * len(retrieval)
     scale_relevance, scale_retrieval = _min_max([r for r, _ in head]), _min_max([s for _, s in head])
-    return [rerank_weight * (0.0 if r is None else scale_relevance(r)) + (1.0 - rerank_weight) * scale_retrieval(s)
-            for r, s in zip(relevance, retrieval)]
+    return [
+        rerank_weight * (0.0 if r is None else scale_relevance(r)) + (1.0 - rerank_weight) * scale_retrieval(s)
+        for r, s in zip(relevance, retrieval)
+    ]
 
 
 def _min_max(scores: Sequence[float]) -> Callable[[float], float]:

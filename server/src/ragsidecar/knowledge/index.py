@@ -179,8 +179,9 @@ class HybridIndex:
     ) -> None:
         if dimensions <= 0 or threads <= 0:
             raise ValueError("dimensions and threads must be positive")  # usearch reads threads=0 as all cores
-        self._settings = _Settings(dimensions, threads, dtype, connectivity, expansion_add, expansion_search,
-                                   lexical_language)
+        self._settings = _Settings(
+            dimensions, threads, dtype, connectivity, expansion_add, expansion_search, lexical_language
+        )
         self._lock = threading.Lock()
         self._slots = _Slots(dimensions)
         self._hnsw = self._settings.hnsw()
@@ -204,8 +205,15 @@ class HybridIndex:
     ) -> HybridIndex:
         """`vectors[i]` is the unit-length float32 embedding of `chunks[i]`; `lexical_language` names the
         analysis of the BM25 side (lexical.LANGUAGES), kept by the index and applied to its queries."""
-        index = cls(_dimensions_of(vectors, len(chunks)), threads, dtype, connectivity, expansion_add,
-                    expansion_search, lexical_language)
+        index = cls(
+            _dimensions_of(vectors, len(chunks)),
+            threads,
+            dtype,
+            connectivity,
+            expansion_add,
+            expansion_search,
+            lexical_language,
+        )
         index.add(chunks, vectors, keys)
         index.maintain()  # a new index starts with its BM25 segments merged, not merging while it serves
         return index
@@ -213,8 +221,15 @@ class HybridIndex:
     @classmethod
     def empty_like(cls, other: HybridIndex) -> HybridIndex:
         settings = other._settings
-        return cls(settings.dimensions, settings.threads, settings.dtype, settings.connectivity,
-                   settings.expansion_add, settings.expansion_search, settings.lexical_language)
+        return cls(
+            settings.dimensions,
+            settings.threads,
+            settings.dtype,
+            settings.connectivity,
+            settings.expansion_add,
+            settings.expansion_search,
+            settings.lexical_language,
+        )
 
     # ---- changes ---------------------------------------------------------------------------------------
 
@@ -222,15 +237,18 @@ class HybridIndex:
         """Adds chunks under their `keys` (default: their ids); a key already present is replaced."""
         self.update([], chunks, vectors, keys)
 
-    def update(self, removed: list[str], chunks: list[IndexedChunk], vectors: np.ndarray,
-               keys: list[str] | None = None) -> None:
+    def update(
+        self, removed: list[str], chunks: list[IndexedChunk], vectors: np.ndarray, keys: list[str] | None = None
+    ) -> None:
         """Removes the chunks under `removed` and adds `chunks` in one step: no search sees one without the
         other (a document or file replaced)."""
         keys = [c.id for c in chunks] if keys is None else keys
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape != (len(chunks), self.dimensions) or len(keys) != len(chunks):
-            raise ValueError(f"vectors must be [{len(chunks)}, {self.dimensions}] with one key per chunk, "
-                             f"got {vectors.shape} and {len(keys)} keys")
+            raise ValueError(
+                f"vectors must be [{len(chunks)}, {self.dimensions}] with one key per chunk, "
+                f"got {vectors.shape} and {len(keys)} keys"
+            )
         if len(set(keys)) != len(keys):
             raise ValueError("chunk keys must be unique")
         with self._lock:
@@ -351,8 +369,14 @@ class HybridIndex:
             return 2 * self._slots.vectors.nbytes + self._slots.text_chars + self._lexical.nbytes()
 
     def search(
-        self, query_vector: np.ndarray, query_text: str, k: int, candidates: int = 50,
-        use_dense: bool = True, use_lexical: bool = True, fusion: FusionSettings = FusionSettings(),
+        self,
+        query_vector: np.ndarray,
+        query_text: str,
+        k: int,
+        candidates: int = 50,
+        use_dense: bool = True,
+        use_lexical: bool = True,
+        fusion: FusionSettings = FusionSettings(),
     ) -> list[Hit]:
         """Best `k` chunks by `fusion` of the dense and BM25 top-`candidates` lists (ties: higher cosine first).
         `use_dense` / `use_lexical` pick the lists searched (dense-only or lexical-only retrieval: that list's
@@ -390,8 +414,9 @@ class HybridIndex:
                 hits += self._beyond(fused, query, query_text, min(k, live), use_dense, use_lexical)[: k - len(hits)]
             return hits
 
-    def _beyond(self, head: dict[int, float], query: np.ndarray, query_text: str, depth: int, use_dense: bool,
-                use_lexical: bool) -> list[Hit]:
+    def _beyond(
+        self, head: dict[int, float], query: np.ndarray, query_text: str, depth: int, use_dense: bool, use_lexical: bool
+    ) -> list[Hit]:
         """The chunks past the fused head: both lists `depth` deep, taken alternately (a rank at a time).
         Alternating rather than fusing keeps the order of the first ones the same whatever `depth` is. Scores
         step down from the head's lowest, a millionth of it at a time (never a tie: hits from several sources
@@ -405,8 +430,10 @@ class HybridIndex:
             cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist()))
         floor, chunks = min(head.values(), default=0.0), self._slots.chunks
         step = abs(floor) * 1e-6 or 1e-6
-        return [Hit(chunks[p], float(cosines[p]), bm25.get(p), floor - (i + 1) * step)  # type: ignore[arg-type]
-                for i, p in enumerate(rest)]
+        return [
+            Hit(chunks[p], float(cosines[p]), bm25.get(p), floor - (i + 1) * step)  # type: ignore[arg-type]
+            for i, p in enumerate(rest)
+        ]
 
     def _unit_query(self, query_vector: np.ndarray) -> np.ndarray:
         query = np.asarray(query_vector, dtype=np.float32).reshape(-1)
@@ -453,7 +480,9 @@ class HybridIndex:
         with self._lock:
             slots = self._slots
             key_at = {slot: key for key, slot in slots.of_key.items()}
-            records = [None if chunk is None else _record(key_at[slot], chunk) for slot, chunk in enumerate(slots.chunks)]
+            records = [
+                None if chunk is None else _record(key_at[slot], chunk) for slot, chunk in enumerate(slots.chunks)
+            ]
             vectors = slots.vectors[: slots.used].copy()
             self._hnsw.save(str(temp / _DENSE))
             (temp / _BM25).mkdir()
@@ -472,9 +501,16 @@ class HybridIndex:
 
     def _manifest_header(self, count: int) -> dict[str, Any]:
         s = self._settings
-        return {"format": FORMAT_VERSION, "count": count, "dimensions": s.dimensions, "dtype": s.dtype,
-                "lexical_language": s.lexical_language, "connectivity": s.connectivity,
-                "expansion_add": s.expansion_add, "expansion_search": s.expansion_search}
+        return {
+            "format": FORMAT_VERSION,
+            "count": count,
+            "dimensions": s.dimensions,
+            "dtype": s.dtype,
+            "lexical_language": s.lexical_language,
+            "connectivity": s.connectivity,
+            "expansion_add": s.expansion_add,
+            "expansion_search": s.expansion_search,
+        }
 
     @classmethod
     def load(cls, folder: Path, threads: int = 1) -> HybridIndex:
@@ -493,16 +529,28 @@ class HybridIndex:
         count, dimensions = int(manifest["count"]), int(manifest["dimensions"])
         slots = int(manifest.get("slots", count))
         # An index saved before languages were configurable was analysed without stemming.
-        index = cls(dimensions, threads, manifest["dtype"], int(manifest["connectivity"]),
-                    int(manifest["expansion_add"]), int(manifest["expansion_search"]),
-                    manifest.get("lexical_language", NO_STEMMING))
+        index = cls(
+            dimensions,
+            threads,
+            manifest["dtype"],
+            int(manifest["connectivity"]),
+            int(manifest["expansion_add"]),
+            int(manifest["expansion_search"]),
+            manifest.get("lexical_language", NO_STEMMING),
+        )
         vectors = np.load(folder / _VECTORS, allow_pickle=False)
         records = _read_records(folder / _CHUNKS)
         live = [(slot, r) for slot, r in enumerate(records) if r is not None]
-        if vectors.shape != (slots, dimensions) or vectors.dtype != np.float32 or len(records) != slots \
-                or len(live) != count:
-            raise IndexCorrupt(f"{len(records)} slots ({len(live)} live) and vectors {vectors.dtype} {vectors.shape}, "
-                               f"expected {slots} ({count} live) of {dimensions} dimensions")
+        if (
+            vectors.shape != (slots, dimensions)
+            or vectors.dtype != np.float32
+            or len(records) != slots
+            or len(live) != count
+        ):
+            raise IndexCorrupt(
+                f"{len(records)} slots ({len(live)} live) and vectors {vectors.dtype} {vectors.shape}, "
+                f"expected {slots} ({count} live) of {dimensions} dimensions"
+            )
         if manifest["format"] in _REBUILT_FORMATS:
             index.add([_chunk(r) for _, r in live], vectors, [r.get("key", r["id"]) for _, r in live])
             return index
@@ -576,6 +624,7 @@ compactor = _Compactor()
 
 
 # ---- atomic folder replacement ---------------------------------------------------------------------------
+
 
 def _swap_in(temp: Path, folder: Path) -> None:
     """Two renames, the old folder set aside first: POSIX cannot rename a folder onto a non-empty one.
@@ -660,9 +709,11 @@ def _readable_folder(folder: Path) -> Path:
 
 # ---- manifest and checksums ------------------------------------------------------------------------------
 
+
 def _write_manifest(folder: Path, header: dict[str, Any]) -> None:
-    files = {p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
-             for p in _files(folder)}
+    files = {
+        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in _files(folder)
+    }
     path = folder / _MANIFEST
     with open(path, "w", encoding="utf-8") as f:
         json.dump({**header, "files": files}, f, indent=1, sort_keys=True)

@@ -36,15 +36,27 @@ from bm25s import stopwords as bm25s_stopwords
 
 from ragsidecar.knowledge.languages import LANGUAGES, NO_STEMMING
 
-
 # The languages bm25s ships stopwords for, with its lists.
 _STOPWORDS: dict[str, frozenset[str]] = {
     language: frozenset(getattr(bm25s_stopwords, f"STOPWORDS_{name}"))
-    for language, name in {"english": "EN", "porter": "EN", "german": "GERMAN", "dutch": "DUTCH",
-                           "dutch_porter": "DUTCH", "french": "FRENCH", "spanish": "SPANISH",
-                           "portuguese": "PORTUGUESE", "italian": "ITALIAN", "russian": "RUSSIAN",
-                           "swedish": "SWEDISH", "norwegian": "NORWEGIAN", "turkish": "TURKISH", "danish": "DANISH",
-                           NO_STEMMING: "EN"}.items()}
+    for language, name in {
+        "english": "EN",
+        "porter": "EN",
+        "german": "GERMAN",
+        "dutch": "DUTCH",
+        "dutch_porter": "DUTCH",
+        "french": "FRENCH",
+        "spanish": "SPANISH",
+        "portuguese": "PORTUGUESE",
+        "italian": "ITALIAN",
+        "russian": "RUSSIAN",
+        "swedish": "SWEDISH",
+        "norwegian": "NORWEGIAN",
+        "turkish": "TURKISH",
+        "danish": "DANISH",
+        NO_STEMMING: "EN",
+    }.items()
+}
 # bm25s's (and scikit-learn's) token pattern.
 _WORD = re.compile(r"(?u)\b\w\w+\b")
 
@@ -149,8 +161,9 @@ def _segment(id: int, term_of: np.ndarray, slots: np.ndarray, shapes: np.ndarray
     if len(term_of):
         heads = np.concatenate(([0], heads))
     starts = np.concatenate((heads, [len(term_of)])).astype(np.int64)
-    return _Segment(id, term_of[heads].astype(np.int32), starts, slots.astype(np.int32), _narrow(shapes),
-                    docs.astype(np.int32))
+    return _Segment(
+        id, term_of[heads].astype(np.int32), starts, slots.astype(np.int32), _narrow(shapes), docs.astype(np.int32)
+    )
 
 
 class _Memtable:
@@ -206,7 +219,7 @@ class _Memtable:
         keep = self.alive[packed >> 32]
         term_of = np.repeat(np.array(terms, dtype=np.int32), counts)[keep]
         packed = packed[keep]
-        docs = self.slots[:self.texts][self.alive[:self.texts]]
+        docs = self.slots[: self.texts][self.alive[: self.texts]]
         return _segment(self.id, term_of, self.slots[packed >> 32], packed & 0xFFFFFFFF, docs)
 
     def nbytes(self) -> int:
@@ -298,8 +311,13 @@ class Lexical:
     def nbytes(self) -> int:
         """Estimated resident bytes."""
         slots = self._owner.nbytes + self._text_lengths.nbytes + self._distinct.nbytes
-        return (slots + sum(s.nbytes() for s in self._segments) + self._memtable.nbytes()
-                + len(self._words) * _TERM_BYTES + len(self._shape_tfs) * _SHAPE_BYTES)
+        return (
+            slots
+            + sum(s.nbytes() for s in self._segments)
+            + self._memtable.nbytes()
+            + len(self._words) * _TERM_BYTES
+            + len(self._shape_tfs) * _SHAPE_BYTES
+        )
 
     # ---- writes ------------------------------------------------------------------------------------------
 
@@ -493,8 +511,9 @@ class Lexical:
         # arithmetic), in float64: bincount's fast path (bm25s's float32 sums differ in the last float32 digit).
         pieces = [piece for term_pieces in postings for piece in term_pieces]
         slots = np.concatenate([piece[0] for piece in pieces], dtype=np.intp)
-        contributions = (self._shape_weights().take(np.concatenate([piece[1] for piece in pieces]))
-                         * np.repeat(factors, df))
+        contributions = self._shape_weights().take(np.concatenate([piece[1] for piece in pieces])) * np.repeat(
+            factors, df
+        )
         scores = np.bincount(slots, contributions, minlength=self._end)
         best = _highest(scores, count)
         return list(zip(best.tolist(), scores[best].tolist()))
@@ -541,15 +560,24 @@ class Lexical:
         folder.mkdir(parents=True, exist_ok=True)
         segments = [s for s in (*self._segments, self._memtable.frozen()) if len(s.docs)]
         for name, dtype in _SEGMENT_ARRAYS.items():
-            _write_array(folder / f"{name}.npy", np.concatenate([getattr(s, name) for s in segments] or
-                                                                [np.zeros(0, dtype=dtype)]).astype(dtype))
+            _write_array(
+                folder / f"{name}.npy",
+                np.concatenate([getattr(s, name) for s in segments] or [np.zeros(0, dtype=dtype)]).astype(dtype),
+            )
         for name in _SLOT_ARRAYS:
             _write_array(folder / f"{name}.npy", getattr(self, f"_{name}"))
         for name, dtype in _SHAPE_ARRAYS.items():
             _write_array(folder / f"{name}.npy", np.array(getattr(self, f"_{name}"), dtype=dtype))
         _write_json(folder / _VOCABULARY, self._words)
-        _write_json(folder / _META, {"format": _FORMAT, "language": self.language, "next_id": self._next_id,
-                                     "segments": [[s.id, len(s.terms), len(s.slots), len(s.docs)] for s in segments]})
+        _write_json(
+            folder / _META,
+            {
+                "format": _FORMAT,
+                "language": self.language,
+                "next_id": self._next_id,
+                "segments": [[s.id, len(s.terms), len(s.slots), len(s.docs)] for s in segments],
+            },
+        )
 
     @classmethod
     def load(cls, folder: Path, language: str) -> Lexical:
@@ -562,10 +590,13 @@ class Lexical:
         lexical._load_shapes(*(_read_array(folder, name, dtype) for name, dtype in _SHAPE_ARRAYS.items()))
         for name, dtype in _SLOT_ARRAYS.items():
             setattr(lexical, f"_{name}", _read_array(folder, name, dtype))
-        _expect(len(lexical._owner) == len(lexical._text_lengths) == len(lexical._distinct),
-                "slot arrays differ in length")
-        _expect(bool(np.all(lexical._text_lengths >= lexical._distinct) and np.all(lexical._distinct >= 0)),
-                "text lengths out of range")
+        _expect(
+            len(lexical._owner) == len(lexical._text_lengths) == len(lexical._distinct), "slot arrays differ in length"
+        )
+        _expect(
+            bool(np.all(lexical._text_lengths >= lexical._distinct) and np.all(lexical._distinct >= 0)),
+            "text lengths out of range",
+        )
         table = np.array(meta["segments"], dtype=np.int64).reshape(-1, 4)
         arrays = {name: _read_array(folder, name, dtype) for name, dtype in _SEGMENT_ARRAYS.items()}
         lexical._segments = _split(arrays, table, len(lexical._words), len(lexical._owner), len(lexical._shape_tfs))
@@ -581,8 +612,10 @@ class Lexical:
         _expect(len(self._ids) == len(words), "vocabulary repeats a term")
 
     def _load_shapes(self, tfs: np.ndarray, lengths: np.ndarray) -> None:
-        _expect(len(tfs) == len(lengths) and bool(np.all((tfs >= 1) & (tfs <= lengths) & (lengths < 1 << 31))),
-                "shapes out of range")
+        _expect(
+            len(tfs) == len(lengths) and bool(np.all((tfs >= 1) & (tfs <= lengths) & (lengths < 1 << 31))),
+            "shapes out of range",
+        )
         self._shape_tfs, self._shape_lengths = tfs.tolist(), lengths.tolist()
         pairs = zip(self._shape_tfs, self._shape_lengths)
         self._shapes = {length << 32 | tf: i for i, (tf, length) in enumerate(pairs)}
@@ -593,15 +626,18 @@ class Lexical:
         each live text is in the segment its owner names, with its length."""
         live = self._owner >= 0
         ids = np.array([s.id for s in self._segments], dtype=np.int32)
-        _expect(bool(np.all(np.isin(self._owner[live], ids)) and np.all(self._owner >= -1)),
-                "a slot's owner is unknown")
+        _expect(
+            bool(np.all(np.isin(self._owner[live], ids)) and np.all(self._owner >= -1)), "a slot's owner is unknown"
+        )
         owned = np.concatenate([s.docs[self._owner[s.docs] == s.id] for s in self._segments] or [np.zeros(0, np.int32)])
         _expect(len(np.unique(owned)) == len(owned) == np.count_nonzero(live), "live texts and segments disagree")
         lengths = np.array(self._shape_lengths, dtype=np.int64)
         for s in self._segments:
             held = self._owner[s.slots] == s.id
-            _expect(bool(np.all(lengths[s.shapes[held]] == self._text_lengths[s.slots[held]])),
-                    f"segment {s.id}: postings disagree with their texts' lengths")
+            _expect(
+                bool(np.all(lengths[s.shapes[held]] == self._text_lengths[s.slots[held]])),
+                f"segment {s.id}: postings disagree with their texts' lengths",
+            )
             self._dead[s.id] = int(np.count_nonzero(~held))
         self._live, self._total_length = int(np.count_nonzero(live)), int(self._text_lengths[live].sum())
         self._end = int(np.flatnonzero(live).max(initial=-1)) + 1
@@ -627,15 +663,20 @@ def _highest(scores: np.ndarray, count: int) -> np.ndarray:
         # Everything better than the count-th score, then the first positions of those equal to it.
         last = np.partition(negated, count - 1)[count - 1]
         better = np.flatnonzero(negated < last)
-        kept = np.concatenate((better, np.flatnonzero(negated == last)[:count - len(better)]))
+        kept = np.concatenate((better, np.flatnonzero(negated == last)[: count - len(better)]))
         passing, negated = passing[kept], negated[kept]
     return passing[np.lexsort((passing, negated))]
 
 
 def _split(arrays: dict[str, np.ndarray], table: np.ndarray, terms: int, slots: int, shapes: int) -> list[_Segment]:
     """The saved segments (table rows: id, terms, postings, texts), each checked."""
-    sizes = {"terms": table[:, 1], "starts": table[:, 1] + 1, "slots": table[:, 2], "shapes": table[:, 2],
-             "docs": table[:, 3]}
+    sizes = {
+        "terms": table[:, 1],
+        "starts": table[:, 1] + 1,
+        "slots": table[:, 2],
+        "shapes": table[:, 2],
+        "docs": table[:, 3],
+    }
     bounds = {}
     for name, size in sizes.items():
         _expect(bool(np.all(size >= 0)) and int(size.sum()) == len(arrays[name]), f"{name}.npy holds the wrong count")
@@ -643,14 +684,20 @@ def _split(arrays: dict[str, np.ndarray], table: np.ndarray, terms: int, slots: 
     _expect(len(np.unique(table[:, 0])) == len(table) and bool(np.all(table[:, 0] >= 0)), "segment ids repeat")
     segments = []
     for i, row in enumerate(table):
-        parts = {name: arrays[name][bounds[name][i]:bounds[name][i + 1]].copy() for name in _SEGMENT_ARRAYS}
+        parts = {name: arrays[name][bounds[name][i] : bounds[name][i + 1]].copy() for name in _SEGMENT_ARRAYS}
         s = _Segment(int(row[0]), **{**parts, "shapes": _narrow(parts["shapes"])})
-        _expect(s.starts[0] == 0 and s.starts[-1] == len(s.slots) and bool(np.all(np.diff(s.starts) > 0)),
-                f"segment {s.id}: postings offsets out of order")
-        _expect(bool(np.all(np.diff(s.terms) > 0)) and bool(np.all((s.terms >= 0) & (s.terms < terms))),
-                f"segment {s.id}: terms out of order or range")
-        _expect(bool(np.all((s.slots >= 0) & (s.slots < slots)) and np.all((s.docs >= 0) & (s.docs < slots))),
-                f"segment {s.id}: slots out of range")
+        _expect(
+            s.starts[0] == 0 and s.starts[-1] == len(s.slots) and bool(np.all(np.diff(s.starts) > 0)),
+            f"segment {s.id}: postings offsets out of order",
+        )
+        _expect(
+            bool(np.all(np.diff(s.terms) > 0)) and bool(np.all((s.terms >= 0) & (s.terms < terms))),
+            f"segment {s.id}: terms out of order or range",
+        )
+        _expect(
+            bool(np.all((s.slots >= 0) & (s.slots < slots)) and np.all((s.docs >= 0) & (s.docs < slots))),
+            f"segment {s.id}: slots out of range",
+        )
         _expect(bool(np.all(s.shapes < shapes)), f"segment {s.id}: shapes out of range")
         segments.append(s)
     return segments

@@ -32,12 +32,21 @@ class SearchSpec:
     retrieval_mode: RetrievalMode | None = None
 
     def applied_to(self, entry: Entry) -> Entry:
-        changes = {k: v for k, v in (("top_k", self.top_k), ("min_score", self.min_score), ("rerank", self.rerank),
-                                     ("reranker_model", self.reranker_model), ("candidates", self.candidates),
-                                     ("rerank_order", self.rerank_order), ("rerank_depth", self.rerank_depth),
-                                     ("group_by_document", self.group_by_document),
-                                     ("retrieval_mode", self.retrieval_mode))
-                   if v is not None}
+        changes = {
+            k: v
+            for k, v in (
+                ("top_k", self.top_k),
+                ("min_score", self.min_score),
+                ("rerank", self.rerank),
+                ("reranker_model", self.reranker_model),
+                ("candidates", self.candidates),
+                ("rerank_order", self.rerank_order),
+                ("rerank_depth", self.rerank_depth),
+                ("group_by_document", self.group_by_document),
+                ("retrieval_mode", self.retrieval_mode),
+            )
+            if v is not None
+        }
         return replace(entry, **changes)
 
 
@@ -57,21 +66,31 @@ class Ranker:
         self._reranker = reranker
         self._fusion = FusionSettings(config.retrieval.fusion, config.retrieval.dense_weight)
 
-    async def search(self, entry: Entry, source: LoadedSource, query: str, query_vector: np.ndarray, work: Work,
-                     deadline: float | None) -> list[Hit]:
+    async def search(
+        self,
+        entry: Entry,
+        source: LoadedSource,
+        query: str,
+        query_vector: np.ndarray,
+        work: Work,
+        deadline: float | None,
+    ) -> list[Hit]:
         """The entry's top k hits in the source (reranked when the entry asks), its model work added to `work`."""
         if source.index is None or len(source.index) == 0:
             return []
         depth = self._rerank_depth(entry)
-        with tracing.span("retrieve", source=entry.name, mode=entry.retrieval_mode.name,
-                          candidates=max(entry.k, depth)) as span:
-            hits = await asyncio.to_thread(self._retrieved, entry, source.index, query_vector, query,
-                                           max(entry.k, depth))
+        with tracing.span(
+            "retrieve", source=entry.name, mode=entry.retrieval_mode.name, candidates=max(entry.k, depth)
+        ) as span:
+            hits = await asyncio.to_thread(
+                self._retrieved, entry, source.index, query_vector, query, max(entry.k, depth)
+            )
             span.set(hits=len(hits))
         if entry.rerank:
             outcome = await self._reranker.rerank(
                 RerankQuery(entry.reranker_model, query, [Candidate(h.chunk_id, h.text) for h in hits[:depth]]),
-                deadline)
+                deadline,
+            )
             hits = self._combined(entry, hits, [(r.index, r.relevance_score) for r in outcome.results])
             work.pairs += outcome.pairs
             work.tokens += outcome.tokens
@@ -106,18 +125,28 @@ class Ranker:
             return self._config.retrieval.rerank_candidates
         return max(entry.k, self._config.retrieval.rerank_candidates)
 
-    def _retrieved(self, entry: Entry, index: HybridIndex, query_vector: np.ndarray, query: str,
-                   count: int) -> list[Hit]:
+    def _retrieved(
+        self, entry: Entry, index: HybridIndex, query_vector: np.ndarray, query: str, count: int
+    ) -> list[Hit]:
         """The best `count` hits in retrieval order: chunks, or with group_by_document each document's best
         chunk, searching wider until `count` documents are found or every chunk has been seen (runs off the loop)."""
         mode = entry.retrieval_mode
         dense, lexical = mode is not RetrievalMode.LEXICAL, mode is not RetrievalMode.DENSE
         width = count
         while True:
-            found = index.search(query_vector, query, width, self._config.retrieval.fusion_candidates,
-                                 use_dense=dense, use_lexical=lexical, fusion=self._fusion)
-            hits = [Hit(h.chunk.id, entry.name, h.chunk.text, h.chunk.meta, h.fused, h.dense, h.bm25, h.fused)
-                    for h in found]
+            found = index.search(
+                query_vector,
+                query,
+                width,
+                self._config.retrieval.fusion_candidates,
+                use_dense=dense,
+                use_lexical=lexical,
+                fusion=self._fusion,
+            )
+            hits = [
+                Hit(h.chunk.id, entry.name, h.chunk.text, h.chunk.meta, h.fused, h.dense, h.bm25, h.fused)
+                for h in found
+            ]
             if not entry.group_by_document:
                 return hits
             best = _best_per_document(hits)

@@ -75,8 +75,15 @@ class EnforceResult:
 
 def provenance_of(unit: Unit) -> dict[str, Any]:
     p = unit.provenance
-    return {"file": p.file, "document_id": p.document_id, "line_start": p.line_start, "line_end": p.line_end,
-            "page": p.page, "char_start": p.char_start, "char_end": p.char_end}
+    return {
+        "file": p.file,
+        "document_id": p.document_id,
+        "line_start": p.line_start,
+        "line_end": p.line_end,
+        "page": p.page,
+        "char_start": p.char_start,
+        "char_end": p.char_end,
+    }
 
 
 def _where(hit: Hit) -> str:

@@ -27,8 +27,7 @@ from ragsidecar.knowledge.results import Block, EnforceResult, Hit, StaleSource,
 from ragsidecar.knowledge.sequential import Cursors
 from ragsidecar.knowledge.sources import SourceError
 from ragsidecar.knowledge.tokens import Tokens
-from ragsidecar.knowledge.validation import (EntryChecks, action_problems, duplicate_names, named,
-                                             require_declared_names)
+from ragsidecar.knowledge.validation import EntryChecks, action_problems, duplicate_names, named, require_declared_names
 from ragsidecar.reranking import Reranker
 from ragsidecar.store.interface import Backend
 
@@ -39,32 +38,51 @@ _RETRIEVAL_FAILURES = (ErrorKind.RESOURCE_EXHAUSTED, ErrorKind.DEADLINE_EXCEEDED
 _RETRIEVAL_FAILURE_REASONS = ("STORE_UNAVAILABLE",)
 
 # What callers of the runtime (the servicers, chat grounding) use of its parts.
-__all__ = ["Block", "DirectMeasure", "DirectPlan", "EnforceResult", "Hit", "Query", "RetrievalRuntime",
-           "SearchSpec", "StaleSource", "Work", "render_block"]
+__all__ = [
+    "Block",
+    "DirectMeasure",
+    "DirectPlan",
+    "EnforceResult",
+    "Hit",
+    "Query",
+    "RetrievalRuntime",
+    "SearchSpec",
+    "StaleSource",
+    "Work",
+    "render_block",
+]
 # Loads of one source in one call while the embedder changes under it (a reload between loading and embedding
 # the query): past this, the call is refused as MODEL_NOT_READY, to retry once the reloads settle.
 _LOADS_WHILE_THE_MODEL_CHANGES = 3
 
 
 class RetrievalRuntime:
-    def __init__(self, config: Config, registry: ModelRegistry, reranker: Reranker,
-                 backend: Backend) -> None:
+    def __init__(self, config: Config, registry: ModelRegistry, reranker: Reranker, backend: Backend) -> None:
         self._config = config
         self.catalog = Catalog(config, registry, backend)
         self._tokens = Tokens(registry, config.retrieval.embedder)
         self._checks = EntryChecks(self.catalog, registry)
         self._direct = DirectBudgets(
-            self.catalog, BudgetPolicy(config.retrieval.direct_budget_fraction, config.retrieval.model_windows),
-            self._tokens)
+            self.catalog,
+            BudgetPolicy(config.retrieval.direct_budget_fraction, config.retrieval.model_windows),
+            self._tokens,
+        )
         self._ranker = Ranker(config, reranker)
         self._cursors = Cursors(self.catalog, self._tokens, config.retrieval.max_sequential_cursors)
         self.max_memory_documents = config.retrieval.max_memory_documents_per_request
 
     # -- ValidateConfiguration ----------------------------------------------------------------------
 
-    async def validate(self, target: Target, outer: tuple[Entry, ...], llm: Llm | None,
-                       action_knowledge: dict[str, tuple[str, ...]], paths_per_run: bool,
-                       scope: Scope, declarations_only: bool = False) -> list[Violation]:
+    async def validate(
+        self,
+        target: Target,
+        outer: tuple[Entry, ...],
+        llm: Llm | None,
+        action_knowledge: dict[str, tuple[str, ...]],
+        paths_per_run: bool,
+        scope: Scope,
+        declarations_only: bool = False,
+    ) -> list[Violation]:
         """Every problem of the declarations; unless `declarations_only`, enabled DIRECT sources are also read
         and measured against their budgets (the SPI's one-argument form reads nothing)."""
         reach = Reach.of(target, outer)
@@ -77,22 +95,43 @@ class RetrievalRuntime:
                 measurable.append(entry)
         for index, action in enumerate(target.actions):
             names = action_knowledge.get(action.name, action.knowledge)
-            where = (f'action_knowledge["{action.name}"].names' if action.name in action_knowledge
-                     else f"target.actions[{index}].knowledge")
-            problems += [Violation(f"{where}[{i}]", f"action {action.name!r} names {n!r}, which is not in reach",
-                                   "UNKNOWN_KNOWLEDGE") for i, n in enumerate(names) if reach.get(n) is None]
+            where = (
+                f'action_knowledge["{action.name}"].names'
+                if action.name in action_knowledge
+                else f"target.actions[{index}].knowledge"
+            )
+            problems += [
+                Violation(
+                    f"{where}[{i}]", f"action {action.name!r} names {n!r}, which is not in reach", "UNKNOWN_KNOWLEDGE"
+                )
+                for i, n in enumerate(names)
+                if reach.get(n) is None
+            ]
         actions = {a.name for a in target.actions}
-        problems += [Violation(f'action_knowledge["{name}"]', f"{name!r} is not an action of {target.name!r}")
-                     for name in action_knowledge if name not in actions]
+        problems += [
+            Violation(f'action_knowledge["{name}"]', f"{name!r} is not an action of {target.name!r}")
+            for name in action_knowledge
+            if name not in actions
+        ]
         if not declarations_only:
             problems += (await self._direct.measure(measurable, llm, scope)).problems
         return problems
 
     # -- Enforce -------------------------------------------------------------------------------------
 
-    async def enforce(self, target: Target, outer: tuple[Entry, ...], action_name: str, params: list[tuple[str, Any]],
-                      resolved_paths: dict[str, str], llm: Llm | None, action_knowledge: tuple[str, ...] | None,
-                      max_context_tokens: int | None, scope: Scope, deadline: float | None) -> EnforceResult:
+    async def enforce(
+        self,
+        target: Target,
+        outer: tuple[Entry, ...],
+        action_name: str,
+        params: list[tuple[str, Any]],
+        resolved_paths: dict[str, str],
+        llm: Llm | None,
+        action_knowledge: tuple[str, ...] | None,
+        max_context_tokens: int | None,
+        scope: Scope,
+        deadline: float | None,
+    ) -> EnforceResult:
         started = time.perf_counter()
         require_declared_names(target.knowledge + outer, target)
         action = target.action(action_name)
@@ -125,8 +164,16 @@ class RetrievalRuntime:
         result.work.total_s = time.perf_counter() - started
         return result
 
-    async def _given(self, entry: Entry, target: Target, scope: Scope, direct: dict[str, DirectMeasure],
-                     query: Query, result: EnforceResult, deadline: float | None) -> Block | None:
+    async def _given(
+        self,
+        entry: Entry,
+        target: Target,
+        scope: Scope,
+        direct: dict[str, DirectMeasure],
+        query: Query,
+        result: EnforceResult,
+        deadline: float | None,
+    ) -> Block | None:
         """What one entry gives this dispatch; None when it drops out (its readiness or on_failure say so)."""
         try:
             if entry.use is Use.DIRECT:
@@ -139,8 +186,9 @@ class RetrievalRuntime:
                 return None
             raise _surfaced(entry, err) from None
 
-    async def _searched(self, entry: Entry, scope: Scope, query: Query, result: EnforceResult,
-                        deadline: float | None) -> list[Hit]:
+    async def _searched(
+        self, entry: Entry, scope: Scope, query: Query, result: EnforceResult, deadline: float | None
+    ) -> list[Hit]:
         source, query_vector = await self._loaded(entry, scope, query)
         if source.stale:
             result.stale.append(StaleSource(entry.name, source.stale.reason, source.stale.built_at))
@@ -158,23 +206,33 @@ class RetrievalRuntime:
             if source.model in query.vectors:
                 return source, query.vectors[source.model]
             if source.stale:  # a failed rebuild: its last good index holds an earlier model's vectors
-                raise SourceError("SOURCE_UNREADABLE", f"it failed to rebuild with the current embedder "
-                                  f"({source.stale.reason}); its last good index was built by another model")
-        raise SidecarError(ErrorKind.UNAVAILABLE, "MODEL_NOT_READY",
-                           f"the embedder changed with every load of knowledge {entry.name!r}; retry",
-                           metadata={"sources": entry.name})
+                raise SourceError(
+                    "SOURCE_UNREADABLE",
+                    f"it failed to rebuild with the current embedder "
+                    f"({source.stale.reason}); its last good index was built by another model",
+                )
+        raise SidecarError(
+            ErrorKind.UNAVAILABLE,
+            "MODEL_NOT_READY",
+            f"the embedder changed with every load of knowledge {entry.name!r}; retry",
+            metadata={"sources": entry.name},
+        )
 
     # -- RequireLoaded / RequireReady ---------------------------------------------------------------
 
-    async def require_loaded(self, target: Target, outer: tuple[Entry, ...], names: list[str],
-                             resolved_paths: dict[str, str], scope: Scope) -> list[tuple[str, int]]:
+    async def require_loaded(
+        self, target: Target, outer: tuple[Entry, ...], names: list[str], resolved_paths: dict[str, str], scope: Scope
+    ) -> list[tuple[str, int]]:
         if not names or len(set(names)) != len(names):
             raise invalid([Violation("names", "at least one name, without repeats")])
         require_declared_names(target.knowledge + outer, target)
         reach = self._checks.with_paths(Reach.of(target, outer), resolved_paths)
         entries = named(reach, names, "names")
-        wrong = [Violation(f"names[{i}]", f"{e.name!r} is not an enabled SEARCH entry")
-                 for i, e in enumerate(entries) if not e.enabled or e.use is not Use.SEARCH]
+        wrong = [
+            Violation(f"names[{i}]", f"{e.name!r} is not an enabled SEARCH entry")
+            for i, e in enumerate(entries)
+            if not e.enabled or e.use is not Use.SEARCH
+        ]
         if wrong:
             raise invalid(wrong)
         counts = []
@@ -187,8 +245,9 @@ class RetrievalRuntime:
             counts.append((entry.name, source.documents))
         return sorted(counts, key=lambda c: c[0].encode())
 
-    async def require_ready(self, target: Target, outer: tuple[Entry, ...], resolved_paths: dict[str, str],
-                            scope: Scope) -> list[tuple[str, int]]:
+    async def require_ready(
+        self, target: Target, outer: tuple[Entry, ...], resolved_paths: dict[str, str], scope: Scope
+    ) -> list[tuple[str, int]]:
         require_declared_names(target.knowledge + outer, target)
         reach = self._checks.with_paths(Reach.of(target, outer), resolved_paths)
         counts, failing = [], []
@@ -201,13 +260,19 @@ class RetrievalRuntime:
             except (SourceError, OSError) as err:
                 units, why = [], f"it cannot be read: {err}"
             if why:
-                failing.append(Violation(f"knowledge[{entry.name}]", f"{entry.name!r} is not ready: {why}",
-                                         "KNOWLEDGE_NOT_READY"))
+                failing.append(
+                    Violation(f"knowledge[{entry.name}]", f"{entry.name!r} is not ready: {why}", "KNOWLEDGE_NOT_READY")
+                )
             counts.append((entry.name, len(units)))
         if failing:
-            names = sorted(v.field[len("knowledge["):-1] for v in failing)
-            raise SidecarError(ErrorKind.FAILED_PRECONDITION, "KNOWLEDGE_NOT_READY",
-                               f"knowledge not ready: {', '.join(names)}", failing, {"sources": ",".join(names)})
+            names = sorted(v.field[len("knowledge[") : -1] for v in failing)
+            raise SidecarError(
+                ErrorKind.FAILED_PRECONDITION,
+                "KNOWLEDGE_NOT_READY",
+                f"knowledge not ready: {', '.join(names)}",
+                failing,
+                {"sources": ",".join(names)},
+            )
         return sorted(counts, key=lambda c: c[0].encode())
 
     # -- PrepareChatKnowledge -----------------------------------------------------------------------
@@ -228,17 +293,25 @@ class RetrievalRuntime:
 
     # -- Search ----------------------------------------------------------------------------------------
 
-    async def search(self, target: Target, outer: tuple[Entry, ...], names: list[str], query: str, spec: SearchSpec,
-                     resolved_paths: dict[str, str], scope: Scope, deadline: float | None,
-                     shared: Query | None = None) -> tuple[list[Hit], list[StaleSource], Work]:
+    async def search(
+        self,
+        target: Target,
+        outer: tuple[Entry, ...],
+        names: list[str],
+        query: str,
+        spec: SearchSpec,
+        resolved_paths: dict[str, str],
+        scope: Scope,
+        deadline: float | None,
+        shared: Query | None = None,
+    ) -> tuple[list[Hit], list[StaleSource], Work]:
         """`shared`, when given, holds the query's embeddings (a chat turn embeds it once for all owners)."""
         started = time.perf_counter()
         if not query.strip():
             raise invalid([Violation("query", "must not be blank")])
         require_declared_names(target.knowledge + outer, target)
         reach = self._checks.with_paths(Reach.of(target, outer), resolved_paths)
-        entries = (named(reach, names, "knowledge") if names
-                   else [e for e in reach if e.use is Use.SEARCH])
+        entries = named(reach, names, "knowledge") if names else [e for e in reach if e.use is Use.SEARCH]
         entries = [spec.applied_to(e) for e in entries if e.enabled]
         problems = [p for e in entries for p in self._checks.entry_problems(e, paths_per_run=True)]
         if problems:
@@ -318,8 +391,9 @@ def _pick_query(action: Action, params: list[tuple[str, Any]]) -> str:
 def _drops_out(entry: Entry, err: Exception) -> bool:
     """Whether a failure of this entry drops it out of the dispatch (its readiness or on_failure say so) instead
     of failing the call: any load failure may; of the domain errors, only failures of the retrieval itself."""
-    if isinstance(err, SidecarError) and not (err.kind in _RETRIEVAL_FAILURES
-                                              or err.reason in _RETRIEVAL_FAILURE_REASONS):
+    if isinstance(err, SidecarError) and not (
+        err.kind in _RETRIEVAL_FAILURES or err.reason in _RETRIEVAL_FAILURE_REASONS
+    ):
         return False
     return entry.skips(err)
 
@@ -327,4 +401,3 @@ def _drops_out(entry: Entry, err: Exception) -> bool:
 def _surfaced(entry: Entry, err: Exception) -> SidecarError:
     """The error a failure that does not drop its entry out is reported as."""
     return err if isinstance(err, SidecarError) else source_error(entry.name, err)
-

@@ -37,5 +37,6 @@ class Cursors:
         if entry.max_tokens:
             body = body.first(entry.max_tokens)
         provenance = {"position": position, **provenance_of(unit)}
-        return Block(entry.name, Use.SEQUENTIAL, [Hit(f"{entry.name}:{position}", entry.name, body.text, provenance)],
-                     body=body)
+        return Block(
+            entry.name, Use.SEQUENTIAL, [Hit(f"{entry.name}:{position}", entry.name, body.text, provenance)], body=body
+        )

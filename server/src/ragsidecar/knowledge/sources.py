@@ -373,17 +373,12 @@ def _csv_row_unit(
     row: list[str], names: list[str], id_column: int | None, rel: str, line_start: int, line_end: int
 ) -> Unit | None:
     # Cells past the header still carry content; name them by position rather than drop them.
-    pairs = [
-        (names[i] if i < len(names) else f"column {i + 1}", value.strip())
-        for i, value in enumerate(row)
-    ]
+    pairs = [(names[i] if i < len(names) else f"column {i + 1}", value.strip()) for i, value in enumerate(row)]
     text = "\n".join(f"{name}: {value}" for name, value in pairs if value)
     if not text:
         return None
     document_id = row[id_column].strip() if id_column is not None and id_column < len(row) else ""
-    prov = Provenance(
-        file=rel, document_id=document_id, line_start=line_start, line_end=line_end, char_end=len(text)
-    )
+    prov = Provenance(file=rel, document_id=document_id, line_start=line_start, line_end=line_end, char_end=len(text))
     return Unit(text, prov)
 
 

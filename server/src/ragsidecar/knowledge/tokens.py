@@ -54,7 +54,7 @@ class Tokens:
             return self._whole(text)
         size = max(_FIRST_START_CHARS, _CHARS_PER_TOKEN * limit)
         while size < len(text):
-            encoding = self._encoding(text[:_cut_at_whitespace(text, size)])
+            encoding = self._encoding(text[: _cut_at_whitespace(text, size)])
             if len(encoding) > limit:
                 return Measured(text, len(encoding), encoding, whole=False)
             size *= 4

@@ -22,11 +22,19 @@ class EntryChecks:
         for name, path in resolved_paths.items():
             entry = entries.get(name)
             if entry is None:
-                raise invalid([Violation(f'resolved_paths["{name}"]', f"{name!r} is not knowledge in reach")],
-                              "UNKNOWN_KNOWLEDGE")
+                raise invalid(
+                    [Violation(f'resolved_paths["{name}"]', f"{name!r} is not knowledge in reach")], "UNKNOWN_KNOWLEDGE"
+                )
             if entry.type not in (SourceType.FILE, SourceType.DIRECTORY):
-                raise invalid([Violation(f'resolved_paths["{name}"]', f"{name!r} is {entry.type.value if entry.type else 'untyped'} "
-                                         f"knowledge; only FILE and DIRECTORY sources take a path")])
+                raise invalid(
+                    [
+                        Violation(
+                            f'resolved_paths["{name}"]',
+                            f"{name!r} is {entry.type.value if entry.type else 'untyped'} "
+                            f"knowledge; only FILE and DIRECTORY sources take a path",
+                        )
+                    ]
+                )
             self._catalog.resolve_path(path)
             entries[name] = entry.with_path(path)
         self.require_inside_roots(entries.values())
@@ -85,17 +93,27 @@ class EntryChecks:
             if depth is not None and depth < 1:
                 problem("search.rerank_depth", "must be at least 1 when set")
             if depth is not None and depth < entry.k and entry.rerank_order is not RerankOrder.FUSED:
-                problem("search.rerank_depth", f"a depth of {depth} below top_k {entry.k} needs the FUSED rerank "
-                        "order: hits past the depth have no relevance to be ranked by")
+                problem(
+                    "search.rerank_depth",
+                    f"a depth of {depth} below top_k {entry.k} needs the FUSED rerank "
+                    "order: hits past the depth have no relevance to be ranked by",
+                )
         return problems
 
     def reranker_problems(self, entry: Entry) -> list[Violation]:
         """Validation names an unknown reranker among the violations; at use, it is NOT_FOUND from the registry."""
-        if entry.rerank and entry.reranker_model and \
-                entry.reranker_model not in {s.spec.id for s in self._registry.statuses()}:
-            return [Violation(f"{entry.origin}.search.reranker_model",
-                              f"knowledge {entry.name!r}: reranker model {entry.reranker_model!r} is not configured",
-                              "UNKNOWN_MODEL")]
+        if (
+            entry.rerank
+            and entry.reranker_model
+            and entry.reranker_model not in {s.spec.id for s in self._registry.statuses()}
+        ):
+            return [
+                Violation(
+                    f"{entry.origin}.search.reranker_model",
+                    f"knowledge {entry.name!r}: reranker model {entry.reranker_model!r} is not configured",
+                    "UNKNOWN_MODEL",
+                )
+            ]
         return []
 
 
@@ -145,8 +163,7 @@ def unique_name_problems(names: Iterable[tuple[str, str]], what: str) -> list[Vi
 
 def action_problems(target: Target) -> list[Violation]:
     """Action names are valid ids and unique within the target (they key action_knowledge and Enforce)."""
-    return unique_name_problems(((a.name, f"target.actions[{i}].name") for i, a in enumerate(target.actions)),
-                                "action")
+    return unique_name_problems(((a.name, f"target.actions[{i}].name") for i, a in enumerate(target.actions)), "action")
 
 
 def duplicate_names(own: tuple[Entry, ...], outer: tuple[Entry, ...]) -> list[Violation]:

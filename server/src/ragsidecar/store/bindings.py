@@ -68,26 +68,50 @@ class PostgresRegistry:
     def _add(connection: psycopg.Connection, binding: Binding, max_open: int) -> list[Binding]:
         connection.execute("SELECT pg_advisory_xact_lock(%s)", (_OPEN_LOCK,))
         scope = binding.scope
-        connection.execute(_INSERT, (binding.id, scope.tenant, scope.session, binding.owner_id, binding.source,
-                                     binding.top_k, binding.declared, binding.handle_digest))
+        connection.execute(
+            _INSERT,
+            (
+                binding.id,
+                scope.tenant,
+                scope.session,
+                binding.owner_id,
+                binding.source,
+                binding.top_k,
+                binding.declared,
+                binding.handle_digest,
+            ),
+        )
         across_tenants(connection)  # the bound is the database's: every tenant's bindings count
         return [_binding(row) for row in connection.execute(_EVICT, {"kept": binding.id, "others": max_open - 1})]
 
     async def find(self, binding_id: str, tenant: str) -> Binding | None:
-        row = await self._database.run(lambda c: c.execute(
-            f"SELECT {_COLUMNS} FROM ragsidecar_chat_bindings WHERE id = %s", (binding_id,)).fetchone(),
-                                       tenant=tenant)
+        row = await self._database.run(
+            lambda c: c.execute(
+                f"SELECT {_COLUMNS} FROM ragsidecar_chat_bindings WHERE id = %s", (binding_id,)
+            ).fetchone(),
+            tenant=tenant,
+        )
         return None if row is None else _binding(row)
 
     async def use(self, binding: Binding) -> None:
-        await self._database.run(lambda c: c.execute(
-            "UPDATE ragsidecar_chat_bindings SET last_used = clock_timestamp() WHERE id = %s AND tenant = %s",
-            (binding.id, binding.scope.tenant)), tenant=binding.scope.tenant)
+        await self._database.run(
+            lambda c: c.execute(
+                "UPDATE ragsidecar_chat_bindings SET last_used = clock_timestamp() WHERE id = %s AND tenant = %s",
+                (binding.id, binding.scope.tenant),
+            ),
+            tenant=binding.scope.tenant,
+        )
 
     async def remove(self, binding: Binding) -> bool:
-        deleted = await self._database.run(lambda c: c.execute(
-            "DELETE FROM ragsidecar_chat_bindings WHERE id = %s AND tenant = %s",
-            (binding.id, binding.scope.tenant)).rowcount, tenant=binding.scope.tenant)
+        deleted = await self._database.run(
+            lambda c: (
+                c.execute(
+                    "DELETE FROM ragsidecar_chat_bindings WHERE id = %s AND tenant = %s",
+                    (binding.id, binding.scope.tenant),
+                ).rowcount
+            ),
+            tenant=binding.scope.tenant,
+        )
         return deleted > 0
 
     async def remove_idle(self, idle_seconds: float) -> list[Binding]:
@@ -103,7 +127,8 @@ class PostgresRegistry:
 
     async def count(self) -> int:
         return await self._database.run(
-            lambda c: _across_tenants(c, "SELECT count(*) FROM ragsidecar_chat_bindings").fetchone()[0])
+            lambda c: _across_tenants(c, "SELECT count(*) FROM ragsidecar_chat_bindings").fetchone()[0]
+        )
 
 
 def _across_tenants(connection: psycopg.Connection, query: str, params: tuple = ()) -> psycopg.Cursor:

@@ -63,8 +63,9 @@ class PostgresPositions:
     async def take(self, key: str, tenant: str, units: int) -> int | None:
         if units <= 0:  # nothing to give: no cursor is created
             return None
-        row = await self._database.run(lambda c: c.execute(_TAKE, {"tenant": tenant, "key": key, "units": units})
-                                       .fetchone(), tenant=tenant)
+        row = await self._database.run(
+            lambda c: c.execute(_TAKE, {"tenant": tenant, "key": key, "units": units}).fetchone(), tenant=tenant
+        )
         if row is None:
             return None
         position, created = row

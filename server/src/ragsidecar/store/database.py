@@ -50,29 +50,41 @@ def _driver() -> tuple[Any, Any]:
         import psycopg
         import psycopg_pool
     except ImportError:
-        raise ConfigError('store.backend is "postgres" but psycopg is not installed: '
-                          'pip install "ragsidecar[postgres]"') from None
+        raise ConfigError(
+            'store.backend is "postgres" but psycopg is not installed: pip install "ragsidecar[postgres]"'
+        ) from None
     return psycopg, psycopg_pool
 
 
 def unavailable() -> SidecarError:
-    return SidecarError(ErrorKind.UNAVAILABLE, "STORE_UNAVAILABLE",
-                        "the knowledge store (PostgreSQL) is unreachable; retry later")
+    return SidecarError(
+        ErrorKind.UNAVAILABLE, "STORE_UNAVAILABLE", "the knowledge store (PostgreSQL) is unreachable; retry later"
+    )
 
 
 class Database:
     """A psycopg (sync) ConnectionPool for the configured DSN; calls run on worker threads, never on the loop."""
 
-    def __init__(self, dsn: str, pool_size: int, *, row_level_security: bool, connect_timeout_s: float = 5.0,
-                 health_interval_s: float = 5.0, migrate_on_start: bool = True) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        pool_size: int,
+        *,
+        row_level_security: bool,
+        connect_timeout_s: float = 5.0,
+        health_interval_s: float = 5.0,
+        migrate_on_start: bool = True,
+    ) -> None:
         self._psycopg, self._psycopg_pool = _driver()
         # The probe logs each loss and recovery once; the pool would warn at every failed attempt in between.
         logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
         try:
             self._psycopg.conninfo.conninfo_to_dict(dsn)
         except self._psycopg.Error:
-            raise ConfigError("store: the DSN (in the variable store.dsn_env names) is not a PostgreSQL connection "
-                              "string (libpq key=value pairs or a postgresql:// URI)") from None
+            raise ConfigError(
+                "store: the DSN (in the variable store.dsn_env names) is not a PostgreSQL connection "
+                "string (libpq key=value pairs or a postgresql:// URI)"
+            ) from None
         self._dsn = dsn
         self.redact = redactor(dsn)
         self._pool_size = pool_size
@@ -136,8 +148,12 @@ class Database:
         self._wake = asyncio.Event()
         await asyncio.to_thread(self.connect)
         if not self._healthy:
-            log.warning("the store's database is unreachable (%s); retrieval and chat stay NOT_SERVING until it is "
-                        "(retrying every %.1fs)", self._last_failure, self._health_interval_s)
+            log.warning(
+                "the store's database is unreachable (%s); retrieval and chat stay NOT_SERVING until it is "
+                "(retrying every %.1fs)",
+                self._last_failure,
+                self._health_interval_s,
+            )
         self._probe = self._loop.create_task(self._probe_forever())
 
     def connect(self) -> bool:
@@ -210,9 +226,15 @@ class Database:
 
     def _open_pool(self) -> None:
         self._pool = self._psycopg_pool.ConnectionPool(
-            self._dsn, min_size=1, max_size=self._pool_size, open=False, timeout=self._connect_timeout_s,
+            self._dsn,
+            min_size=1,
+            max_size=self._pool_size,
+            open=False,
+            timeout=self._connect_timeout_s,
             kwargs=_connection_settings(self._dsn, self._connect_timeout_s),
-            check=self._psycopg_pool.ConnectionPool.check_connection, name="ragsidecar-store")
+            check=self._psycopg_pool.ConnectionPool.check_connection,
+            name="ragsidecar-store",
+        )
         self._pool.open(wait=False)
 
     def _close_pool(self) -> None:
@@ -279,16 +301,23 @@ def connect_once(dsn: str, timeout_s: float) -> psycopg.Connection:
 # A server that vanishes without closing its connections (a partition, a lost host) would leave a call waiting
 # for its answer as long as the operating system's TCP timeouts (many minutes), holding a worker thread that
 # Rerank needs too; these bound the wait to about half a minute. A DSN that sets them itself keeps its own.
-_TCP_SETTINGS = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
-                 "tcp_user_timeout": 30_000}
+_TCP_SETTINGS = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
 
 
 def _connection_settings(dsn: str, timeout_s: float) -> dict[str, int]:
     psycopg, _ = _driver()
     given = psycopg.conninfo.conninfo_to_dict(dsn)
     # libpq's connect_timeout counts whole seconds, and 0 would mean forever.
-    return {**{k: v for k, v in _TCP_SETTINGS.items() if k not in given},
-            "connect_timeout": max(1, math.ceil(timeout_s))}
+    return {
+        **{k: v for k, v in _TCP_SETTINGS.items() if k not in given},
+        "connect_timeout": max(1, math.ceil(timeout_s)),
+    }
 
 
 def _connection_lost(err: Exception) -> bool:
@@ -304,6 +333,11 @@ def open_database(config: Config, environ: Mapping[str, str] | None = None) -> D
     store = config.store
     if store.backend != "postgres":
         return None
-    return Database(store.dsn(environ), store.pool_size, row_level_security=store.row_level_security,
-                    connect_timeout_s=store.connect_timeout_s, health_interval_s=store.health_interval_s,
-                    migrate_on_start=store.migrate_on_start)
+    return Database(
+        store.dsn(environ),
+        store.pool_size,
+        row_level_security=store.row_level_security,
+        connect_timeout_s=store.connect_timeout_s,
+        health_interval_s=store.health_interval_s,
+        migrate_on_start=store.migrate_on_start,
+    )

@@ -42,8 +42,17 @@ from ragsidecar.identifiers import key_of
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.knowledge.index import IndexedChunk
 from ragsidecar.knowledge.sources import Unit
-from ragsidecar.store.interface import (Binding, DeleteOutcome, MemoryDocument, PartitionIndex, Prepare, Prepared,
-                                        UpsertOutcome, check_request_size, document_unit)
+from ragsidecar.store.interface import (
+    Binding,
+    DeleteOutcome,
+    MemoryDocument,
+    PartitionIndex,
+    Prepare,
+    Prepared,
+    UpsertOutcome,
+    check_request_size,
+    document_unit,
+)
 from ragsidecar.store.resident import Resident, ResidentIndexes, chunk_keys, indexed, space_of
 
 log = logging.getLogger(__name__)
@@ -86,8 +95,16 @@ class _Partition:
 class EmbeddedDocuments:
     """A DocumentStore on SQLite: `path` a database file, or None for an in-memory one (binding corpora)."""
 
-    def __init__(self, path: Path | None, prepare: Prepare, indexes: ResidentIndexes, *, name: str,
-                 max_request_bytes: int, max_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        prepare: Prepare,
+        indexes: ResidentIndexes,
+        *,
+        name: str,
+        max_request_bytes: int,
+        max_bytes: int | None = None,
+    ) -> None:
         self._prepare = prepare
         self._indexes = indexes
         self._max_request_bytes = max_request_bytes
@@ -111,9 +128,14 @@ class EmbeddedDocuments:
 
     async def units(self, scope: Scope, name: str) -> list[Unit]:
         key = _key(scope, name)
-        rows = await asyncio.to_thread(self._db.read, lambda c: c.execute(
-            "SELECT d.id, d.text FROM documents d JOIN partitions p ON p.id = d.partition WHERE p.key = ? "
-            "ORDER BY d.seq", (key,)).fetchall())
+        rows = await asyncio.to_thread(
+            self._db.read,
+            lambda c: c.execute(
+                "SELECT d.id, d.text FROM documents d JOIN partitions p ON p.id = d.partition WHERE p.key = ? "
+                "ORDER BY d.seq",
+                (key,),
+            ).fetchall(),
+        )
         return [document_unit(i, text) for i, text in rows]
 
     async def count(self, scope: Scope, name: str) -> int:
@@ -159,19 +181,28 @@ class EmbeddedDocuments:
                 count = await self.count(scope, name)
                 return UpsertOutcome(0, 0, len(documents), count)
             prepared = await self._prepare(scope, name, [d.unit() for d in changed])
-            outcome = await asyncio.to_thread(self._committed, key, lambda c: self._write(
-                c, key, scope, name, changed, stored, prepared))
+            outcome = await asyncio.to_thread(
+                self._committed, key, lambda c: self._write(c, key, scope, name, changed, stored, prepared)
+            )
         return UpsertOutcome(outcome.inserted, outcome.replaced, len(documents) - len(changed), outcome.count)
 
-    def _changed(self, key: str, documents: list[MemoryDocument]) -> tuple[dict[str, MemoryDocument],
-                                                                             list[MemoryDocument]]:
+    def _changed(
+        self, key: str, documents: list[MemoryDocument]
+    ) -> tuple[dict[str, MemoryDocument], list[MemoryDocument]]:
         """The stored documents of those ids, and the documents that differ from them (the last of a repeated id)."""
         stored = self._db.read(lambda c: _stored(c, key, [d.id for d in documents]))
         return stored, list({d.id: d for d in documents if stored.get(d.id) != d}.values())
 
-    def _write(self, connection: sqlite3.Connection, key: str, scope: Scope, name: str,
-               changed: list[MemoryDocument], stored: dict[str, MemoryDocument],
-               prepared: Prepared) -> tuple[UpsertOutcome, _Change]:
+    def _write(
+        self,
+        connection: sqlite3.Connection,
+        key: str,
+        scope: Scope,
+        name: str,
+        changed: list[MemoryDocument],
+        stored: dict[str, MemoryDocument],
+        prepared: Prepared,
+    ) -> tuple[UpsertOutcome, _Change]:
         partition = _partition(connection, key) or _create(connection, key, scope, name)
         space = space_of(prepared.model, prepared.analysis)
         if partition.space != space:  # another embedder's chunks: none of them can answer this space's queries
@@ -184,13 +215,16 @@ class EmbeddedDocuments:
             connection.execute(
                 "INSERT INTO documents (partition, id, seq, text, metadata) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (partition, id) DO UPDATE SET text = excluded.text, metadata = excluded.metadata",
-                (partition.id, document.id, seq, document.text, json.dumps(document.metadata, ensure_ascii=False)))
+                (partition.id, document.id, seq, document.text, json.dumps(document.metadata, ensure_ascii=False)),
+            )
         added = _insert_chunks(connection, partition.id, prepared)
         inserted = sum(d.id not in stored for d in changed)
         # The documents' UTF-8 bytes, as the postgres store counts them: one binding_store_bytes means the same.
         grown = sum(d.size() for d in changed) - sum(stored[d.id].size() for d in changed if d.id in stored)
-        connection.execute("UPDATE partitions SET documents = documents + ?, bytes = bytes + ?, next_seq = ?, "
-                           "space = ? WHERE id = ?", (inserted, grown, seq, space, partition.id))
+        connection.execute(
+            "UPDATE partitions SET documents = documents + ?, bytes = bytes + ?, next_seq = ?, space = ? WHERE id = ?",
+            (inserted, grown, seq, space, partition.id),
+        )
         if grown > 0:
             self._check_bound(connection)
         outcome = UpsertOutcome(inserted, len(changed) - inserted, 0, partition.documents + inserted)
@@ -243,9 +277,12 @@ class EmbeddedDocuments:
             return
         (total,) = connection.execute("SELECT coalesce(sum(bytes), 0) FROM partitions").fetchone()
         if total > self._max_bytes:
-            raise SidecarError(ErrorKind.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED",
-                               "the in-memory knowledge store is full (retrieval.binding_store_bytes); "
-                               "close or reset bindings, or raise the limit")
+            raise SidecarError(
+                ErrorKind.RESOURCE_EXHAUSTED,
+                "LIMIT_EXCEEDED",
+                "the in-memory knowledge store is full (retrieval.binding_store_bytes); "
+                "close or reset bindings, or raise the limit",
+            )
 
     def _lock(self, key: str) -> asyncio.Lock:
         return self._locks[hash(key) % _STRIPES]
@@ -270,8 +307,9 @@ class _Database:
     def __init__(self, path: Path | None) -> None:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-        self._connection = sqlite3.connect(":memory:" if path is None else str(path), check_same_thread=False,
-                                           isolation_level=None)
+        self._connection = sqlite3.connect(
+            ":memory:" if path is None else str(path), check_same_thread=False, isolation_level=None
+        )
         self._lock = threading.Lock()
         with self._lock:
             if path is not None:
@@ -307,6 +345,7 @@ def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
 
 # -- statements -------------------------------------------------------------------------------------------
 
+
 def _key(scope: Scope, name: str) -> str:
     return key_of(scope.tenant, scope.session, name)
 
@@ -317,8 +356,10 @@ def _partition(connection: sqlite3.Connection, key: str) -> _Partition | None:
 
 
 def _create(connection: sqlite3.Connection, key: str, scope: Scope, name: str) -> _Partition:
-    cursor = connection.execute("INSERT INTO partitions (key, tenant, session, source) VALUES (?, ?, ?, ?)",
-                                (key, scope.tenant, scope.session, name))
+    cursor = connection.execute(
+        "INSERT INTO partitions (key, tenant, session, source) VALUES (?, ?, ?, ?)",
+        (key, scope.tenant, scope.session, name),
+    )
     return _Partition(int(cursor.lastrowid or 0), 0, 0, "")
 
 
@@ -336,8 +377,8 @@ def _stored(connection: sqlite3.Connection, key: str, ids: list[str]) -> dict[st
         batch = ids[start : start + 500]
         marks = ",".join("?" * len(batch))
         for i, text, metadata in connection.execute(
-                f"SELECT id, text, metadata FROM documents WHERE partition = ? AND id IN ({marks})",
-                (partition.id, *batch)):
+            f"SELECT id, text, metadata FROM documents WHERE partition = ? AND id IN ({marks})", (partition.id, *batch)
+        ):
             found[i] = MemoryDocument(i, text, json.loads(metadata))
     return found
 
@@ -348,13 +389,18 @@ def _remove_chunks(connection: sqlite3.Connection, partition: int, documents: li
     for start in range(0, len(documents), 500):
         batch = documents[start : start + 500]
         marks = ",".join("?" * len(batch))
-        keys += [k for (k,) in connection.execute(
-            f"DELETE FROM chunks WHERE partition = ? AND document IN ({marks}) RETURNING key", (partition, *batch))]
+        keys += [
+            k
+            for (k,) in connection.execute(
+                f"DELETE FROM chunks WHERE partition = ? AND document IN ({marks}) RETURNING key", (partition, *batch)
+            )
+        ]
     return keys
 
 
-def _insert_chunks(connection: sqlite3.Connection, partition: int,
-                   prepared: Prepared) -> tuple[list[str], list[IndexedChunk], np.ndarray] | None:
+def _insert_chunks(
+    connection: sqlite3.Connection, partition: int, prepared: Prepared
+) -> tuple[list[str], list[IndexedChunk], np.ndarray] | None:
     if not prepared.chunks:
         return None
     keys = chunk_keys(prepared.chunks)
@@ -362,8 +408,19 @@ def _insert_chunks(connection: sqlite3.Connection, partition: int,
     vectors = np.ascontiguousarray(prepared.vectors, dtype=_VECTOR)
     connection.executemany(
         "INSERT OR REPLACE INTO chunks (partition, key, document, id, text, meta, vector) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [(partition, key, c.provenance.document_id, i.id, i.text, json.dumps(i.meta, ensure_ascii=False),
-          vector.tobytes()) for key, c, i, vector in zip(keys, prepared.chunks, chunks, vectors)])
+        [
+            (
+                partition,
+                key,
+                c.provenance.document_id,
+                i.id,
+                i.text,
+                json.dumps(i.meta, ensure_ascii=False),
+                vector.tobytes(),
+            )
+            for key, c, i, vector in zip(keys, prepared.chunks, chunks, vectors)
+        ],
+    )
     return keys, chunks, vectors
 
 
@@ -371,7 +428,9 @@ def _chunk_rows(connection: sqlite3.Connection, key: str, space: str) -> list[tu
     return connection.execute(
         "SELECT c.key, c.id, c.text, c.meta, c.vector FROM chunks c JOIN partitions p ON p.id = c.partition "
         "JOIN documents d ON d.partition = c.partition AND d.id = c.document "
-        "WHERE p.key = ? AND p.space = ? ORDER BY d.seq, c.key", (key, space)).fetchall()
+        "WHERE p.key = ? AND p.space = ? ORDER BY d.seq, c.key",
+        (key, space),
+    ).fetchall()
 
 
 def _missing(connection: sqlite3.Connection, key: str, space: str) -> list[tuple[str, str]]:
@@ -383,11 +442,13 @@ def _missing(connection: sqlite3.Connection, key: str, space: str) -> list[tuple
     return connection.execute(
         "SELECT d.id, d.text FROM documents d WHERE d.partition = ? AND (? = '1' OR NOT EXISTS "
         "(SELECT 1 FROM chunks c WHERE c.partition = d.partition AND c.document = d.id)) ORDER BY d.seq",
-        (partition.id, other_space)).fetchall()
+        (partition.id, other_space),
+    ).fetchall()
 
 
-def _fill(connection: sqlite3.Connection, key: str, space: str, embedded: list[tuple[str, str]],
-          prepared: Prepared) -> None:
+def _fill(
+    connection: sqlite3.Connection, key: str, space: str, embedded: list[tuple[str, str]], prepared: Prepared
+) -> None:
     """Gives the embedded documents their chunks in `space` (the partition's chunks of any other space go)."""
     partition = _partition(connection, key)
     if partition is None:
@@ -408,8 +469,10 @@ def _delete(connection: sqlite3.Connection, key: str, ids: list[str]) -> tuple[D
     for document in stored.values():
         connection.execute("DELETE FROM documents WHERE partition = ? AND id = ?", (partition.id, document.id))
     shrunk = sum(d.size() for d in stored.values())
-    connection.execute("UPDATE partitions SET documents = documents - ?, bytes = bytes - ? WHERE id = ?",
-                       (len(stored), shrunk, partition.id))
+    connection.execute(
+        "UPDATE partitions SET documents = documents - ?, bytes = bytes - ? WHERE id = ?",
+        (len(stored), shrunk, partition.id),
+    )
     outcome = DeleteOutcome(len(stored), len(ids) - len(stored), partition.documents - len(stored))
     return outcome, _Change(partition.space, removed, None) if stored else None
 
@@ -428,6 +491,7 @@ def _drop(connection: sqlite3.Connection, key: str) -> None:
 
 
 # -- 0.2.0's partition files ------------------------------------------------------------------------------
+
 
 def migrate_partition_files(folder: Path, store_path: Path) -> int:
     """Imports the JSON partition files 0.2.0 (and earlier) wrote under `folder` into the SQLite database at
@@ -463,16 +527,23 @@ def _import(connection: sqlite3.Connection, key: str, scope: Scope, name: str, d
     if _partition(connection, key) is not None:
         return 0
     partition = _create(connection, key, scope, name)
-    connection.executemany("INSERT INTO documents (partition, id, seq, text, metadata) VALUES (?, ?, ?, ?, ?)",
-                           [(partition.id, d.id, seq, d.text, json.dumps(d.metadata, ensure_ascii=False))
-                            for seq, d in enumerate(documents, 1)])
+    connection.executemany(
+        "INSERT INTO documents (partition, id, seq, text, metadata) VALUES (?, ?, ?, ?, ?)",
+        [
+            (partition.id, d.id, seq, d.text, json.dumps(d.metadata, ensure_ascii=False))
+            for seq, d in enumerate(documents, 1)
+        ],
+    )
     size = sum(d.size() for d in documents)
-    connection.execute("UPDATE partitions SET documents = ?, bytes = ?, next_seq = ? WHERE id = ?",
-                       (len(documents), size, len(documents), partition.id))
+    connection.execute(
+        "UPDATE partitions SET documents = ?, bytes = ?, next_seq = ? WHERE id = ?",
+        (len(documents), size, len(documents), partition.id),
+    )
     return 1
 
 
 # -- bindings and cursors: this process's memory ----------------------------------------------------------
+
 
 class InMemoryRegistry:
     """This process's open bindings: an OrderedDict, least recently used first."""
@@ -555,8 +626,15 @@ class EmbeddedBackend:
     name = "embedded"
     healthy = True
 
-    def __init__(self, data_dir: Path, memory_cache_bytes: int, binding_store_bytes: int, max_request_bytes: int,
-                 index_threads: int, index_dtype: str) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        memory_cache_bytes: int,
+        binding_store_bytes: int,
+        max_request_bytes: int,
+        index_threads: int,
+        index_dtype: str,
+    ) -> None:
         self._path = data_dir / "memory.sqlite3"
         self._memory_cache_bytes = memory_cache_bytes
         self._binding_store_bytes = binding_store_bytes
@@ -578,10 +656,14 @@ class EmbeddedBackend:
     def documents(self, namespace: str, prepare: Prepare) -> EmbeddedDocuments:
         memory = namespace == "memory"
         indexes = ResidentIndexes(f"{namespace}_indexes", self._memory_cache_bytes, *self._index)
-        store = EmbeddedDocuments(self._path if memory else None, prepare, indexes,
-                                  name="memory_partitions" if memory else "binding_corpora",
-                                  max_request_bytes=self._max_request_bytes,
-                                  max_bytes=None if memory else self._binding_store_bytes)
+        store = EmbeddedDocuments(
+            self._path if memory else None,
+            prepare,
+            indexes,
+            name="memory_partitions" if memory else "binding_corpora",
+            max_request_bytes=self._max_request_bytes,
+            max_bytes=None if memory else self._binding_store_bytes,
+        )
         self._stores.append(store)
         return store
 

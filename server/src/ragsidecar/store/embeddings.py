@@ -82,8 +82,9 @@ class SharedEmbeddings:
     async def fetch(self, partition: str, model: str, hashes: list[str]) -> dict[str, np.ndarray]:
         """The cached vectors among `hashes`; none while the database is unreachable (the caller embeds)."""
         try:
-            return await self._database.run(lambda c: self._fetch(c, partition, model, hashes),
-                                            tenant=partition or None)
+            return await self._database.run(
+                lambda c: self._fetch(c, partition, model, hashes), tenant=partition or None
+            )
         except SidecarError as err:
             log.warning("shared embedding cache not read (%s); embedding locally", err)
             return {}
@@ -91,8 +92,9 @@ class SharedEmbeddings:
     async def keep(self, partition: str, model: str, vectors: dict[str, np.ndarray]) -> None:
         """Stores newly embedded vectors for every replica; skipped while the database is unreachable."""
         try:
-            self._written += await self._database.run(lambda c: self._keep(c, partition, model, vectors),
-                                                      tenant=partition or None)
+            self._written += await self._database.run(
+                lambda c: self._keep(c, partition, model, vectors), tenant=partition or None
+            )
             if self._written >= self._count_every:
                 self._written = 0
                 metrics.SHARED_EMBEDDINGS.set(await self._database.run(self._prune))
@@ -103,8 +105,9 @@ class SharedEmbeddings:
     def _fetch(connection: psycopg.Connection, partition: str, model: str, hashes: list[str]) -> dict[str, np.ndarray]:
         found = {}
         for start in range(0, len(hashes), _LOOKUP_BATCH):
-            rows = connection.execute(_FETCH, {"partition": partition, "model": model,
-                                               "hashes": hashes[start : start + _LOOKUP_BATCH]})
+            rows = connection.execute(
+                _FETCH, {"partition": partition, "model": model, "hashes": hashes[start : start + _LOOKUP_BATCH]}
+            )
             found.update((digest, np.frombuffer(vector, dtype=_VECTOR).astype(np.float32)) for digest, vector in rows)
         metrics.SHARED_EMBEDDING_HITS.inc(len(found))
         return found
@@ -112,8 +115,15 @@ class SharedEmbeddings:
     @staticmethod
     def _keep(connection: psycopg.Connection, partition: str, model: str, vectors: dict[str, np.ndarray]) -> int:
         """Rows written (a row another replica wrote first stays as it is)."""
-        return connection.execute(_KEEP, {"partition": partition, "model": model, "hashes": list(vectors), "vectors":
-                                          [np.asarray(v, dtype=_VECTOR).tobytes() for v in vectors.values()]}).rowcount
+        return connection.execute(
+            _KEEP,
+            {
+                "partition": partition,
+                "model": model,
+                "hashes": list(vectors),
+                "vectors": [np.asarray(v, dtype=_VECTOR).tobytes() for v in vectors.values()],
+            },
+        ).rowcount
 
     def _prune(self, connection: psycopg.Connection) -> int:
         """Deletes the least recently used rows past the bound (every partition's); returns how many are left."""

@@ -20,9 +20,14 @@ def open_backend(config: Config, environ: Mapping[str, str] | None = None) -> Ba
         assert database is not None
         return PostgresBackend(config, database)
     retrieval = config.retrieval
-    return EmbeddedBackend(config.resolve(config.paths.data_dir), retrieval.memory_cache_bytes,
-                           retrieval.binding_store_bytes, retrieval.max_memory_bytes_per_request,
-                           retrieval.index_threads, retrieval.index_dtype)
+    return EmbeddedBackend(
+        config.resolve(config.paths.data_dir),
+        retrieval.memory_cache_bytes,
+        retrieval.binding_store_bytes,
+        retrieval.max_memory_bytes_per_request,
+        retrieval.index_threads,
+        retrieval.index_dtype,
+    )
 
 
 def describe_backend(config: Config) -> dict:

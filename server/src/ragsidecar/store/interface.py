@@ -41,8 +41,10 @@ class MemoryDocument:
 
     def size(self) -> int:
         """UTF-8 bytes of the id, text and metadata: what the per-call limit counts."""
-        return sum(len(s.encode("utf-8", "surrogatepass"))
-                   for s in (self.id, self.text, *self.metadata.keys(), *self.metadata.values()))
+        return sum(
+            len(s.encode("utf-8", "surrogatepass"))
+            for s in (self.id, self.text, *self.metadata.keys(), *self.metadata.values())
+        )
 
     def unit(self) -> Unit:
         return document_unit(self.id, self.text)
@@ -72,9 +74,16 @@ def check_request_size(documents: list[MemoryDocument], limit: int) -> None:
     """Refuses one call's documents past retrieval.max_memory_bytes_per_request (INVALID_ARGUMENT, LIMIT_EXCEEDED)."""
     size = sum(d.size() for d in documents)
     if size > limit:
-        raise invalid([Violation("documents", f"{size} bytes exceed the limit of {limit} "
-                                              "bytes per call (retrieval.max_memory_bytes_per_request)",
-                                 "LIMIT_EXCEEDED")], "LIMIT_EXCEEDED")
+        raise invalid(
+            [
+                Violation(
+                    "documents",
+                    f"{size} bytes exceed the limit of {limit} bytes per call (retrieval.max_memory_bytes_per_request)",
+                    "LIMIT_EXCEEDED",
+                )
+            ],
+            "LIMIT_EXCEEDED",
+        )
 
 
 @dataclass(frozen=True)

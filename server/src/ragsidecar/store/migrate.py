@@ -79,8 +79,10 @@ def migrate(connection: psycopg.Connection) -> list[Migration]:
             if migration.version in recorded:
                 continue
             connection.execute(migration.path.read_text())
-            connection.execute(f"INSERT INTO {TABLE} (version, name, applied_at) VALUES (%s, %s, now())",
-                               (migration.version, migration.name))
+            connection.execute(
+                f"INSERT INTO {TABLE} (version, name, applied_at) VALUES (%s, %s, now())",
+                (migration.version, migration.name),
+            )
             done.append(migration)
     require_pgvector(connection)
     return done
@@ -92,8 +94,10 @@ def check(connection: psycopg.Connection) -> None:
     _refuse_newer(recorded)
     missing = [m.label for m in known() if m.version not in recorded]
     if missing:
-        raise SchemaError(f"the database's schema lacks migrations {', '.join(missing)} that this build needs, and "
-                          "store.migrate_on_start is false: run `ragsidecar db migrate` first")
+        raise SchemaError(
+            f"the database's schema lacks migrations {', '.join(missing)} that this build needs, and "
+            "store.migrate_on_start is false: run `ragsidecar db migrate` first"
+        )
     require_pgvector(connection)
 
 
@@ -104,8 +108,10 @@ def require_pgvector(connection: psycopg.Connection) -> None:
     installed = row[0] if row else None
     if not pgvector_supported(installed):
         wanted = ".".join(map(str, PGVECTOR_MINIMUM))
-        raise SchemaError(f"the store needs pgvector {wanted} or newer in this database, found "
-                          f"{installed or 'none'}: run `ALTER EXTENSION vector UPDATE` (or install a newer pgvector)")
+        raise SchemaError(
+            f"the store needs pgvector {wanted} or newer in this database, found "
+            f"{installed or 'none'}: run `ALTER EXTENSION vector UPDATE` (or install a newer pgvector)"
+        )
 
 
 def pgvector_supported(installed: str | None) -> bool:
@@ -126,18 +132,27 @@ def enable_row_level_security(connection: psycopg.Connection) -> None:
     `ragsidecar.tenant` (FORCE: the owning role too; superusers always bypass row-level security)."""
     with connection.transaction():
         connection.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-        tables = [row[0] for row in connection.execute(
-            "SELECT c.table_name FROM information_schema.columns c JOIN information_schema.tables t "
-            "USING (table_schema, table_name) WHERE c.column_name = 'tenant' AND t.table_type = 'BASE TABLE' "
-            "AND c.table_name LIKE 'ragsidecar\\_%' AND c.table_schema = current_schema()").fetchall()]
+        tables = [
+            row[0]
+            for row in connection.execute(
+                "SELECT c.table_name FROM information_schema.columns c JOIN information_schema.tables t "
+                "USING (table_schema, table_name) WHERE c.column_name = 'tenant' AND t.table_type = 'BASE TABLE' "
+                "AND c.table_name LIKE 'ragsidecar\\_%' AND c.table_schema = current_schema()"
+            ).fetchall()
+        ]
         for table in tables:
             connection.execute(f'ALTER TABLE "{table}" ENABLE ROW LEVEL SECURITY')
             connection.execute(f'ALTER TABLE "{table}" FORCE ROW LEVEL SECURITY')
-            exists = connection.execute("SELECT 1 FROM pg_policies WHERE schemaname = current_schema() AND "
-                                        "tablename = %s AND policyname = 'ragsidecar_tenant'", (table,)).fetchone()
+            exists = connection.execute(
+                "SELECT 1 FROM pg_policies WHERE schemaname = current_schema() AND "
+                "tablename = %s AND policyname = 'ragsidecar_tenant'",
+                (table,),
+            ).fetchone()
             if not exists:
-                connection.execute(f'CREATE POLICY ragsidecar_tenant ON "{table}" '
-                                   "USING (tenant = current_setting('ragsidecar.tenant', true))")
+                connection.execute(
+                    f'CREATE POLICY ragsidecar_tenant ON "{table}" '
+                    "USING (tenant = current_setting('ragsidecar.tenant', true))"
+                )
 
 
 def _recorded(connection: psycopg.Connection) -> dict[int, str]:
@@ -149,5 +164,7 @@ def _recorded(connection: psycopg.Connection) -> dict[int, str]:
 def _refuse_newer(recorded: dict[int, str]) -> None:
     newest = max(recorded, default=0)
     if newest > latest():
-        raise SchemaError(f"the database's schema is at version {newest} ({recorded[newest]}), newer than this build "
-                          f"knows (up to {latest()}): upgrade ragsidecar, or use another database")
+        raise SchemaError(
+            f"the database's schema is at version {newest} ({recorded[newest]}), newer than this build "
+            f"knows (up to {latest()}): upgrade ragsidecar, or use another database"
+        )

@@ -40,11 +40,17 @@ class PostgresBackend:
 
     def documents(self, namespace: Namespace, prepare: Prepare) -> PostgresMemoryStore:
         retrieval = self._config.retrieval
-        indexes = ResidentIndexes(f"{namespace}_indexes", retrieval.memory_cache_bytes, retrieval.index_threads,
-                                  retrieval.index_dtype)
-        return PostgresMemoryStore(self.database, namespace=namespace, prepare=prepare, indexes=indexes,
-                                   max_request_bytes=retrieval.max_memory_bytes_per_request,
-                                   max_namespace_bytes=retrieval.binding_store_bytes if namespace == "binding" else None)
+        indexes = ResidentIndexes(
+            f"{namespace}_indexes", retrieval.memory_cache_bytes, retrieval.index_threads, retrieval.index_dtype
+        )
+        return PostgresMemoryStore(
+            self.database,
+            namespace=namespace,
+            prepare=prepare,
+            indexes=indexes,
+            max_request_bytes=retrieval.max_memory_bytes_per_request,
+            max_namespace_bytes=retrieval.binding_store_bytes if namespace == "binding" else None,
+        )
 
     def binding_registry(self, clock: Callable[[], float] = time.monotonic) -> PostgresRegistry:
         return PostgresRegistry(self.database)  # the database's clock, which every replica shares

@@ -53,8 +53,16 @@ from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.knowledge.index import IndexedChunk
 from ragsidecar.knowledge.sources import Unit
 from ragsidecar.store.cursors import across_tenants
-from ragsidecar.store.interface import (DeleteOutcome, MemoryDocument, PartitionIndex, Prepare, Prepared,
-                                        UpsertOutcome, check_request_size, document_unit)
+from ragsidecar.store.interface import (
+    DeleteOutcome,
+    MemoryDocument,
+    PartitionIndex,
+    Prepare,
+    Prepared,
+    UpsertOutcome,
+    check_request_size,
+    document_unit,
+)
 from ragsidecar.store.resident import Resident, ResidentIndexes, chunk_keys
 
 if TYPE_CHECKING:
@@ -83,9 +91,17 @@ class PartitionKey:
 
 
 class PostgresMemoryStore:
-    def __init__(self, database: Database, *, namespace: str, prepare: Prepare, indexes: ResidentIndexes,
-                 max_request_bytes: int, max_namespace_bytes: int | None = None,
-                 change_log_entries: int = CHANGE_LOG_ENTRIES) -> None:
+    def __init__(
+        self,
+        database: Database,
+        *,
+        namespace: str,
+        prepare: Prepare,
+        indexes: ResidentIndexes,
+        max_request_bytes: int,
+        max_namespace_bytes: int | None = None,
+        change_log_entries: int = CHANGE_LOG_ENTRIES,
+    ) -> None:
         """`max_namespace_bytes` bounds the bytes of all the namespace's partitions together, in the whole database
         (the binding corpora: retrieval.binding_store_bytes); None leaves it unbounded (MEMORY lives on disk)."""
         self._database = database
@@ -128,15 +144,15 @@ class PostgresMemoryStore:
                     resident = await self._catch_up(key, state, label, resident, analysis)
         return PartitionIndex(resident.index, resident.documents)
 
-    async def _filled_state(self, scope: Scope, name: str, key: PartitionKey, model: str,
-                            analysis: str) -> _SpaceState:
+    async def _filled_state(self, scope: Scope, name: str, key: PartitionKey, model: str, analysis: str) -> _SpaceState:
         """The partition's and the space's state (one query), after filling in the documents the space lacks."""
         for attempt in range(_FILL_ATTEMPTS + 1):
             state = await self._database.run(lambda c: _space_state(c, key, model, analysis), tenant=key.tenant)
             if state.complete or attempt == _FILL_ATTEMPTS:
                 break
-            missing = await self._database.run(lambda c: _missing_documents(c, key.tenant, state.partition,
-                                                                            state.space), tenant=key.tenant)
+            missing = await self._database.run(
+                lambda c: _missing_documents(c, key.tenant, state.partition, state.space), tenant=key.tenant
+            )
             prepared = await self._prepare(scope, name, [document_unit(i, text) for i, text in missing])
             if (prepared.model, prepared.analysis) != (model, analysis):
                 break  # the embedder changed meanwhile: the caller loads again with the new one
@@ -144,8 +160,9 @@ class PostgresMemoryStore:
             await self._database.run(lambda c: _fill(c, key, missing, prepared), tenant=key.tenant)
         return state
 
-    async def _catch_up(self, key: PartitionKey, state: _SpaceState, label: str, resident: Resident | None,
-                        analysis: str) -> Resident:
+    async def _catch_up(
+        self, key: PartitionKey, state: _SpaceState, label: str, resident: Resident | None, analysis: str
+    ) -> Resident:
         """The resident index brought up to date: from the change log when it reaches back far enough, else
         loaded whole."""
         space = state.space
@@ -177,14 +194,16 @@ class PostgresMemoryStore:
         key = self.partition(scope, name)
         outcome, logged = await self._database.run(
             lambda c: write(c, key, documents, prepared, self._max_namespace_bytes, self._log_entries),
-            tenant=key.tenant)
+            tenant=key.tenant,
+        )
         await self._count_log(logged)
         return outcome
 
     async def delete(self, scope: Scope, name: str, ids: list[str]) -> DeleteOutcome:
         key = self.partition(scope, name)
         outcome, logged = await self._database.run(
-            lambda c: _delete(c, key, list(dict.fromkeys(ids)), self._log_entries), tenant=key.tenant)
+            lambda c: _delete(c, key, list(dict.fromkeys(ids)), self._log_entries), tenant=key.tenant
+        )
         await self._count_log(logged)
         return outcome
 
@@ -214,18 +233,29 @@ class PostgresMemoryStore:
 
 # -- the write transaction (also the bulk-load path of benchmarks, with vectors of their own) ----------------------
 
-def write(connection: psycopg.Connection, key: PartitionKey, documents: list[MemoryDocument], prepared: Prepared,
-          max_namespace_bytes: int | None = None,
-          change_log_entries: int = CHANGE_LOG_ENTRIES) -> tuple[UpsertOutcome, int]:
+
+def write(
+    connection: psycopg.Connection,
+    key: PartitionKey,
+    documents: list[MemoryDocument],
+    prepared: Prepared,
+    max_namespace_bytes: int | None = None,
+    change_log_entries: int = CHANGE_LOG_ENTRIES,
+) -> tuple[UpsertOutcome, int]:
     """Upserts `documents` (their chunks and vectors in `prepared`) into the partition, inside the caller's
     transaction (run it with the tenant set: `Database.run`); unchanged documents (same text and metadata) are
     left as they are. Returns the outcome and how many removed chunk keys it logged. A write that would take the
     namespace's partitions past `max_namespace_bytes` raises RESOURCE_EXHAUSTED (the transaction rolls back:
     nothing of it stays)."""
     partition = _lock_partition(connection, key)
-    stored = {i: (text, metadata) for i, text, metadata in connection.execute(
-        "SELECT id, text, metadata FROM ragsidecar_memory_documents WHERE partition = %s AND tenant = %s "
-        "AND id = ANY(%s)", (partition.id, key.tenant, [d.id for d in documents]))}
+    stored = {
+        i: (text, metadata)
+        for i, text, metadata in connection.execute(
+            "SELECT id, text, metadata FROM ragsidecar_memory_documents WHERE partition = %s AND tenant = %s "
+            "AND id = ANY(%s)",
+            (partition.id, key.tenant, [d.id for d in documents]),
+        )
+    }
     changed = [d for d in documents if d.id not in stored or stored[d.id] != (d.text, d.metadata)]
     if not changed:
         return UpsertOutcome(0, 0, len(documents), partition.documents), 0
@@ -233,25 +263,41 @@ def write(connection: psycopg.Connection, key: PartitionKey, documents: list[Mem
     connection.cursor().executemany(
         "INSERT INTO ragsidecar_memory_documents (partition, id, tenant, text, metadata) VALUES (%s, %s, %s, %s, %s) "
         "ON CONFLICT (partition, id) DO UPDATE SET text = EXCLUDED.text, metadata = EXCLUDED.metadata",
-        [(partition.id, d.id, key.tenant, d.text, Jsonb(d.metadata)) for d in changed])
+        [(partition.id, d.id, key.tenant, d.text, Jsonb(d.metadata)) for d in changed],
+    )
     removed = _remove_chunks(connection, key.tenant, partition.id, [d.id for d in changed], change)
     # A space new to a partition that already has documents lacks theirs: it is filled in on a search.
-    space = _own_space(connection, key.tenant, partition.id, prepared,
-                       filled_at=partition.changes if partition.documents == 0 else -1)
+    space = _own_space(
+        connection, key.tenant, partition.id, prepared, filled_at=partition.changes if partition.documents == 0 else -1
+    )
     ids = {d.id for d in changed}
-    _insert_chunks(connection, key, space, [(c, v) for c, v in zip(prepared.chunks, prepared.vectors)
-                                            if c.provenance.document_id in ids], change)
+    _insert_chunks(
+        connection,
+        key,
+        space,
+        [(c, v) for c, v in zip(prepared.chunks, prepared.vectors) if c.provenance.document_id in ids],
+        change,
+    )
     replaced = sum(d.id in stored for d in changed)
-    grown = sum(d.size() for d in changed) - sum(MemoryDocument(d.id, *stored[d.id]).size()
-                                                 for d in changed if d.id in stored)
+    grown = sum(d.size() for d in changed) - sum(
+        MemoryDocument(d.id, *stored[d.id]).size() for d in changed if d.id in stored
+    )
     # Only the writer's own space still holds every document (the changed ones' chunks left the others).
-    _advance(connection, key.tenant, partition, change, partition.documents + len(changed) - replaced, grown,
-             only_space=space)
+    _advance(
+        connection,
+        key.tenant,
+        partition,
+        change,
+        partition.documents + len(changed) - replaced,
+        grown,
+        only_space=space,
+    )
     if max_namespace_bytes is not None and grown > 0:
         _check_namespace_bytes(connection, key.namespace, max_namespace_bytes)
     logged = _log_removals(connection, key.tenant, removed, change_log_entries)
-    return UpsertOutcome(len(changed) - replaced, replaced, len(documents) - len(changed),
-                         partition.documents + len(changed) - replaced), logged
+    return UpsertOutcome(
+        len(changed) - replaced, replaced, len(documents) - len(changed), partition.documents + len(changed) - replaced
+    ), logged
 
 
 @dataclass(frozen=True)
@@ -263,34 +309,50 @@ class _Partition:
 
 def _lock_partition(connection: psycopg.Connection, key: PartitionKey) -> _Partition:
     """The partition, created when new, its row locked until the transaction ends."""
-    return _Partition(*connection.execute(
-        "INSERT INTO ragsidecar_memory_partitions (key, tenant, namespace, session, source) "
-        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (key) "
-        "DO UPDATE SET changes = ragsidecar_memory_partitions.changes RETURNING id, changes, documents",
-        (key.key, key.tenant, key.namespace, key.session, key.source)).fetchone())
+    return _Partition(
+        *connection.execute(
+            "INSERT INTO ragsidecar_memory_partitions (key, tenant, namespace, session, source) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (key) "
+            "DO UPDATE SET changes = ragsidecar_memory_partitions.changes RETURNING id, changes, documents",
+            (key.key, key.tenant, key.namespace, key.session, key.source),
+        ).fetchone()
+    )
 
 
-def _own_space(connection: psycopg.Connection, tenant: str, partition: int, prepared: Prepared,
-               filled_at: int) -> int:
+def _own_space(connection: psycopg.Connection, tenant: str, partition: int, prepared: Prepared, filled_at: int) -> int:
     """The space the chunks go to; created (with `filled_at`) when new."""
     connection.execute(
         "INSERT INTO ragsidecar_memory_spaces (partition, tenant, model, analysis, filled_at) "
         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (partition, model, analysis) DO NOTHING",
-        (partition, tenant, prepared.model, prepared.analysis, filled_at))
+        (partition, tenant, prepared.model, prepared.analysis, filled_at),
+    )
     return connection.execute(
-        "SELECT id FROM ragsidecar_memory_spaces WHERE partition = %s AND tenant = %s AND model = %s "
-        "AND analysis = %s", (partition, tenant, prepared.model, prepared.analysis)).fetchone()[0]
+        "SELECT id FROM ragsidecar_memory_spaces WHERE partition = %s AND tenant = %s AND model = %s AND analysis = %s",
+        (partition, tenant, prepared.model, prepared.analysis),
+    ).fetchone()[0]
 
 
-def _advance(connection: psycopg.Connection, tenant: str, partition: _Partition, change: int, documents: int,
-             grown: int, only_space: int | None = None) -> None:
+def _advance(
+    connection: psycopg.Connection,
+    tenant: str,
+    partition: _Partition,
+    change: int,
+    documents: int,
+    grown: int,
+    only_space: int | None = None,
+) -> None:
     """Records the partition's new change, document count and growth in bytes; the spaces that held every
     document before it (all of them, or `only_space`) still do."""
-    connection.execute("UPDATE ragsidecar_memory_partitions SET changes = %s, documents = %s, bytes = bytes + %s "
-                       "WHERE id = %s AND tenant = %s", (change, documents, grown, partition.id, tenant))
-    connection.execute("UPDATE ragsidecar_memory_spaces SET filled_at = %s WHERE partition = %s AND tenant = %s "
-                       "AND filled_at = %s AND (%s::bigint IS NULL OR id = %s)",
-                       (change, partition.id, tenant, partition.changes, only_space, only_space))
+    connection.execute(
+        "UPDATE ragsidecar_memory_partitions SET changes = %s, documents = %s, bytes = bytes + %s "
+        "WHERE id = %s AND tenant = %s",
+        (change, documents, grown, partition.id, tenant),
+    )
+    connection.execute(
+        "UPDATE ragsidecar_memory_spaces SET filled_at = %s WHERE partition = %s AND tenant = %s "
+        "AND filled_at = %s AND (%s::bigint IS NULL OR id = %s)",
+        (change, partition.id, tenant, partition.changes, only_space, only_space),
+    )
 
 
 def _check_namespace_bytes(connection: psycopg.Connection, namespace: str, limit: int) -> None:
@@ -299,12 +361,16 @@ def _check_namespace_bytes(connection: psycopg.Connection, namespace: str, limit
     Writes committing at the same moment on other replicas each see the total without the others', so the bound
     may be passed by what those writes add (at most max_memory_bytes_per_request each)."""
     across_tenants(connection)
-    total = connection.execute("SELECT coalesce(sum(bytes), 0) FROM ragsidecar_memory_partitions "
-                               "WHERE namespace = %s", (namespace,)).fetchone()[0]
+    total = connection.execute(
+        "SELECT coalesce(sum(bytes), 0) FROM ragsidecar_memory_partitions WHERE namespace = %s", (namespace,)
+    ).fetchone()[0]
     if total > limit:
-        raise SidecarError(ErrorKind.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED",
-                           "the chat bindings' corpora are full (retrieval.binding_store_bytes, for all replicas "
-                           "of this database); close or reset bindings, or raise the limit")
+        raise SidecarError(
+            ErrorKind.RESOURCE_EXHAUSTED,
+            "LIMIT_EXCEEDED",
+            "the chat bindings' corpora are full (retrieval.binding_store_bytes, for all replicas "
+            "of this database); close or reset bindings, or raise the limit",
+        )
 
 
 def drop_orphaned_corpora(connection: psycopg.Connection) -> int:
@@ -314,14 +380,16 @@ def drop_orphaned_corpora(connection: psycopg.Connection) -> int:
     orphans = connection.execute(
         "SELECT p.id, p.tenant FROM ragsidecar_memory_partitions p WHERE p.namespace = 'binding' AND NOT EXISTS "
         "(SELECT 1 FROM ragsidecar_chat_bindings b WHERE b.id = p.source AND b.tenant = p.tenant) "
-        "FOR UPDATE OF p SKIP LOCKED").fetchall()
+        "FOR UPDATE OF p SKIP LOCKED"
+    ).fetchall()
     for partition, tenant in orphans:
         _remove_partition(connection, tenant, partition)
     return len(orphans)
 
 
-def _insert_chunks(connection: psycopg.Connection, key: PartitionKey, space: int,
-                   embedded: list[tuple[Chunk, np.ndarray]], change: int) -> None:
+def _insert_chunks(
+    connection: psycopg.Connection, key: PartitionKey, space: int, embedded: list[tuple[Chunk, np.ndarray]], change: int
+) -> None:
     """Chunks (renumbered within their documents) with their keys and vectors, stamped with `change`."""
     if not embedded:
         return
@@ -330,8 +398,21 @@ def _insert_chunks(connection: psycopg.Connection, key: PartitionKey, space: int
     connection.cursor().executemany(
         "INSERT INTO ragsidecar_memory_chunks (space, tenant, document, key, change, chunk_id, text, meta, embedding) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %b::vector)",
-        [(space, key.tenant, c.provenance.document_id, chunk_key, change, c.id, c.text, Jsonb(chunk_meta(c)),
-          Vector(v)) for chunk_key, c, (_, v) in zip(chunk_keys(chunks), chunks, embedded)])
+        [
+            (
+                space,
+                key.tenant,
+                c.provenance.document_id,
+                chunk_key,
+                change,
+                c.id,
+                c.text,
+                Jsonb(chunk_meta(c)),
+                Vector(v),
+            )
+            for chunk_key, c, (_, v) in zip(chunk_keys(chunks), chunks, embedded)
+        ],
+    )
 
 
 def _numbered(source: str, chunks: list[Chunk]) -> list[Chunk]:
@@ -343,23 +424,28 @@ def _numbered(source: str, chunks: list[Chunk]) -> list[Chunk]:
         document = chunk.provenance.document_id
         position = positions[document]
         positions[document] += 1
-        numbered.append(replace(chunk, position=position,
-                                id=f"{source}:{document}:{position}:{chunk.content_hash[:12]}"))
+        numbered.append(
+            replace(chunk, position=position, id=f"{source}:{document}:{position}:{chunk.content_hash[:12]}")
+        )
     return numbered
 
 
-def _remove_chunks(connection: psycopg.Connection, tenant: str, partition: int, documents: Iterable[str],
-                   change: int) -> dict[int, int]:
+def _remove_chunks(
+    connection: psycopg.Connection, tenant: str, partition: int, documents: Iterable[str], change: int
+) -> dict[int, int]:
     """Deletes the documents' chunks in every space of the partition and logs their keys under `change`; returns
     how many it logged per space."""
-    return dict(connection.execute(
-        "WITH gone AS (DELETE FROM ragsidecar_memory_chunks c USING ragsidecar_memory_spaces s "
-        "    WHERE c.space = s.id AND s.partition = %(partition)s AND s.tenant = %(tenant)s "
-        "    AND c.tenant = %(tenant)s AND c.document = ANY(%(documents)s) RETURNING c.space, c.key), "
-        "logged AS (INSERT INTO ragsidecar_memory_removals (space, tenant, change, key) "
-        "    SELECT space, %(tenant)s, %(change)s, key FROM gone RETURNING space) "
-        "SELECT space, count(*) FROM logged GROUP BY space",
-        {"partition": partition, "tenant": tenant, "documents": list(documents), "change": change}).fetchall())
+    return dict(
+        connection.execute(
+            "WITH gone AS (DELETE FROM ragsidecar_memory_chunks c USING ragsidecar_memory_spaces s "
+            "    WHERE c.space = s.id AND s.partition = %(partition)s AND s.tenant = %(tenant)s "
+            "    AND c.tenant = %(tenant)s AND c.document = ANY(%(documents)s) RETURNING c.space, c.key), "
+            "logged AS (INSERT INTO ragsidecar_memory_removals (space, tenant, change, key) "
+            "    SELECT space, %(tenant)s, %(change)s, key FROM gone RETURNING space) "
+            "SELECT space, count(*) FROM logged GROUP BY space",
+            {"partition": partition, "tenant": tenant, "documents": list(documents), "change": change},
+        ).fetchall()
+    )
 
 
 def _log_removals(connection: psycopg.Connection, tenant: str, logged: dict[int, int], limit: int) -> int:
@@ -368,16 +454,23 @@ def _log_removals(connection: psycopg.Connection, tenant: str, logged: dict[int,
     for space, count in logged.items():
         (entries,) = connection.execute(
             "UPDATE ragsidecar_memory_spaces SET logged = logged + %s WHERE id = %s AND tenant = %s RETURNING logged",
-            (count, space, tenant)).fetchone()
+            (count, space, tenant),
+        ).fetchone()
         if entries <= limit:
             continue
         (oldest_kept,) = connection.execute(
             "SELECT change FROM ragsidecar_memory_removals WHERE space = %s AND tenant = %s "
-            "ORDER BY change DESC OFFSET %s LIMIT 1", (space, tenant, limit)).fetchone()
-        pruned = connection.execute("DELETE FROM ragsidecar_memory_removals WHERE space = %s AND tenant = %s "
-                                    "AND change <= %s", (space, tenant, oldest_kept)).rowcount
-        connection.execute("UPDATE ragsidecar_memory_spaces SET log_from = %s, logged = logged - %s "
-                           "WHERE id = %s AND tenant = %s", (oldest_kept, pruned, space, tenant))
+            "ORDER BY change DESC OFFSET %s LIMIT 1",
+            (space, tenant, limit),
+        ).fetchone()
+        pruned = connection.execute(
+            "DELETE FROM ragsidecar_memory_removals WHERE space = %s AND tenant = %s AND change <= %s",
+            (space, tenant, oldest_kept),
+        ).rowcount
+        connection.execute(
+            "UPDATE ragsidecar_memory_spaces SET log_from = %s, logged = logged - %s WHERE id = %s AND tenant = %s",
+            (oldest_kept, pruned, space, tenant),
+        )
         metrics.STORE_CHANGE_LOG_PRUNED.inc(pruned)
     return sum(logged.values())
 
@@ -390,14 +483,21 @@ def _change_log_size(connection: psycopg.Connection) -> int:
 
 # -- deletes --------------------------------------------------------------------------------------------------------
 
-def _delete(connection: psycopg.Connection, key: PartitionKey, ids: list[str],
-            change_log_entries: int) -> tuple[DeleteOutcome, int]:
+
+def _delete(
+    connection: psycopg.Connection, key: PartitionKey, ids: list[str], change_log_entries: int
+) -> tuple[DeleteOutcome, int]:
     if _partition_row(connection, key) is None:
         return DeleteOutcome(0, len(ids), 0), 0
     partition = _lock_partition(connection, key)
-    deleted = [MemoryDocument(*r) for r in connection.execute(
-        "DELETE FROM ragsidecar_memory_documents WHERE partition = %s AND tenant = %s AND id = ANY(%s) "
-        "RETURNING id, text, metadata", (partition.id, key.tenant, ids))]
+    deleted = [
+        MemoryDocument(*r)
+        for r in connection.execute(
+            "DELETE FROM ragsidecar_memory_documents WHERE partition = %s AND tenant = %s AND id = ANY(%s) "
+            "RETURNING id, text, metadata",
+            (partition.id, key.tenant, ids),
+        )
+    ]
     if not deleted:
         return DeleteOutcome(0, len(ids), partition.documents), 0
     change = partition.changes + 1
@@ -416,10 +516,15 @@ def _clear(connection: psycopg.Connection, key: PartitionKey) -> None:
     partition = _lock_partition(connection, key)
     change = partition.changes + 1
     _remove_all(connection, key.tenant, partition.id)
-    connection.execute("UPDATE ragsidecar_memory_spaces SET filled_at = %s, log_from = %s, logged = 0 "
-                       "WHERE partition = %s AND tenant = %s", (change, change, partition.id, key.tenant))
-    connection.execute("UPDATE ragsidecar_memory_partitions SET changes = %s, documents = 0, bytes = 0 "
-                       "WHERE id = %s AND tenant = %s", (change, partition.id, key.tenant))
+    connection.execute(
+        "UPDATE ragsidecar_memory_spaces SET filled_at = %s, log_from = %s, logged = 0 "
+        "WHERE partition = %s AND tenant = %s",
+        (change, change, partition.id, key.tenant),
+    )
+    connection.execute(
+        "UPDATE ragsidecar_memory_partitions SET changes = %s, documents = 0, bytes = 0 WHERE id = %s AND tenant = %s",
+        (change, partition.id, key.tenant),
+    )
 
 
 def _drop(connection: psycopg.Connection, key: PartitionKey) -> None:
@@ -435,19 +540,27 @@ def _remove_partition(connection: psycopg.Connection, tenant: str, partition: in
 
 
 def _remove_all(connection: psycopg.Connection, tenant: str, partition: int) -> None:
-    spaces = [r[0] for r in connection.execute(
-        "SELECT id FROM ragsidecar_memory_spaces WHERE partition = %s AND tenant = %s", (partition, tenant))]
+    spaces = [
+        r[0]
+        for r in connection.execute(
+            "SELECT id FROM ragsidecar_memory_spaces WHERE partition = %s AND tenant = %s", (partition, tenant)
+        )
+    ]
     for table in ("ragsidecar_memory_removals", "ragsidecar_memory_chunks"):
         connection.execute(f"DELETE FROM {table} WHERE space = ANY(%s) AND tenant = %s", (spaces, tenant))
-    connection.execute("DELETE FROM ragsidecar_memory_documents WHERE partition = %s AND tenant = %s",
-                       (partition, tenant))
+    connection.execute(
+        "DELETE FROM ragsidecar_memory_documents WHERE partition = %s AND tenant = %s", (partition, tenant)
+    )
 
 
 # -- reads and fill-ins ---------------------------------------------------------------------------------------------
 
+
 def _partition_row(connection: psycopg.Connection, key: PartitionKey) -> _Partition | None:
-    row = connection.execute("SELECT id, changes, documents FROM ragsidecar_memory_partitions WHERE key = %s "
-                             "AND tenant = %s", (key.key, key.tenant)).fetchone()
+    row = connection.execute(
+        "SELECT id, changes, documents FROM ragsidecar_memory_partitions WHERE key = %s AND tenant = %s",
+        (key.key, key.tenant),
+    ).fetchone()
     return None if row is None else _Partition(*row)
 
 
@@ -455,7 +568,8 @@ def _documents(connection: psycopg.Connection, key: PartitionKey) -> list[tuple[
     return connection.execute(
         "SELECT d.id, d.text FROM ragsidecar_memory_documents d JOIN ragsidecar_memory_partitions p "
         "ON p.id = d.partition WHERE p.key = %s AND p.tenant = %s AND d.tenant = %s ORDER BY d.seq",
-        (key.key, key.tenant, key.tenant)).fetchall()
+        (key.key, key.tenant, key.tenant),
+    ).fetchall()
 
 
 @dataclass(frozen=True)
@@ -478,24 +592,30 @@ def _space_state(connection: psycopg.Connection, key: PartitionKey, model: str, 
     row = connection.execute(
         "SELECT p.id, p.changes, p.documents, s.id, s.filled_at, s.log_from FROM ragsidecar_memory_partitions p "
         "LEFT JOIN ragsidecar_memory_spaces s ON s.partition = p.id AND s.tenant = p.tenant AND s.model = %s "
-        "AND s.analysis = %s WHERE p.key = %s AND p.tenant = %s", (model, analysis, key.key, key.tenant)).fetchone()
+        "AND s.analysis = %s WHERE p.key = %s AND p.tenant = %s",
+        (model, analysis, key.key, key.tenant),
+    ).fetchone()
     if row is None:
         return _SpaceState(None, 0, 0, None, 0, 0)
     partition, changes, documents, space, filled_at, log_from = row
     return _SpaceState(partition, changes, documents, space, -1 if filled_at is None else filled_at, log_from or 0)
 
 
-def _missing_documents(connection: psycopg.Connection, tenant: str, partition: int | None,
-                       space: int | None) -> list[tuple[str, str]]:
+def _missing_documents(
+    connection: psycopg.Connection, tenant: str, partition: int | None, space: int | None
+) -> list[tuple[str, str]]:
     """Documents with no chunk in the space, in partition order."""
     return connection.execute(
         "SELECT d.id, d.text FROM ragsidecar_memory_documents d WHERE d.partition = %s AND d.tenant = %s "
         "AND NOT EXISTS (SELECT 1 FROM ragsidecar_memory_chunks c WHERE c.space = %s AND c.tenant = %s "
-        "AND c.document = d.id) ORDER BY d.seq", (partition, tenant, space, tenant)).fetchall()
+        "AND c.document = d.id) ORDER BY d.seq",
+        (partition, tenant, space, tenant),
+    ).fetchall()
 
 
-def _fill(connection: psycopg.Connection, key: PartitionKey, embedded: list[tuple[str, str]],
-          prepared: Prepared) -> None:
+def _fill(
+    connection: psycopg.Connection, key: PartitionKey, embedded: list[tuple[str, str]], prepared: Prepared
+) -> None:
     """Adds the embedded documents' chunks to the space where they are still missing and unchanged, as a change of
     the partition; marks the space filled when that covers every document still missing (one that yields no
     chunk counts as covered)."""
@@ -505,15 +625,23 @@ def _fill(connection: psycopg.Connection, key: PartitionKey, embedded: list[tupl
     missing = _missing_documents(connection, key.tenant, partition.id, space)
     covered = {i for i, text in missing if texts.get(i) == text}
     change = partition.changes + 1
-    _insert_chunks(connection, key, space, [(c, v) for c, v in zip(prepared.chunks, prepared.vectors)
-                                            if c.provenance.document_id in covered], change)
+    _insert_chunks(
+        connection,
+        key,
+        space,
+        [(c, v) for c, v in zip(prepared.chunks, prepared.vectors) if c.provenance.document_id in covered],
+        change,
+    )
     _advance(connection, key.tenant, partition, change, partition.documents, 0)
     if len(covered) == len(missing):
-        connection.execute("UPDATE ragsidecar_memory_spaces SET filled_at = %s WHERE id = %s AND tenant = %s",
-                           (change, space, key.tenant))
+        connection.execute(
+            "UPDATE ragsidecar_memory_spaces SET filled_at = %s WHERE id = %s AND tenant = %s",
+            (change, space, key.tenant),
+        )
 
 
 # -- catching up ----------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Changes:
@@ -535,7 +663,9 @@ WITH state AS (
 """
 # Chunks removed (chunk_id NULL) and added after a position, from one snapshot; no change when the space's log no
 # longer reaches back to the position.
-_CHANGES_SINCE = _STATE + """
+_CHANGES_SINCE = (
+    _STATE
+    + """
 SELECT state.changes, state.documents, state.log_from, changed.* FROM state LEFT JOIN (
     SELECT r.key, NULL::text AS chunk_id, NULL::text AS text, NULL::jsonb AS meta, NULL::bytea AS vector
     FROM ragsidecar_memory_removals r WHERE r.space = %(space)s AND r.tenant = %(tenant)s AND r.change > %(since)s
@@ -544,17 +674,24 @@ SELECT state.changes, state.documents, state.log_from, changed.* FROM state LEFT
     FROM ragsidecar_memory_chunks c WHERE c.space = %(space)s AND c.tenant = %(tenant)s AND c.change > %(since)s
 ) changed ON state.log_from <= %(since)s
 """
-_SPACE_CHUNKS = _STATE + """
+)
+_SPACE_CHUNKS = (
+    _STATE
+    + """
 SELECT state.changes, state.documents, c.key, c.chunk_id, c.text, c.meta, vector_send(c.embedding)
 FROM state LEFT JOIN ragsidecar_memory_chunks c ON c.space = %(space)s AND c.tenant = %(tenant)s
 """
+)
 
 
 def _changes_since(connection: psycopg.Connection, tenant: str, space: int, since: int) -> _Changes | None:
     """The space's changes after position `since`; None when its log no longer reaches back that far (or the
     partition is gone)."""
-    rows = connection.cursor(binary=True).execute(
-        _CHANGES_SINCE, {"space": space, "tenant": tenant, "since": since}).fetchall()
+    rows = (
+        connection.cursor(binary=True)
+        .execute(_CHANGES_SINCE, {"space": space, "tenant": tenant, "since": since})
+        .fetchall()
+    )
     if not rows or rows[0][2] > since:
         return None
     changed = [row[3:] for row in rows if row[3] is not None]
@@ -599,6 +736,7 @@ def _apply(resident: Resident, changes: _Changes) -> bool:
 
 
 # -- vectors on the wire ----------------------------------------------------------------------------------------
+
 
 class Vector:
     """A float vector sent in pgvector's binary form (`%b::vector`), without formatting floats as text."""

@@ -66,7 +66,14 @@ class ResidentIndexes:
     def drop(self, partition: str) -> None:
         self._lru.pop(partition)
 
-    def build(self, keys: list[str], chunks: list[IndexedChunk], vectors: np.ndarray, analysis: str,
-              dimensions: int) -> HybridIndex:
-        return HybridIndex.build(chunks, vectors.reshape(len(chunks), dimensions), self._threads, self._dtype,
-                                 lexical_language=analysis, keys=keys)
+    def build(
+        self, keys: list[str], chunks: list[IndexedChunk], vectors: np.ndarray, analysis: str, dimensions: int
+    ) -> HybridIndex:
+        return HybridIndex.build(
+            chunks,
+            vectors.reshape(len(chunks), dimensions),
+            self._threads,
+            self._dtype,
+            lexical_language=analysis,
+            keys=keys,
+        )
