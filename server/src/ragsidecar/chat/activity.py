@@ -162,14 +162,15 @@ class PathRedactor:
     number of roots."""
 
     def __init__(self, roots: tuple[tuple[str, str], ...]) -> None:
-        self._trie: dict[str, dict] = {}
+        self._trie = _TrieNode()
         for folder, replacement in roots:
             for form in _forms(folder):
                 node = self._trie
                 for char in form:
-                    node = node.setdefault(char, {})
-                node.setdefault(_FORM_END, replacement)
-        starts = "".join(sorted(self._trie))
+                    node = node.children.setdefault(char, _TrieNode())
+                if node.replacement is None:
+                    node.replacement = replacement
+        starts = "".join(sorted(self._trie.children))
         # A bare character class, so the regex engine scans for it at C speed.
         self._starts = re.compile(f"[{re.escape(starts)}]") if starts else None
 
@@ -190,17 +191,25 @@ class PathRedactor:
 
     def _longest(self, text: str, start: int) -> tuple[int, str]:
         """(end, replacement) of the longest form at `start` that ends a whole path; (0, "") when none."""
-        found, node, at = (0, ""), self._trie, start
+        found, at = (0, ""), start
+        node: _TrieNode | None = self._trie
         while node is not None:
-            if _FORM_END in node and _ends_path(text, at):
-                found = (at, node[_FORM_END])
-            node = node.get(text[at]) if at < len(text) else None
+            if node.replacement is not None and _ends_path(text, at):
+                found = (at, node.replacement)
+            node = node.children.get(text[at]) if at < len(text) else None
             at += 1
         return found
 
 
-# The trie key that marks the end of a form (no character is the empty string).
-_FORM_END = ""
+class _TrieNode:
+    """One character of the roots' forms: the characters that may follow, and the replacement of the form that
+    ends here (the first root given wins a form two roots share)."""
+
+    __slots__ = ("children", "replacement")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _TrieNode] = {}
+        self.replacement: str | None = None
 
 
 def _in_path(char: str) -> bool:
