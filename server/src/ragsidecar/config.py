@@ -252,8 +252,8 @@ class Config(_Section, frozen=True):
         marked = [m for m in self.models if m.default]
         if marked:
             return marked[0]
-        cross = [m for m in self.models if m.kind == "cross-encoder"]
-        return (cross or list(self.models) or [None])[0]
+        candidates = [m for m in self.models if m.kind == "cross-encoder"] or list(self.models)
+        return candidates[0] if candidates else None
 
     def check_listener_protected(self) -> None:
         """A TCP listener (gRPC, or HTTP when on) beyond loopback needs a bearer token or TLS, unless
@@ -288,8 +288,10 @@ def bounds(kind: msgspec.inspect.IntType | msgspec.inspect.FloatType) -> str:
 def schema_keys() -> dict[str, msgspec.inspect.Type]:
     """Every key of the file ("server.port", "models.max_length", "retrieval.model_windows") and its type."""
     keys: dict[str, msgspec.inspect.Type] = {}
-    for section in msgspec.inspect.type_info(Config).fields:
-        table = section.type.item_type if section.name == "models" else section.type
+    config = msgspec.inspect.type_info(Config)
+    assert isinstance(config, msgspec.inspect.StructType)
+    for section in config.fields:
+        table = section.type.item_type if isinstance(section.type, msgspec.inspect.VarTupleType) else section.type
         for item in table.fields if isinstance(table, msgspec.inspect.StructType) else ():
             keys[f"{section.name}.{item.name}"] = item.type
     return keys
