@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 
@@ -144,5 +145,5 @@ class Reach:
     def get(self, name: str) -> Entry | None:
         return self.entries.get(name)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Entry]:
         return iter(self.entries.values())
