@@ -14,7 +14,7 @@ import pytest
 
 from ragsidecar.hub_models import HubRef, pick_onnx_file
 from ragsidecar.inference.models import relevance_logit
-from ragsidecar.packaged_models import InstallError
+from ragsidecar.model_files import InstallError
 
 
 @pytest.mark.parametrize(

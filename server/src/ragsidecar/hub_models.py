@@ -11,6 +11,7 @@ huggingface_hub is imported inside the functions that fetch: commands and server
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -18,7 +19,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragsidecar.packaged_models import InstallError, sha256_of
+from ragsidecar.model_files import InstallError, ModelFile, install_file, sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -60,20 +61,13 @@ class HubRef:
 
 
 @dataclass(frozen=True)
-class LockedFile:
-    # The file's path inside the repository.
-    source: str
-    sha256: str
-
-
-@dataclass(frozen=True)
 class LockedModel:
     repo: str
     # What the user asked for (a branch, tag or sha; "main" when nothing), and the commit it resolved to.
     ref: str
     revision: str
-    # Installed name -> its origin.
-    files: dict[str, LockedFile]
+    # Installed name -> its path inside the repository, and its sha256.
+    files: dict[str, ModelFile]
 
 
 def is_hub_id(text: str) -> bool:
@@ -98,8 +92,8 @@ def install_from_hub(
     files_locked = {}
     for name, source in sources.items():
         fetched = _fetch(ref.repo, source, commit)
-        files_locked[name] = LockedFile(source, sha256_of(fetched))
-        _copy(fetched, models_dir / model_id / name, files_locked[name].sha256)
+        files_locked[name] = ModelFile(source, sha256_of(fetched))
+        _copy(fetched, models_dir / model_id / name, files_locked[name])
     locked = LockedModel(ref.repo, ref.revision or "main", commit, files_locked)
     _write_lock(models_dir / LOCK_NAME, {**read_lock(models_dir / LOCK_NAME), model_id: locked})
     log.info("model %s installed from %s@%s (%s)", model_id, ref.repo, commit, graph)
@@ -118,7 +112,7 @@ def install_from_lock(lock_file: Path, models_dir: Path) -> list[Path]:
                     f"{lock_file}: {model_id}/{name} ({file.source} of {model.repo}@{model.revision}) "
                     f"has sha256 {digest}, the lock records {file.sha256}; refusing to install it"
                 )
-            _copy(fetched, models_dir / model_id / name, digest)
+            _copy(fetched, models_dir / model_id / name, file)
     target_lock = models_dir / LOCK_NAME
     if target_lock.resolve() != lock_file.resolve():
         _write_lock(target_lock, {**read_lock(target_lock), **locked})
@@ -184,7 +178,7 @@ def read_lock(lock_file: Path) -> dict[str, LockedModel]:
 
 
 def _locked_model(raw: dict) -> LockedModel:
-    files = {_plain_name(name, "file name"): LockedFile(f["source"], f["sha256"]) for name, f in raw["files"].items()}
+    files = {_plain_name(name, "file name"): ModelFile(f["source"], f["sha256"]) for name, f in raw["files"].items()}
     return LockedModel(raw["repo"], raw["ref"], raw["revision"], files)
 
 
@@ -241,12 +235,7 @@ def _fetch(repo: str, source: str, commit: str) -> Path:
         raise InstallError(f"{source} of {repo}@{commit} could not be fetched: {err}") from None
 
 
-def _copy(fetched: Path, target: Path, sha256: str) -> None:
+def _copy(fetched: Path, target: Path, file: ModelFile) -> None:
     """Copies a fetched file into the model folder (a whole copy: the models folder must not depend on the
     hub cache); a file already holding those bytes is left alone."""
-    if target.is_file() and sha256_of(target) == sha256:
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    shutil.copyfile(fetched, partial)
-    partial.replace(target)
+    install_file(target, file.sha256, functools.partial(shutil.copyfile, fetched), file.source)

