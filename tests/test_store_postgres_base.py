@@ -385,7 +385,7 @@ def test_the_postgres_backend_without_psycopg_fails_with_the_install_hint(monkey
         open_database(config, {"RAGSIDECAR_STORE_DSN": "dbname=x"})
 
 
-async def test_a_busy_pool_or_a_killed_connection_is_no_outage(postgres) -> None:
+async def test_a_busy_pool_or_a_killed_connection_is_no_outage(postgres, monkeypatch) -> None:
     from ragsidecar.errors import SidecarError
     from ragsidecar.store.database import Database
 
@@ -404,6 +404,19 @@ async def test_a_busy_pool_or_a_killed_connection_is_no_outage(postgres) -> None
         holding.set()  # the pool's one connection is taken for the next 1.5 s
         return pause(connection)
 
+    # The probe's own check, observed: a check begun once the killed call has failed has seen what the kill left.
+    killed, probed_since = threading.Event(), threading.Event()
+    check = database.connect
+
+    def observed_check() -> bool:
+        begun_after_kill = killed.is_set()
+        reachable = check()
+        if begun_after_kill:
+            probed_since.set()
+        return reachable
+
+    monkeypatch.setattr(database, "connect", observed_check)
+
     try:
         # Calls beyond the pool's connections wait in line, however long those ahead take (> connect_timeout_s).
         assert await asyncio.gather(*(database.run(pause) for _ in range(3))) == [1, 1, 1]
@@ -419,8 +432,9 @@ async def test_a_busy_pool_or_a_killed_connection_is_no_outage(postgres) -> None
         # The server ends the call's connection: that call fails, the probe finds the database, the next succeeds.
         with pytest.raises(SidecarError, match="unreachable"):
             await database.run(lambda c: c.execute("SELECT pg_terminate_backend(pg_backend_pid())"))
+        killed.set()
         assert database.healthy
-        await asyncio.sleep(0.5)  # the probe, woken by the lost connection, has looked
+        assert await asyncio.to_thread(probed_since.wait, 30)  # the probe, woken by the lost connection, has looked
         assert database.healthy
         assert await database.run(lambda c: c.execute("SELECT 41 + 1").fetchone()[0]) == 42
     finally:
