@@ -50,7 +50,7 @@ shows the latencies; the done-when checks of the default pipeline always print):
             then rerank on at the configured depth for every query or --rpc-rerank-queries of them). The
             sidecar reads, chunks, embeds and indexes the file itself (the index persists under
             bench/results/sidecar-data, so a second run skips that). Beside it, the same pipeline in-process
-            on the same chunks (knowledge/sources.py's read_units, knowledge/chunking.py's chunk_units,
+            on the same chunks (knowledge/sources/files.py's read_units, knowledge/chunking.py's chunk_units,
             HybridIndex over the chunks, each document ranked by its best chunk as group_by_document does,
             the reranker scoring that chunk), with the share of queries whose top 10 is identical. Sets:
             --rpc-sets.
@@ -111,7 +111,7 @@ from ragsidecar.knowledge import lexical  # noqa: E402
 from ragsidecar.knowledge.chunking import chunk_units  # noqa: E402
 from ragsidecar.knowledge.fusion import FUSIONS, FusionSettings, alternate, combine_reranked, fuse  # noqa: E402
 from ragsidecar.knowledge.index import HybridIndex, IndexedChunk  # noqa: E402
-from ragsidecar.knowledge.sources import read_units  # noqa: E402
+from ragsidecar.knowledge.sources.files import read_units  # noqa: E402
 from ragsidecar.v1 import common_pb2, reranker_pb2, retrieval_pb2_grpc  # noqa: E402
 from ragsidecar.v1 import retrieval_pb2 as pb
 
@@ -468,7 +468,7 @@ class Listed:
 
 
 class Chunked:
-    """A collection as the sidecar indexes it: the .jsonl file of its records read by knowledge/sources.py,
+    """A collection as the sidecar indexes it: the .jsonl file of its records read by knowledge/sources/,
     chunked by knowledge/chunking.py (retrieval.chunk_tokens, chunk_overlap_tokens), one HybridIndex per
     lexical language over the chunks; each document ranked by its best chunk, searching wider until 100
     documents are found (as group_by_document does in knowledge/ranking.py). A ranked key is the document id

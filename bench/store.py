@@ -87,7 +87,7 @@ from ragsidecar.knowledge.chunking import Chunk  # noqa: E402
 from ragsidecar.knowledge.declarations import Scope  # noqa: E402
 from ragsidecar.knowledge.fusion import FusionSettings  # noqa: E402
 from ragsidecar.knowledge.index import Hit  # noqa: E402
-from ragsidecar.knowledge.sources import Unit  # noqa: E402
+from ragsidecar.knowledge.sources.units import Unit  # noqa: E402
 from ragsidecar.store.embedded import EmbeddedDocuments  # noqa: E402
 from ragsidecar.store.interface import DocumentStore, MemoryDocument, Prepared  # noqa: E402
 from ragsidecar.store.resident import ResidentIndexes  # noqa: E402

@@ -28,7 +28,7 @@ from sidecar import Sidecar, default_config
 from ragsidecar import metrics
 from ragsidecar.knowledge.chunking import Chunk
 from ragsidecar.knowledge.declarations import Scope
-from ragsidecar.knowledge.sources import Unit
+from ragsidecar.knowledge.sources.units import Unit
 from ragsidecar.store.database import Database
 from ragsidecar.store.interface import MemoryDocument, Prepared
 from ragsidecar.store.postgres_documents import PostgresMemoryStore

@@ -11,7 +11,7 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 
 from ragsidecar.knowledge.chunking import chunk_meta, chunk_units, count_tokens
-from ragsidecar.knowledge.sources import Provenance, Unit
+from ragsidecar.knowledge.sources.units import Provenance, Unit
 
 SENTENCES = [f"Sentence {i} tells of the harbour and its kayak ." for i in range(12)]
 

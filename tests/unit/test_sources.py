@@ -1,4 +1,4 @@
-"""knowledge/sources.py: each file reader on a small fixture (tests/data/sources), with the provenance a search
+"""knowledge/sources/: each file reader on a small fixture (tests/data/sources), with the provenance a search
 hit reports, and the refusals. Pure functions over files; no server."""
 
 from __future__ import annotations
@@ -7,15 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ragsidecar.knowledge.sources import (
-    LIMIT_EXCEEDED,
-    SOURCE_UNREADABLE,
-    Provenance,
-    SourceError,
-    inline_units,
-    provenance_path,
-    read_units,
-)
+from ragsidecar.knowledge.sources.files import inline_units, provenance_path, read_units
+from ragsidecar.knowledge.sources.units import LIMIT_EXCEEDED, SOURCE_UNREADABLE, Provenance, SourceError
 
 ROOT = Path(__file__).resolve().parents[1] / "data" / "sources"
 

@@ -216,7 +216,7 @@ async def _index(args: argparse.Namespace) -> int:
     from ragsidecar.inference.registry import ModelRegistry
     from ragsidecar.knowledge.catalog import Catalog, source_error
     from ragsidecar.knowledge.declarations import Entry, Scope, SourceType, Use
-    from ragsidecar.knowledge.sources import SourceError
+    from ragsidecar.knowledge.sources.units import SourceError
     from ragsidecar.store.factory import open_backend
     from ragsidecar.store.migrate import SchemaError
 

@@ -46,15 +46,8 @@ from ragsidecar.knowledge import index as index_files
 from ragsidecar.knowledge.chunking import Chunk, chunk_meta, chunk_units
 from ragsidecar.knowledge.declarations import Entry, Scope, SourceType, Use
 from ragsidecar.knowledge.index import HybridIndex, IndexCorrupt, IndexedChunk
-from ragsidecar.knowledge.sources import (
-    SOURCE_UNREADABLE,
-    SourceError,
-    Unit,
-    inline_units,
-    list_files,
-    provenance_path,
-    read_units,
-)
+from ragsidecar.knowledge.sources.files import inline_units, list_files, provenance_path, read_units
+from ragsidecar.knowledge.sources.units import SOURCE_UNREADABLE, SourceError, Unit
 from ragsidecar.store.interface import Backend, DocumentStore, Prepared
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import tokenizers
 
-from ragsidecar.knowledge.sources import Provenance, Unit
+from ragsidecar.knowledge.sources.units import Provenance, Unit
 
 # Texts longer than this are tokenized in segments: one huge string tokenizes super-linearly
 # (10 MB took 10 s as one string, 4 s as 16 KB segments in parallel with encode_batch).

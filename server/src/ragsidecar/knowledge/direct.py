@@ -14,7 +14,7 @@ from ragsidecar.knowledge.budget import BudgetPolicy
 from ragsidecar.knowledge.catalog import Catalog, source_error
 from ragsidecar.knowledge.declarations import Entry, Llm, Scope, SourceType, Use
 from ragsidecar.knowledge.results import Block, Hit
-from ragsidecar.knowledge.sources import SourceError, Unit
+from ragsidecar.knowledge.sources.units import SourceError, Unit
 from ragsidecar.knowledge.tokens import Measured, Tokens
 
 

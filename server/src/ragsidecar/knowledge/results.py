@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragsidecar.knowledge.declarations import Use
-from ragsidecar.knowledge.sources import Unit
+from ragsidecar.knowledge.sources.units import Unit
 from ragsidecar.knowledge.tokens import Measured
 
 

@@ -25,7 +25,7 @@ from ragsidecar.knowledge.direct import DirectBudgets, DirectMeasure, DirectPlan
 from ragsidecar.knowledge.ranking import Query, Ranker, SearchSpec
 from ragsidecar.knowledge.results import Block, EnforceResult, Hit, StaleSource, Work, block_head, render_block
 from ragsidecar.knowledge.sequential import Cursors
-from ragsidecar.knowledge.sources import SourceError
+from ragsidecar.knowledge.sources.units import SourceError
 from ragsidecar.knowledge.tokens import Tokens
 from ragsidecar.knowledge.validation import EntryChecks, action_problems, duplicate_names, named, require_declared_names
 from ragsidecar.reranking import Reranker

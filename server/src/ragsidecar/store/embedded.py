@@ -41,7 +41,7 @@ from ragsidecar.errors import ErrorKind, SidecarError
 from ragsidecar.identifiers import key_of
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.knowledge.index import IndexedChunk
-from ragsidecar.knowledge.sources import Unit
+from ragsidecar.knowledge.sources.units import Unit
 from ragsidecar.store.interface import (
     Binding,
     DeleteOutcome,

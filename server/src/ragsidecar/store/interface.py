@@ -23,7 +23,7 @@ import numpy as np
 
 from ragsidecar.errors import Violation, invalid
 from ragsidecar.knowledge.declarations import Entry, Scope, SourceType, Use
-from ragsidecar.knowledge.sources import Provenance, Unit
+from ragsidecar.knowledge.sources.units import Provenance, Unit
 
 if TYPE_CHECKING:
     from ragsidecar.knowledge.chunking import Chunk

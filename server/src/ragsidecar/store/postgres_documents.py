@@ -51,7 +51,7 @@ from ragsidecar.identifiers import key_of
 from ragsidecar.knowledge.chunking import Chunk, chunk_meta
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.knowledge.index import IndexedChunk
-from ragsidecar.knowledge.sources import Unit
+from ragsidecar.knowledge.sources.units import Unit
 from ragsidecar.store.cursors import across_tenants
 from ragsidecar.store.interface import (
     DeleteOutcome,
