@@ -13,11 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ragsidecar import metrics
+from ragsidecar.store.database import Database, one_row
 
 if TYPE_CHECKING:
     import psycopg
-
-    from ragsidecar.store.database import Database
 
 # pg_advisory_xact_lock key of cursor pruning (any constant; "ragsidecar cursors" in ASCII, truncated).
 _PRUNE_LOCK = 0x7261_6773_6375_7273
@@ -49,7 +48,7 @@ def prune_to(connection: psycopg.Connection, table: str, limit: int, lock: int, 
     once do not both delete for the same excess. Returns the rows left."""
     across_tenants(connection)
     connection.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
-    (count,) = connection.execute(f"SELECT count(*) FROM {table}").fetchone()
+    (count,) = one_row(connection, f"SELECT count(*) FROM {table}")
     if count <= limit:
         return count
     return count - connection.execute(prune, {"excess": count - limit}).rowcount

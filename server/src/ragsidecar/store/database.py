@@ -38,6 +38,7 @@ from ragsidecar.store import migrate
 if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
+    from psycopg.abc import Params
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,14 @@ def _driver() -> tuple[Any, Any]:
             'store.backend is "postgres" but psycopg is not installed: pip install "ragsidecar[postgres]"'
         ) from None
     return psycopg, psycopg_pool
+
+
+def one_row(connection: psycopg.Connection, query: str, params: Params | None = None) -> tuple[Any, ...]:
+    """The row of a statement that always returns one: an aggregate, or a RETURNING of a row the transaction holds."""
+    row = connection.execute(query, params).fetchone()
+    if row is None:
+        raise LookupError(f"no row returned by {query!r}")
+    return row
 
 
 def unavailable() -> SidecarError:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import sqlite3
@@ -156,7 +157,8 @@ class EmbeddedDocuments:
                 if space_of(prepared.model, prepared.analysis) != space:
                     break  # the embedder changed meanwhile: the caller loads again with the new one
                 metrics.STORE_FILLED_CHUNKS.inc(len(prepared.chunks))
-                await asyncio.to_thread(self._db.write, lambda c: _fill(c, key, space, missing, prepared))
+                fill = functools.partial(_fill, key=key, space=space, embedded=missing, prepared=prepared)
+                await asyncio.to_thread(self._db.write, fill)
             return await asyncio.to_thread(self._load, key, space, analysis)
 
     def _load(self, key: str, space: str, analysis: str) -> PartitionIndex:
@@ -289,6 +291,7 @@ class EmbeddedDocuments:
 
 
 _Outcome = TypeVar("_Outcome", UpsertOutcome, DeleteOutcome)
+_Result = TypeVar("_Result")
 
 
 @dataclass(frozen=True)
@@ -319,11 +322,11 @@ class _Database:
             self._connection.executescript(_SCHEMA)
             self._connection.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
 
-    def read(self, work: Callable[[sqlite3.Connection], object]):  # type: ignore[no-untyped-def]
+    def read(self, work: Callable[[sqlite3.Connection], _Result]) -> _Result:
         with self._lock:
             return work(self._connection)
 
-    def write(self, work: Callable[[sqlite3.Connection], object]):  # type: ignore[no-untyped-def]
+    def write(self, work: Callable[[sqlite3.Connection], _Result]) -> _Result:
         with self._lock, _transaction(self._connection):
             return work(self._connection)
 
@@ -418,7 +421,7 @@ def _insert_chunks(
                 json.dumps(i.meta, ensure_ascii=False),
                 vector.tobytes(),
             )
-            for key, c, i, vector in zip(keys, prepared.chunks, chunks, vectors)
+            for key, c, i, vector in zip(keys, prepared.chunks, chunks, vectors, strict=True)
         ],
     )
     return keys, chunks, vectors
@@ -513,7 +516,9 @@ def migrate_partition_files(folder: Path, store_path: Path) -> int:
             except (OSError, ValueError, KeyError, TypeError) as err:
                 log.warning("MEMORY partition file %s is unreadable (%s); left as it is", file, err)
                 continue
-            imported += database.write(lambda c: _import(c, _key(scope, name), scope, name, documents))
+            imported += database.write(
+                functools.partial(_import, key=_key(scope, name), scope=scope, name=name, documents=documents)
+            )
             file.unlink()
     finally:
         database.close()

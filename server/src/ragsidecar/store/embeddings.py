@@ -103,7 +103,7 @@ class SharedEmbeddings:
 
     @staticmethod
     def _fetch(connection: psycopg.Connection, partition: str, model: str, hashes: list[str]) -> dict[str, np.ndarray]:
-        found = {}
+        found: dict[str, np.ndarray] = {}
         for start in range(0, len(hashes), _LOOKUP_BATCH):
             rows = connection.execute(
                 _FETCH, {"partition": partition, "model": model, "hashes": hashes[start : start + _LOOKUP_BATCH]}

@@ -156,7 +156,7 @@ def enable_row_level_security(connection: psycopg.Connection) -> None:
 
 
 def _recorded(connection: psycopg.Connection) -> dict[int, str]:
-    if connection.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()[0] is None:
+    if connection.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone() == (None,):  # no such table
         return {}
     return dict(connection.execute(f"SELECT version, name FROM {TABLE}").fetchall())
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import struct
 import time
 from collections.abc import Iterable
@@ -53,6 +54,7 @@ from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.knowledge.index import IndexedChunk
 from ragsidecar.knowledge.sources.units import Unit
 from ragsidecar.store.cursors import across_tenants
+from ragsidecar.store.database import one_row
 from ragsidecar.store.interface import (
     DeleteOutcome,
     MemoryDocument,
@@ -151,13 +153,15 @@ class PostgresMemoryStore:
             if state.complete or attempt == _FILL_ATTEMPTS:
                 break
             missing = await self._database.run(
-                lambda c: _missing_documents(c, key.tenant, state.partition, state.space), tenant=key.tenant
+                functools.partial(_missing_documents, tenant=key.tenant, partition=state.partition, space=state.space),
+                tenant=key.tenant,
             )
             prepared = await self._prepare(scope, name, [document_unit(i, text) for i, text in missing])
             if (prepared.model, prepared.analysis) != (model, analysis):
                 break  # the embedder changed meanwhile: the caller loads again with the new one
             metrics.STORE_FILLED_CHUNKS.inc(len(prepared.chunks))
-            await self._database.run(lambda c: _fill(c, key, missing, prepared), tenant=key.tenant)
+            fill = functools.partial(_fill, key=key, embedded=missing, prepared=prepared)
+            await self._database.run(fill, tenant=key.tenant)
         return state
 
     async def _catch_up(
@@ -275,7 +279,7 @@ def write(
         connection,
         key,
         space,
-        [(c, v) for c, v in zip(prepared.chunks, prepared.vectors) if c.provenance.document_id in ids],
+        [(c, v) for c, v in zip(prepared.chunks, prepared.vectors, strict=True) if c.provenance.document_id in ids],
         change,
     )
     replaced = sum(d.id in stored for d in changed)
@@ -310,12 +314,13 @@ class _Partition:
 def _lock_partition(connection: psycopg.Connection, key: PartitionKey) -> _Partition:
     """The partition, created when new, its row locked until the transaction ends."""
     return _Partition(
-        *connection.execute(
+        *one_row(
+            connection,
             "INSERT INTO ragsidecar_memory_partitions (key, tenant, namespace, session, source) "
             "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (key) "
             "DO UPDATE SET changes = ragsidecar_memory_partitions.changes RETURNING id, changes, documents",
             (key.key, key.tenant, key.namespace, key.session, key.source),
-        ).fetchone()
+        )
     )
 
 
@@ -326,10 +331,11 @@ def _own_space(connection: psycopg.Connection, tenant: str, partition: int, prep
         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (partition, model, analysis) DO NOTHING",
         (partition, tenant, prepared.model, prepared.analysis, filled_at),
     )
-    return connection.execute(
+    return one_row(
+        connection,
         "SELECT id FROM ragsidecar_memory_spaces WHERE partition = %s AND tenant = %s AND model = %s AND analysis = %s",
         (partition, tenant, prepared.model, prepared.analysis),
-    ).fetchone()[0]
+    )[0]
 
 
 def _advance(
@@ -361,9 +367,11 @@ def _check_namespace_bytes(connection: psycopg.Connection, namespace: str, limit
     Writes committing at the same moment on other replicas each see the total without the others', so the bound
     may be passed by what those writes add (at most max_memory_bytes_per_request each)."""
     across_tenants(connection)
-    total = connection.execute(
-        "SELECT coalesce(sum(bytes), 0) FROM ragsidecar_memory_partitions WHERE namespace = %s", (namespace,)
-    ).fetchone()[0]
+    (total,) = one_row(
+        connection,
+        "SELECT coalesce(sum(bytes), 0) FROM ragsidecar_memory_partitions WHERE namespace = %s",
+        (namespace,),
+    )
     if total > limit:
         raise SidecarError(
             ErrorKind.RESOURCE_EXHAUSTED,
@@ -410,7 +418,7 @@ def _insert_chunks(
                 Jsonb(chunk_meta(c)),
                 Vector(v),
             )
-            for chunk_key, c, (_, v) in zip(chunk_keys(chunks), chunks, embedded)
+            for chunk_key, c, (_, v) in zip(chunk_keys(chunks), chunks, embedded, strict=True)
         ],
     )
 
@@ -452,17 +460,19 @@ def _log_removals(connection: psycopg.Connection, tenant: str, logged: dict[int,
     """Counts the removals logged per space and prunes each space's log to its newest `limit` entries, whole
     changes at a time (an index older than what is left reloads the space). Returns the removals logged."""
     for space, count in logged.items():
-        (entries,) = connection.execute(
+        (entries,) = one_row(
+            connection,
             "UPDATE ragsidecar_memory_spaces SET logged = logged + %s WHERE id = %s AND tenant = %s RETURNING logged",
             (count, space, tenant),
-        ).fetchone()
+        )
         if entries <= limit:
             continue
-        (oldest_kept,) = connection.execute(
+        (oldest_kept,) = one_row(
+            connection,
             "SELECT change FROM ragsidecar_memory_removals WHERE space = %s AND tenant = %s "
             "ORDER BY change DESC OFFSET %s LIMIT 1",
             (space, tenant, limit),
-        ).fetchone()
+        )
         pruned = connection.execute(
             "DELETE FROM ragsidecar_memory_removals WHERE space = %s AND tenant = %s AND change <= %s",
             (space, tenant, oldest_kept),
@@ -478,7 +488,7 @@ def _log_removals(connection: psycopg.Connection, tenant: str, logged: dict[int,
 def _change_log_size(connection: psycopg.Connection) -> int:
     """Removed chunk keys in the change log, every tenant's (a transaction of its own)."""
     across_tenants(connection)
-    return connection.execute("SELECT coalesce(sum(logged), 0) FROM ragsidecar_memory_spaces").fetchone()[0]
+    return one_row(connection, "SELECT coalesce(sum(logged), 0) FROM ragsidecar_memory_spaces")[0]
 
 
 # -- deletes --------------------------------------------------------------------------------------------------------
@@ -629,7 +639,7 @@ def _fill(
         connection,
         key,
         space,
-        [(c, v) for c, v in zip(prepared.chunks, prepared.vectors) if c.provenance.document_id in covered],
+        [(c, v) for c, v in zip(prepared.chunks, prepared.vectors, strict=True) if c.provenance.document_id in covered],
         change,
     )
     _advance(connection, key.tenant, partition, change, partition.documents, 0)
