@@ -132,6 +132,12 @@ class RetrievalConfig(_Section, frozen=True):
     rerank_fusion: RerankFusion = "interpolate"
     # The reranker's weight in "interpolate".
     rerank_weight: Fraction = 0.2
+    # A cheap first pass of a FUSED rerank (knowledge/ranking.py's rerank_passes): the fused top
+    # rerank_cascade_candidates scored with each document cut to its first rerank_cascade_tokens tokens and
+    # combined into the order, then the new top rerank_candidates scored whole. 0, or no deeper than
+    # rerank_candidates: no cheap pass.
+    rerank_cascade_candidates: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 0
+    rerank_cascade_tokens: Annotated[int, msgspec.Meta(ge=1, le=8192)] = 64
     # Most tokens of an Enforce context when the request sets no max_context_tokens.
     context_window_tokens: Positive = 8192
     # Share of the model's input window that DIRECT entries without max_tokens may take together.

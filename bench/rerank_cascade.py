@@ -1,0 +1,197 @@
+"""How a cross-encoder's time is best spent on the fused first stage: depth, document tokens per pair, and a
+cascade (a cheap pass over a deep pool with each document cut to its first tokens, then the full pass on the
+head), chosen by leave-one-set-out cross-validation over the five sets.
+
+The first stage is bench/beir.py's: each query's dense and lexical lists as the sidecar gives them (cached in
+bench/results/lists-*.json by `bench/beir.py`), fused in-process exactly as HybridIndex.search does with the
+configured fusion. The cross-encoder is the product's (load_model, CrossEncoder.score, max_document_tokens for
+the cut), scoring each sampled query's top --depth documents once per document-token cap; raw logits are
+cached in bench/results/cascade-*.json. Every variant is then computed offline with the product's own
+functions (knowledge/ranking.py's cascade order, knowledge/fusion.py's combine_reranked).
+
+    .venv/bin/python bench/rerank_cascade.py [--sets scifact,cranfield,med,npl,lisa] [--queries 30] [--depth 50]
+                                             [--caps 32,64,128,0]
+
+Writes bench/results/rerank_cascade.md (cap 0: the full document, the model's max_length).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import itertools
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+
+import beir  # noqa: E402
+
+from ragsidecar.inference.models import load_model  # noqa: E402
+from ragsidecar.knowledge.fusion import combine_reranked  # noqa: E402
+
+RESULTS = REPO / "bench" / "results"
+WEIGHTS = (0.1, 0.2, 0.3)
+FULL_DEPTHS = (0, 5, 10, 20)
+CHEAP_DEPTHS = (0, 20, 30, 40)
+
+
+def score_all(sets: list[beir.Listed], samples: dict[str, list[str]], depths: dict[int, int], config) -> None:
+    """Caches raw logits of every sampled query's top `depths[cap]` at each cap (0: uncut; seeded from the
+    scores bench/beir.py cached at the configured max_length)."""
+    spec = next(m for m in config.models if m.id == beir.RERANKER)
+    inference = msgspec.structs.replace(config.inference, workers=2, intra_op_threads=1, inter_op_threads=1)
+    loop = asyncio.new_event_loop()  # the model's batching queue lives on one loop
+    model = None
+    for listed in sets:
+        first = listed.first_stage(beir.configured(config).first)
+        for cap, depth in depths.items():
+            path = cache_path(listed.data.name, cap, depth)
+            table = json.loads(path.read_text()) if path.is_file() else {}
+            if cap == 0:
+                table |= seeded(listed, first, depth, config, samples[listed.data.name])
+            missing = [q for q in samples[listed.data.name] if q not in table]
+            if not missing:
+                continue
+            if model is None:
+                model = loop.run_until_complete(load_model(spec, config.model_dir(spec), inference))
+            started = time.perf_counter()
+            for q in missing:
+                docs = [d for d, _ in first[q][:depth]]
+                batch = loop.run_until_complete(
+                    model.score(listed.data.queries[q], [listed.texts[d] for d in docs], cap or None, False, None)
+                )
+                table[q] = {d: s.raw for d, s in zip(docs, batch.scores, strict=True)}
+            path.write_text(json.dumps(table))
+            print(
+                f"  [{listed.data.name}] cap {cap}: {len(missing)} queries in {time.perf_counter() - started:.0f} s",
+                flush=True,
+            )
+
+
+def seeded(listed: beir.Listed, first: dict, depth: int, config, sample: list[str]) -> dict[str, dict[str, float]]:
+    """The sampled queries whose whole head bench/beir.py already scored uncut."""
+    max_length = next(m.max_length for m in config.models if m.id == beir.RERANKER)
+    path = beir.RESULTS / f"ce-{listed.data.name}-{beir.RERANKER}-L{max_length}-truncate.json"
+    known = json.loads(path.read_text()) if path.is_file() else {}
+    heads = {q: [d for d, _ in first[q][:depth]] for q in sample}
+    return {q: {d: known[q][d] for d in head} for q, head in heads.items() if all(d in known.get(q, {}) for d in head)}
+
+
+def cache_path(name: str, cap: int, depth: int) -> Path:
+    return RESULTS / f"cascade-{name}-{beir.RERANKER}-cap{cap}-d{depth}.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class CascadePlan:
+    cheap_depth: int  # 0: no cheap pass
+    cheap_tokens: int
+    full_depth: int  # 0: no full pass
+    weight: float
+
+    def passes(self) -> list[tuple[int, int]]:
+        """(depth, document-token cap; 0 uncut) of each pass, in order."""
+        cheap = [(self.cheap_depth, self.cheap_tokens)] if self.cheap_depth else []
+        return cheap + ([(self.full_depth, 0)] if self.full_depth else [])
+
+
+def ranking(first: list[tuple[str, float]], logits: dict[int, dict[str, float]], plan: CascadePlan) -> list[str]:
+    """One query's final order under the plan, from cached logits per cap: each pass interpolates its relevance
+    into the order the pass before left (as knowledge/ranking.py does)."""
+    hits = list(first)
+    for depth, cap in plan.passes():
+        relevance = {i: beir.sigmoid(logits[cap][d]) for i, (d, _) in enumerate(hits[:depth])}
+        order = combine_reranked([s for _, s in hits], relevance, "interpolate", plan.weight)
+        hits = [(hits[i][0], score) for i, score in order]
+    return [d for d, _ in hits]
+
+
+def plans(cheap_caps: list[int]) -> list[CascadePlan]:
+    found = []
+    for weight in WEIGHTS:
+        for depth in FULL_DEPTHS[1:]:
+            found.append(CascadePlan(0, 0, depth, weight))
+        for cheap_depth, cap, full_depth in itertools.product(CHEAP_DEPTHS[1:], cheap_caps, FULL_DEPTHS):
+            if full_depth < cheap_depth:
+                found.append(CascadePlan(cheap_depth, cap, full_depth, weight))
+    return found
+
+
+def label(plan: CascadePlan) -> str:
+    cheap = f"cheap {plan.cheap_depth}x{plan.cheap_tokens}" if plan.cheap_depth else "no cheap pass"
+    full = f"full {plan.full_depth}" if plan.full_depth else "no full pass"
+    return f"{cheap}, {full}, w {plan.weight:g}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sets", default="scifact,cranfield,med,npl,lisa")
+    parser.add_argument("--queries", type=int, default=30)
+    parser.add_argument("--depth", type=int, default=40, help="documents scored by the cut passes")
+    parser.add_argument("--full-depth", type=int, default=20, help="documents scored uncut")
+    parser.add_argument("--caps", default="64,32,0,128")
+    args = parser.parse_args()
+    config = beir.load_config(beir.REPO / "config" / "ragsidecar.toml")
+    caps = [int(c) for c in args.caps.split(",")]
+    sets = [beir.Listed(beir.read_collection(name), None, config) for name in args.sets.split(",")]
+    samples = {s.data.name: beir.spread(list(s.data.queries), args.queries) for s in sets}
+    depths = {cap: args.depth if cap else args.full_depth for cap in caps}
+    score_all(sets, samples, depths, config)
+    tables = {
+        s.data.name: {cap: json.loads(cache_path(s.data.name, cap, depth).read_text()) for cap, depth in depths.items()}
+        for s in sets
+    }
+    firsts = {s.data.name: s.first_stage(beir.configured(config).first) for s in sets}
+
+    def quality(plan: CascadePlan | None, listed: beir.Listed) -> float:
+        name = listed.data.name
+        run = {}
+        for q in samples[name]:
+            first = firsts[name][q][: args.depth]
+            if plan is None:
+                run[q] = [d for d, _ in first]
+            else:
+                run[q] = ranking(first, {cap: tables[name][cap][q] for cap in caps}, plan)
+        return beir.evaluate(run, listed.data.qrels)[0] if run else 0.0
+
+    candidates = plans([c for c in caps if c])
+    off = {s.data.name: quality(None, s) for s in sets}
+    grid = {plan: {s.data.name: quality(plan, s) for s in sets} for plan in candidates}
+    names = [s.data.name for s in sets]
+    lines = [f"# Rerank cascade ({args.queries} queries per set, top {args.depth} scored)", ""]
+    lines += ["| plan | " + " | ".join(names) + " | mean | gain | worst set |", "|---" * (len(names) + 4) + "|"]
+    base = statistics.fmean(off.values())
+    lines.append("| off | " + " | ".join(f"{off[n]:.3f}" for n in names) + f" | {base:.3f} | | |")
+    ranked_plans = sorted(candidates, key=lambda p: -statistics.fmean(grid[p].values()))
+    for plan in ranked_plans[:40]:
+        row = grid[plan]
+        mean = statistics.fmean(row.values())
+        worst = min(row[n] - off[n] for n in names)
+        lines.append(
+            f"| {label(plan)} | "
+            + " | ".join(f"{row[n]:.3f}" for n in names)
+            + f" | {mean:.3f} | {mean - base:+.3f} | {worst:+.3f} |"
+        )
+    lines += ["", "## Leave one set out", "", "| held out | picked on the other four | off | picked | gain |"]
+    lines.append("|---|---|---|---|---|")
+    for held in names:
+        train = [n for n in names if n != held]
+        pick = max(candidates, key=lambda p: (statistics.fmean(grid[p][n] for n in train), -p.full_depth))
+        lines.append(
+            f"| {held} | {label(pick)} | {off[held]:.3f} | {grid[pick][held]:.3f} | "
+            f"{grid[pick][held] - off[held]:+.3f} |"
+        )
+    report = "\n".join(lines)
+    print(report)
+    (RESULTS / "rerank_cascade.md").write_text(report + "\n")
+
+
+if __name__ == "__main__":
+    main()
