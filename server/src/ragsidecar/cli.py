@@ -233,7 +233,7 @@ async def _index(args: argparse.Namespace) -> int:
     catalog.on_progress = _progress_bar
     try:
         await backend.start()
-        location = catalog.resolve_path(args.path)
+        location = catalog.roots.resolve_path(args.path)
         kind = SourceType.FILE if location.is_file() else SourceType.DIRECTORY
         entry = Entry(args.name, kind, Use.SEARCH, args.path)
         started = time.monotonic()

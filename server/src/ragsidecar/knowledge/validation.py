@@ -35,7 +35,7 @@ class EntryChecks:
                         )
                     ]
                 )
-            self._catalog.resolve_path(path)
+            self._catalog.roots.resolve_path(path)
             entries[name] = entry.with_path(path)
         self.require_inside_roots(entries.values())
         return Reach(entries)
@@ -44,7 +44,7 @@ class EntryChecks:
         """PERMISSION_DENIED (PATH_OUTSIDE_ROOTS) for the first FILE or DIRECTORY path outside the roots."""
         for entry in entries:
             if entry.path and entry.type in (SourceType.FILE, SourceType.DIRECTORY):
-                self._catalog.resolve_path(entry.path)
+                self._catalog.roots.resolve_path(entry.path)
 
     def entry_problems(self, entry: Entry, paths_per_run: bool) -> list[Violation]:
         at = entry.origin
@@ -65,7 +65,7 @@ class EntryChecks:
                 problem("inline_text", "only INLINE sources carry inline_text")
             if entry.path:
                 try:
-                    self._catalog.resolve_path(entry.path)
+                    self._catalog.roots.resolve_path(entry.path)
                 except SidecarError as err:  # outside the roots, a NUL, a symlink loop: each its own reason
                     problem("path", str(err), err.reason)
         elif entry.type is not None:
