@@ -35,12 +35,15 @@ stores, not the LRU; the notes print each index's estimated bytes beside retriev
                     every change, built over the same chunks and searched without a store. Its "upsert" is that
                     rebuild after a one-document change (timed up to REBUILT_UP_TO chunks; the partition file's
                     rewrite is not counted, so it is a lower bound); "load s" is the build of the whole partition;
-                    RSS is that process's.
+                    RSS is that process's. Its steady searches alternate with the embedded store's query by
+                    query (each timed in its own process, the other process idle meanwhile), so that both meet
+                    the same moments of a shared machine.
 Write: `upsert` of one document, timed until it returns (committed). "after write": right after each write,
 `index` (the version check or catch-up) and a hybrid search, timed; the visibility check (a dense search for
-the written document's own vector) is not timed. Steady search, per query with no write before it: `index`,
-then hybrid search, k=10 with retrieval.fusion_candidates candidates and the configured fusion; then the same
-with the dense side alone (use_lexical=False), whose p50 shows what the lexical side costs. recall@10: that
+the written document's own vector) is not timed. Steady search, per query with no write before it, every
+query SEARCH_ROUNDS times: `index`, then hybrid search, k=10 with retrieval.fusion_candidates candidates and the
+configured fusion; then the same with the dense side alone (use_lexical=False), whose p50 shows what the lexical
+side costs. recall@10: that
 dense top 10 against brute-force float32 cosine over every chunk vector of the partition. RSS: the bench
 process's resident memory after the store's bulk load (its growth over the load in brackets; the stores run
 one after another in one process, so a growth includes the load's garbage and can reuse memory an earlier
@@ -101,6 +104,7 @@ MODEL = "bench:bge-small-en-v1.5"  # the embedder fingerprint the chunks are sto
 LOAD_BATCH = 2000  # documents per bulk-load upsert (postgres)
 REBUILT_UP_TO = 10_000  # the 0.2.0 per-write rebuild is timed up to this many chunks (at 100k: 100 s each)
 REBUILDS = 3
+SEARCH_ROUNDS = 3  # steady searches: every query this many times (hybrid, then dense)
 # The last commit before the incremental indexes: its MEMORY index is the "0.2.0 rebuild" reference.
 REFERENCE_COMMIT = "a143abdad37dab963c9125b15d2cf303d92512db"
 # The fusions that code knows; a newer one configured here runs there as weighted RRF (fusing two lists of at
@@ -129,7 +133,7 @@ class Corpus:
         )
 
     def documents(self) -> list[MemoryDocument]:
-        return [MemoryDocument(i, t, {}) for i, t in zip(self.ids, self.texts)]
+        return [MemoryDocument(i, t, {}) for i, t in zip(self.ids, self.texts, strict=True)]
 
 
 @dataclass
@@ -165,8 +169,8 @@ def derive(base: Corpus, count: int, rng: np.random.Generator, prefix: str = "")
     owner, copy = positions % size, positions // size
     noise = rng.standard_normal((count, dimensions)).astype(np.float32) * (NOISE / np.sqrt(dimensions))
     noise[copy == 0] = 0
-    ids = [f"{prefix}{base.ids[b]}-{c}" for b, c in zip(owner, copy)]
-    texts = [base.texts[b] if c == 0 else f"{base.texts[b]} (variant {c})" for b, c in zip(owner, copy)]
+    ids = [f"{prefix}{base.ids[b]}-{c}" for b, c in zip(owner, copy, strict=True)]
+    texts = [base.texts[b] if c == 0 else f"{base.texts[b]} (variant {c})" for b, c in zip(owner, copy, strict=True)]
     return Corpus(ids, texts, unit(base.vectors[owner] + noise))
 
 
@@ -190,7 +194,7 @@ class Vectors:
         self._by_id: dict[str, np.ndarray] = {}
 
     def add(self, corpus: Corpus) -> None:
-        self._by_id.update(zip(corpus.ids, corpus.vectors))
+        self._by_id.update(zip(corpus.ids, corpus.vectors, strict=True))
 
     async def __call__(self, scope: Scope, name: str, units: list[Unit]) -> Prepared:
         chunks = []
@@ -314,21 +318,33 @@ async def writes(
     return upsert_ms
 
 
-async def searches(figures: Figures, search, everything: Corpus, queries: Queries) -> None:
-    """Hybrid search over every query, then the dense side alone, timed too, and its recall@10 against brute
-    force. `search(vector, text, use_lexical)` is one search as the server runs it."""
-    for vector, text in zip(queries.vectors, queries.texts):
-        started = time.perf_counter()
-        hits = await search(vector, text, True)
-        figures.search_ms.append((time.perf_counter() - started) * 1000)
-        figures.hybrid.append(documents_of(hits))
-    dense = []
-    for vector in queries.vectors:
-        started = time.perf_counter()
-        hits = await search(vector, "", False)
-        figures.dense_ms.append((time.perf_counter() - started) * 1000)
-        dense.append(documents_of(hits))
+async def searches(
+    figures: Figures, search, everything: Corpus, queries: Queries, reference: Reference | None = None
+) -> None:
+    """Hybrid search over every query, then the dense side alone, each timed, SEARCH_ROUNDS times over, and the
+    dense side's recall@10 against brute force. `search(vector, text, use_lexical)` is one search as the server
+    runs it. With a reference, its search of each query runs right before or right after ours (in turn), so
+    that both meet the same moment of a shared machine: their ratio is what the run compares."""
+    dense: list[list[str]] = []
+    for use_lexical, times, found in ((True, figures.search_ms, figures.hybrid), (False, figures.dense_ms, dense)):
+        compared = reference.figures.search_ms if use_lexical else reference.figures.dense_ms if reference else []
+        for round in range(SEARCH_ROUNDS):
+            for n, (vector, text) in enumerate(zip(queries.vectors, queries.texts, strict=True)):
+                reference_first = reference is not None and (n + round) % 2 == 1
+                if reference_first:
+                    compared.append((await reference.search(n, use_lexical))[0])
+                started = time.perf_counter()
+                hits = await search(vector, text if use_lexical else "", use_lexical)
+                times.append((time.perf_counter() - started) * 1000)
+                if reference is not None and not reference_first:
+                    compared.append((await reference.search(n, use_lexical))[0])
+                if round == 0:
+                    found.append(documents_of(hits))
     figures.recall = dense_recall(dense, everything, queries)
+    if reference is not None:
+        reference.figures.hybrid = [(await reference.search(n, True))[1] for n in range(len(queries.texts))]
+        dense_ids = [(await reference.search(n, False))[1] for n in range(len(queries.texts))]
+        reference.figures.recall = dense_recall(dense_ids, everything, queries)
 
 
 def dense_recall(dense: list[list[str]], everything: Corpus, queries: Queries) -> float:
@@ -367,7 +383,7 @@ class Run:
         return Corpus.joined([self.corpus, *self.written])
 
 
-async def embedded(run: Run) -> list[Figures]:
+async def embedded(run: Run, reference: Reference | None) -> list[Figures]:
     vectors = Vectors(run.searching.analysis)
     vectors.add(run.corpus)
     figures = Figures("embedded", len(run.everything.ids))
@@ -390,7 +406,7 @@ async def embedded(run: Run) -> list[Figures]:
             figures.upsert_ms = await writes(
                 store, [(store, figures)], run.written, vectors, run.queries, run.searching
             )
-            await searches(figures, store_search(store, run.searching), run.everything, run.queries)
+            await searches(figures, store_search(store, run.searching), run.everything, run.queries, reference)
         finally:
             store.close()
     return [figures]
@@ -412,17 +428,24 @@ def reference_tree(folder: Path) -> Path | None:
     return folder / "server" / "src"
 
 
-async def reference(run: Run, tree: Path) -> list[Figures]:
+class Reference:
     """0.2.0's MEMORY index, by 0.2.0's code (bench/store_reference.py in a process of its own): built from
-    scratch over the partition, and rebuilt after a one-document change up to REBUILT_UP_TO chunks."""
-    everything, searching = run.everything, run.searching
-    figures = Figures("0.2.0 rebuild", len(everything.ids))
-    loaded = len(run.corpus.ids)
-    rebuilds = [loaded + n + 1 for n in range(min(REBUILDS, len(run.written)))] if loaded <= REBUILT_UP_TO else []
-    with tempfile.TemporaryDirectory(prefix="bench-store-") as folder:
-        job = Path(folder)
+    scratch over the partition, rebuilt after a one-document change up to REBUILT_UP_TO chunks, then searched
+    query by query on demand, so that its searches alternate with the embedded store's in one run."""
+
+    def __init__(self, worker: asyncio.subprocess.Process, folder: tempfile.TemporaryDirectory, figures: Figures):
+        self._worker, self._folder, self.figures = worker, folder, figures
+
+    @staticmethod
+    async def start(run: Run, tree: Path) -> Reference:
+        everything, searching = run.everything, run.searching
+        loaded = len(run.corpus.ids)
+        rebuilds = [loaded + n + 1 for n in range(min(REBUILDS, len(run.written)))] if loaded <= REBUILT_UP_TO else []
+        folder = tempfile.TemporaryDirectory(prefix="bench-store-")
+        job = Path(folder.name)
         np.save(job / "vectors.npy", everything.vectors)
         np.save(job / "queries.npy", run.queries.vectors)
+        fusion = searching.fusion.method if searching.fusion.method in REFERENCE_FUSIONS else "weighted_rrf"
         (job / "job.json").write_text(
             json.dumps(
                 {
@@ -432,9 +455,7 @@ async def reference(run: Run, tree: Path) -> list[Figures]:
                     "rebuilds": rebuilds,
                     "k": K,
                     "candidates": searching.candidates,
-                    "fusion": searching.fusion.method
-                    if searching.fusion.method in REFERENCE_FUSIONS
-                    else "weighted_rrf",
+                    "fusion": fusion,
                     "dense_weight": searching.fusion.dense_weight,
                     "threads": searching.threads,
                     "dtype": searching.dtype,
@@ -445,29 +466,43 @@ async def reference(run: Run, tree: Path) -> list[Figures]:
         worker = await asyncio.create_subprocess_exec(
             sys.executable,
             str(REPO / "bench" / "store_reference.py"),
-            folder,
+            folder.name,
             env={**os.environ, "PYTHONPATH": str(tree)},
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            limit=1 << 24,
         )
-        if await worker.wait() != 0:
-            raise SystemExit("bench/store_reference.py failed")
-        result = json.loads((job / "result.json").read_text())
-    if not result["package"].startswith(str(tree)):
-        raise SystemExit(f"the reference ran {result['package']}, not {REFERENCE_COMMIT[:12]}'s code")
-    figures.load_s, figures.rss = result["build_s"], (result["rss_mib"], result["rss_growth_mib"])
-    figures.upsert_ms, figures.search_ms, figures.dense_ms = (
-        result["rebuild_ms"],
-        *(result[n]["ms"] for n in ("hybrid", "dense")),
-    )
-    figures.hybrid, figures.recall = (
-        result["hybrid"]["ids"],
-        dense_recall(result["dense"]["ids"], everything, run.queries),
-    )
-    print(
-        f"  {figures.store}: built {figures.chunks:,} chunks in {figures.load_s:.1f} s, RSS {figures.rss[0]:.0f} "
-        f"MiB (+{figures.rss[1]:.0f}; a process of its own)",
-        flush=True,
-    )
-    return [figures]
+        reference = Reference(worker, folder, Figures("0.2.0 rebuild", len(everything.ids)))
+        built = await reference._answer()
+        if not built["package"].startswith(str(tree)):
+            raise SystemExit(f"the reference ran {built['package']}, not {REFERENCE_COMMIT[:12]}'s code")
+        figures = reference.figures
+        figures.load_s, figures.rss = built["build_s"], (built["rss_mib"], built["rss_growth_mib"])
+        figures.upsert_ms = built["rebuild_ms"]
+        print(
+            f"  {figures.store}: built {figures.chunks:,} chunks in {figures.load_s:.1f} s, RSS "
+            f"{figures.rss[0]:.0f} MiB (+{figures.rss[1]:.0f}; a process of its own)",
+            flush=True,
+        )
+        return reference
+
+    async def search(self, query: int, use_lexical: bool) -> tuple[float, list[str]]:
+        """Query number `query` searched by the worker, timed there (ms), and its top-k document ids."""
+        self._worker.stdin.write(f"{'hybrid' if use_lexical else 'dense'} {query}\n".encode())
+        await self._worker.stdin.drain()
+        found = await self._answer()
+        return found["ms"], found["ids"]
+
+    async def _answer(self) -> dict:
+        line = await self._worker.stdout.readline()
+        if not line:
+            raise SystemExit(f"bench/store_reference.py failed (exit {await self._worker.wait()})")
+        return json.loads(line)
+
+    async def close(self) -> None:
+        self._worker.stdin.close()
+        await self._worker.wait()
+        self._folder.cleanup()
 
 
 async def postgres(run: Run, server, size: int) -> tuple[list[Figures], str]:
@@ -492,7 +527,7 @@ async def postgres(run: Run, server, size: int) -> tuple[list[Figures], str]:
                 indexes=run.searching.indexes(f"bench_postgres_{name}"),
                 max_request_bytes=REQUEST_BYTES,
             )
-            for name, database in zip("ab", databases)
+            for name, database in zip("ab", databases, strict=True)
         )
         first, second = (Figures(f"postgres {name}", len(run.everything.ids)) for name in ("A", "B"))
 
@@ -523,7 +558,7 @@ async def postgres(run: Run, server, size: int) -> tuple[list[Figures], str]:
 
 
 def agreement(a: Figures, b: Figures) -> float:
-    return float(np.mean([len(set(x) & set(y)) / max(len(x), 1) for x, y in zip(a.hybrid, b.hybrid)]))
+    return float(np.mean([len(set(x) & set(y)) / max(len(x), 1) for x, y in zip(a.hybrid, b.hybrid, strict=True)]))
 
 
 async def one_size(
@@ -541,10 +576,15 @@ async def one_size(
     print(f"{size:,} chunks:", flush=True)
     figures, notes = [], []
     if "embedded" in stores:
-        figures += await embedded(run)
+        reference = await Reference.start(run, tree) if tree is not None else None
+        try:
+            figures += await embedded(run, reference)
+        finally:
+            if reference is not None:
+                await reference.close()
+        if reference is not None:
+            figures.append(reference.figures)
         gc.collect()
-        if tree is not None:
-            figures += await reference(run, tree)
     if "postgres" in stores:
         replicas, database = await postgres(run, server, size)
         figures += replicas
@@ -594,7 +634,8 @@ def ratios(figures: list[Figures]) -> list[str]:
         first, last = by.get((store, sizes[0])), by.get((store, sizes[-1]))
         if first and last and first is not last:
             lines.append(
-                f"- {store}: upsert p50 at {sizes[-1]:,} chunks is {p(last.upsert_ms, 50) / p(first.upsert_ms, 50):.2f}x "
+                f"- {store}: upsert p50 at {sizes[-1]:,} chunks is "
+                f"{p(last.upsert_ms, 50) / p(first.upsert_ms, 50):.2f}x "
                 f"the p50 at {sizes[0]:,}"
             )
     for f in figures:
@@ -602,7 +643,8 @@ def ratios(figures: list[Figures]) -> list[str]:
             # Write n searched query n: the steady searches of those same queries are the fair comparison.
             steady = [f.search_ms[n % len(f.search_ms)] for n in range(len(f.after_write_ms))]
             lines.append(
-                f"- {f.chunks:,} {f.store}: search right after a write p50 {p(f.after_write_ms, 50) / p(steady, 50):.2f}x "
+                f"- {f.chunks:,} {f.store}: search right after a write p50 "
+                f"{p(f.after_write_ms, 50) / p(steady, 50):.2f}x "
                 f"a steady search p50 of the same queries"
             )
         reference = by.get(("0.2.0 rebuild", f.chunks))

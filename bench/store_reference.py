@@ -8,13 +8,16 @@ first on PYTHONPATH, so `ragsidecar` here is the old package; this file imports 
     python bench/store_reference.py FOLDER
 
 FOLDER holds job.json (settings, texts, ids, query texts, the partition sizes to time a rebuild at),
-vectors.npy and queries.npy; this writes result.json: the rebuild times, the build time of the whole
-partition and the process's RSS after it, then per query the hybrid search time and top-10 document ids,
-and the same for the dense side alone.
+vectors.npy and queries.npy. The worker times the rebuilds and the build of the whole partition, then prints
+one JSON line (those times, the process's RSS after the build, its package's path) and serves searches, so
+that bench/store.py can alternate them with its own store's query by query: each line read on standard input,
+`hybrid N` or `dense N`, is answered by a JSON line with the search of query N timed in this process (ms) and
+its top-k document ids. End of input ends it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -31,7 +34,7 @@ def main(folder: Path) -> None:
 
     job = json.loads((folder / "job.json").read_text(encoding="utf-8"))
     vectors, queries = np.load(folder / "vectors.npy"), np.load(folder / "queries.npy")
-    chunks = [IndexedChunk(i, t, {"document_id": i}) for i, t in zip(job["ids"], job["texts"])]
+    chunks = [IndexedChunk(i, t, {"document_id": i}) for i, t in zip(job["ids"], job["texts"], strict=True)]
     fusion = FusionSettings(job["fusion"], job["dense_weight"])
 
     def build(count: int) -> HybridIndex:
@@ -48,41 +51,39 @@ def main(folder: Path) -> None:
         out = work()
         return (time.perf_counter() - started) * 1000, out
 
-    rebuild_ms = [timed(lambda: build(count))[0] for count in job["rebuilds"]]
+    rebuild_ms = [timed(lambda count=count: build(count))[0] for count in job["rebuilds"]]
     before = psutil.Process().memory_info().rss
     build_ms, index = timed(lambda: build(len(chunks)))
     after = psutil.Process().memory_info().rss
-    runs = {}
-    for name, use_lexical in (("hybrid", True), ("dense", False)):
-        found = [
-            timed(
-                lambda: index.search(
-                    vector,
-                    text if use_lexical else "",
-                    job["k"],
-                    job["candidates"],
-                    use_lexical=use_lexical,
-                    fusion=fusion,
-                )
-            )
-            for vector, text in zip(queries, job["queries"])
-        ]
-        runs[name] = {
-            "ms": [ms for ms, _ in found],
-            "ids": [[hit.chunk.meta["document_id"] for hit in hits] for _, hits in found],
+    answer(
+        {
+            "package": ragsidecar.__file__,
+            "rebuild_ms": rebuild_ms,
+            "build_s": build_ms / 1000,
+            "rss_mib": after / 2**20,
+            "rss_growth_mib": (after - before) / 2**20,
         }
-    (folder / "result.json").write_text(
-        json.dumps(
-            {
-                "package": ragsidecar.__file__,
-                "rebuild_ms": rebuild_ms,
-                "build_s": build_ms / 1000,
-                "rss_mib": after / 2**20,
-                "rss_growth_mib": (after - before) / 2**20,
-                **runs,
-            }
-        )
     )
+    for line in sys.stdin:
+        kind, number = line.split()
+        use_lexical = kind == "hybrid"
+        query = int(number)
+        search = functools.partial(
+            index.search,
+            queries[query],
+            job["queries"][query] if use_lexical else "",
+            job["k"],
+            job["candidates"],
+            use_lexical=use_lexical,
+            fusion=fusion,
+        )
+        ms, hits = timed(search)
+        answer({"ms": ms, "ids": [hit.chunk.meta["document_id"] for hit in hits]})
+
+
+def answer(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
