@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import Stemmer
@@ -77,7 +78,7 @@ def terms(texts: list[str], language: str) -> list[list[str]]:
         return words
     # A stemmer per call: PyStemmer's objects are not safe to share between threads, and cost microseconds.
     distinct = list(dict.fromkeys(chain.from_iterable(words)))
-    stems = dict(zip(distinct, Stemmer.Stemmer(language).stemWords(distinct)))
+    stems = dict(zip(distinct, Stemmer.Stemmer(language).stemWords(distinct), strict=True))
     return [[stems[w] for w in text] for text in words]
 
 
@@ -148,7 +149,8 @@ class _Segment:
         at = np.searchsorted(self.terms, query_terms)
         found = np.flatnonzero(at < len(self.terms))
         found = found[self.terms[at[found]] == query_terms[found]]
-        for i, begin, end in zip(found.tolist(), self.starts[at[found]].tolist(), self.starts[at[found] + 1].tolist()):
+        starts, ends = self.starts[at[found]].tolist(), self.starts[at[found] + 1].tolist()
+        for i, begin, end in zip(found.tolist(), starts, ends, strict=True):
             yield i, (self.slots[begin:end], self.shapes[begin:end])
 
     def nbytes(self) -> int:
@@ -200,7 +202,7 @@ class _Memtable:
         return np.fromiter(self._terms, np.int32, len(self._terms))
 
     def renumber(self, renumbered: np.ndarray) -> None:
-        self._terms = defaultdict(list, zip(renumbered[self.terms()].tolist(), self._terms.values()))
+        self._terms = defaultdict(list, zip(renumbered[self.terms()].tolist(), self._terms.values(), strict=True))
 
     def postings_of(self, query_terms: np.ndarray) -> Iterator[tuple[int, Postings]]:
         """(index into query_terms, live postings) of each query term it holds."""
@@ -245,7 +247,7 @@ class Merge:
             keep = owner[s.slots] == s.id
             term_of = np.repeat(s.terms, np.diff(s.starts))
             pieces.append((term_of[keep], s.slots[keep], s.shapes[keep], s.docs[owner[s.docs] == s.id]))
-        term_of, slots, shapes, docs = (np.concatenate(p) for p in zip(*pieces))
+        term_of, slots, shapes, docs = (np.concatenate(p) for p in zip(*pieces, strict=True))
         order = np.argsort(term_of, kind="stable")  # one sorted run per segment: timsort merges them
         self.result = _segment(self.id, term_of[order], slots[order], shapes[order], docs)
 
@@ -332,7 +334,7 @@ class Lexical:
             raise ValueError("slots must be non-negative")
         self._reserve(max(slots) + 1)
         self._end = max(self._end, max(slots) + 1)
-        for slot, words in zip(slots, terms(list(texts), self.language)):
+        for slot, words in zip(slots, terms(list(texts), self.language), strict=True):
             self._drop(slot)
             self._add(slot, words)
             if self._memtable.full():
@@ -516,7 +518,7 @@ class Lexical:
         )
         scores = np.bincount(slots, contributions, minlength=self._end)
         best = _highest(scores, count)
-        return list(zip(best.tolist(), scores[best].tolist()))
+        return list(zip(best.tolist(), scores[best].tolist(), strict=True))
 
     def _postings(self, query_terms: np.ndarray) -> list[list[Postings]]:
         """Each query term's live postings, in pieces: one from each segment and the memtable holding the term."""
@@ -608,8 +610,9 @@ class Lexical:
 
     def _load_vocabulary(self, words: object) -> None:
         _expect(isinstance(words, list) and all(isinstance(w, str) for w in words), "vocabulary is not a list of terms")
-        self._words, self._ids = words, {w: i for i, w in enumerate(words)}
-        _expect(len(self._ids) == len(words), "vocabulary repeats a term")
+        vocabulary = cast(list[str], words)  # checked just above
+        self._words, self._ids = vocabulary, {w: i for i, w in enumerate(vocabulary)}
+        _expect(len(self._ids) == len(vocabulary), "vocabulary repeats a term")
 
     def _load_shapes(self, tfs: np.ndarray, lengths: np.ndarray) -> None:
         _expect(
@@ -617,7 +620,7 @@ class Lexical:
             "shapes out of range",
         )
         self._shape_tfs, self._shape_lengths = tfs.tolist(), lengths.tolist()
-        pairs = zip(self._shape_tfs, self._shape_lengths)
+        pairs = zip(self._shape_tfs, self._shape_lengths, strict=True)
         self._shapes = {length << 32 | tf: i for i, (tf, length) in enumerate(pairs)}
         _expect(len(self._shapes) == len(tfs), "shapes repeat")
 
