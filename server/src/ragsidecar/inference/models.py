@@ -10,9 +10,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Self
 
 import numpy as np
+from tokenizers import Encoding
 
 from ragsidecar import metrics, tracing
 from ragsidecar.config import InferenceConfig, ModelConfig
@@ -110,7 +111,7 @@ class LoadedModel:
         else:
             self.backend.batch_invariant_padding = mode == "padded"
 
-    def _warmup_input(self, first, encoding) -> ModelInput:
+    def _warmup_input(self, first: Encoding, encoding: Encoding) -> ModelInput:
         raise NotImplementedError
 
     def _check_outputs(self, outputs: list[np.ndarray]) -> None:
@@ -122,7 +123,7 @@ class LoadedModel:
         raise NotImplementedError
 
     @contextlib.contextmanager
-    def in_use(self) -> Iterator[LoadedModel]:
+    def in_use(self) -> Iterator[Self]:
         """Marks a request's use of the model: a model retired by a reload closes only after its last user."""
         self._users += 1
         try:
@@ -156,7 +157,7 @@ class LoadedModel:
 class CrossEncoder(LoadedModel):
     """ONNX sequence classification with one logit over the joint (query, document) input."""
 
-    def _warmup_input(self, first, encoding) -> ModelInput:
+    def _warmup_input(self, first: Encoding, encoding: Encoding) -> ModelInput:
         budget = self.encoder.document_budget(first)
         return self.encoder.pairs(first, encoding, budget, 1, 0).inputs[0]
 
@@ -212,7 +213,7 @@ class CrossEncoder(LoadedModel):
 class BiEncoder(LoadedModel):
     """ONNX encoder: texts become normalised vectors (cls or mean pooling); pairs score by cosine."""
 
-    def _warmup_input(self, first, encoding) -> ModelInput:
+    def _warmup_input(self, first: Encoding, encoding: Encoding) -> ModelInput:
         return self.encoder.single(encoding)[0]
 
     @property
@@ -229,10 +230,10 @@ class BiEncoder(LoadedModel):
                 self.id,
                 f"model {self.id!r} tokenized the texts",
             )
-            inputs, truncated = zip(*[self.encoder.single(e) for e in encodings])
+            inputs, truncated = zip(*[self.encoder.single(e) for e in encodings], strict=True)
             span.set(tokens=sum(map(len, inputs)))
         result = await self.queue.submit(list(inputs), deadline)
-        vectors = np.stack([self._pool(out, one) for out, one in zip(result.outputs, inputs)])
+        vectors = np.stack([self._pool(out, one) for out, one in zip(result.outputs, inputs, strict=True)])
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return Embedded(
             vectors.astype(np.float32),
@@ -253,7 +254,7 @@ class BiEncoder(LoadedModel):
         started = time.perf_counter()
         vectors, truncated, queue_s, inference_s, _ = await self.embed([query, *documents], deadline)
         cosines = vectors[1:] @ vectors[0]
-        scores = [PairScore(float(c), 0, t, 0) for c, t in zip(cosines, truncated[1:])]
+        scores = [PairScore(float(c), 0, t, 0) for c, t in zip(cosines, truncated[1:], strict=True)]
         total = time.perf_counter() - started
         return ScoredBatch(scores, max(total - queue_s - inference_s, 0.0), queue_s, inference_s)
 

@@ -37,8 +37,9 @@ class Measured:
         if max_tokens <= 0 or self.encoding is None:
             return Measured("", 0)
         # One token's offsets, not the whole offset list: converting that is as slow as the text is long.
-        end = self.encoding.token_to_chars(max_tokens - 1)[1]
-        return Measured(self.text[:end], max_tokens, self.encoding)
+        offsets = self.encoding.token_to_chars(max_tokens - 1)
+        assert offsets is not None, "every token has characters: the encoding holds no special tokens"
+        return Measured(self.text[: offsets[1]], max_tokens, self.encoding)
 
 
 class Tokens:
