@@ -18,12 +18,16 @@ import concurrent.futures
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from ragsidecar import errors, metrics, tracing
 from ragsidecar.inference.backend import OnnxBackend
 from ragsidecar.inference.tokenization import ModelInput
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +54,7 @@ class _Job:
     first_run: float | None = None
     last_run: float = 0.0
     # The submitting request's trace context (tracing.current()), None while tracing is off.
-    trace: object | None = None
+    trace: Context | None = None
 
     def abandoned(self, now: float) -> str | None:
         """Why the job's inputs need not run any more ("deadline", "cancelled"), or None."""
@@ -225,8 +229,8 @@ class BatchQueue:
         # asyncio's loop clock is time.monotonic, so deadlines compare with it on this thread too.
         now = time.monotonic()
         metrics.INFERRED_INPUTS.labels(self.model_id).inc(sum(out is not None for out in outputs))
-        for (job, _), output in zip(batch, outputs):
-            if output is None:
+        for (job, _), ran_output in zip(batch, outputs, strict=True):
+            if ran_output is None:
                 metrics.SKIPPED_INPUTS.labels(self.model_id, job.abandoned(now) or "cancelled").inc()
         metrics.BATCH_SIZE.labels(self.model_id).observe(len(batch))
         return outputs
@@ -242,7 +246,8 @@ class BatchQueue:
             if job.remaining == 0 and not job.future.done():
                 queue_s = (job.started_at or job.enqueued_at) - job.enqueued_at
                 inference_s = job.last_run - (job.first_run or job.last_run)
-                job.future.set_result(BatchResult(job.outputs, queue_s, inference_s))  # type: ignore[arg-type]
+                # Every input ran (none remains), so no output is None.
+                job.future.set_result(BatchResult(cast(list[np.ndarray], job.outputs), queue_s, inference_s))
 
     def _next_batch(self, now: float) -> Batch:
         """Takes inputs in arrival order until the token budget is spent, dropping abandoned jobs.
