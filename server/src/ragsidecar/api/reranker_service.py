@@ -71,7 +71,7 @@ class RerankerService(reranker_pb2_grpc.RerankerServiceServicer):
         return _response(outcome, request)
 
 
-def _window(strategy: int) -> bool | None:
+def _window(strategy: reranker_pb2.LongDocumentStrategy) -> bool | None:
     """The request's long-document strategy; a number the enum does not define is refused, as in retrieval."""
     if strategy not in _WINDOW:
         raise invalid(

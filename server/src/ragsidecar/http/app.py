@@ -106,7 +106,7 @@ def build_app(services: Services) -> Starlette:
         assert isinstance(exc, HTTPException)
         fault = route_fault(exc.status_code, f"{exc.detail}: this API serves {served}")
         path = request.url.path if request.url.path in known else UNMATCHED
-        return await _answered(path, OPENAI, _refused(fault, exc.headers or {}))
+        return await _answered(path, OPENAI, _refused(fault, dict(exc.headers or {})))
 
     return Starlette(routes=routes, exception_handlers={HTTPException: no_route})
 
