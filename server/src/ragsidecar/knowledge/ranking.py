@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -32,21 +32,8 @@ class SearchSpec:
     retrieval_mode: RetrievalMode | None = None
 
     def applied_to(self, entry: Entry) -> Entry:
-        changes = {
-            k: v
-            for k, v in (
-                ("top_k", self.top_k),
-                ("min_score", self.min_score),
-                ("rerank", self.rerank),
-                ("reranker_model", self.reranker_model),
-                ("candidates", self.candidates),
-                ("rerank_order", self.rerank_order),
-                ("rerank_depth", self.rerank_depth),
-                ("group_by_document", self.group_by_document),
-                ("retrieval_mode", self.retrieval_mode),
-            )
-            if v is not None
-        }
+        # Every field is an Entry field of the same name: each one set replaces the entry's.
+        changes = {f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None}
         return replace(entry, **changes)
 
 
