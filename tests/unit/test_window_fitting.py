@@ -1,9 +1,9 @@
-"""Fitting text into the model's input window: chat/grounding.py's room accounting and knowledge/budget.py's
+"""Fitting text into the model's input window: chat/window.py's room accounting and knowledge/budget.py's
 windows and DIRECT budgets. Pure; tokens are counted by a word counter here."""
 
 from __future__ import annotations
 
-from ragsidecar.chat.grounding import _Room
+from ragsidecar.chat.window import Room
 from ragsidecar.knowledge.budget import KNOWN_WINDOWS, BudgetPolicy
 from ragsidecar.knowledge.declarations import Llm
 
@@ -21,7 +21,7 @@ class WordCounter:
 
 def test_texts_that_fit_by_their_bytes_are_never_counted() -> None:
     counter = WordCounter()
-    room = _Room(100, counter)
+    room = Room(100, counter)
     room.take(["a short system prompt"])
     assert room.fits(["some evidence", "more evidence"])
     assert counter.counted == []  # 48 bytes: at most 48 tokens, under 100
@@ -29,7 +29,7 @@ def test_texts_that_fit_by_their_bytes_are_never_counted() -> None:
 
 def test_texts_are_counted_only_when_their_bytes_might_not_fit_and_then_once() -> None:
     counter = WordCounter()
-    room = _Room(10, counter)
+    room = Room(10, counter)
     room.take(["one two three four"])  # 4 tokens, 18 bytes
     assert room.fits(["five six seven eight nine ten"])  # 29 bytes > 10: counted, 6 tokens: fits exactly
     assert not room.fits(["five six seven eight nine ten eleven"])
@@ -40,7 +40,7 @@ def test_texts_are_counted_only_when_their_bytes_might_not_fit_and_then_once() -
 
 def test_without_a_window_everything_fits_and_nothing_is_counted() -> None:
     counter = WordCounter()
-    room = _Room(None, counter)
+    room = Room(None, counter)
     assert room.fits(["word " * 100_000])
     assert room.left() == 0 and counter.counted == []
 

@@ -1,5 +1,5 @@
 // chatTurn(): a chat turn frozen where it is built (the host bridge's ChatTurn.builder().build()). The GroundTurn
-// rules have one home, the sidecar (server chat/grounding.py): a malformed turn is refused when it is sent, with
+// rules have one home, the sidecar (server chat/turn_rules.py): a malformed turn is refused when it is sent, with
 // the sidecar's ValidationError and its violations, unchanged.
 import type { GroundTurnInput } from "./chat.js";
 

@@ -30,18 +30,9 @@ from ragsidecar.chat.activity import (
     ActivityKind,
 )
 from ragsidecar.chat.bindings import Bindings
-from ragsidecar.chat.grounding import (
-    MAX_MESSAGES,
-    Grounder,
-    Message,
-    Owner,
-    OwnerOutcome,
-    RetrievalContext,
-    Turn,
-    TurnBinding,
-    TurnResult,
-    shape_problems,
-)
+from ragsidecar.chat.grounding import Grounder
+from ragsidecar.chat.turn_rules import message_count_problems, scope_problems, shape_problems
+from ragsidecar.chat.turns import Message, Owner, OwnerOutcome, RetrievalContext, Turn, TurnBinding, TurnResult
 from ragsidecar.config import RetrievalConfig
 from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
 from ragsidecar.identifiers import id_problems
@@ -70,8 +61,8 @@ class ChatKnowledgeService(chat_knowledge_pb2_grpc.ChatKnowledgeServiceServicer)
         self, request: pb.GroundTurnRequest, context: grpc.aio.ServicerContext
     ) -> pb.GroundTurnResponse:
         require_principal(request)
-        if len(request.conversation) > MAX_MESSAGES:  # before converting them
-            raise invalid([Violation("conversation", f"{len(request.conversation)} items; at most {MAX_MESSAGES}")])
+        if problems := message_count_problems(len(request.conversation)):  # before converting them
+            raise invalid(problems)
         now = asyncio.get_running_loop().time()
         # Converting copies every text and extra: proportional to the request, so off the event loop.
         turn, problems = await asyncio.to_thread(_turn, request, now, deadline_of(context, now))
@@ -127,8 +118,7 @@ class ChatKnowledgeService(chat_knowledge_pb2_grpc.ChatKnowledgeServiceServicer)
 def _scope(request: pb.OpenBindingRequest) -> Scope:
     """The request's scope, its ids checked (length, control characters)."""
     scope = caller(request)
-    problems = id_problems(scope.tenant, "scope.tenant") + id_problems(scope.session, "scope.session", required=False)
-    if problems:
+    if problems := scope_problems(scope, "scope"):
         raise invalid(problems)
     return scope
 
