@@ -85,7 +85,7 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
             violations=[
                 pb.Violation(
                     field=p.field,
-                    reason=common_pb2.ErrorReason.Value(f"ERROR_REASON_{p.reason}"),
+                    reason=f"ERROR_REASON_{p.reason}",
                     description=p.description,
                 )
                 for p in problems
