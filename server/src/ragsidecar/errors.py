@@ -1,6 +1,6 @@
 """Domain errors: what went wrong, in terms the API layer maps to gRPC status codes and details.
 
-The domain raises these and knows nothing of gRPC; `api.status` turns each kind into a status code
+The domain raises these and knows nothing of gRPC; `api.grpc_errors` turns each kind into a status code
 with a google.rpc.ErrorInfo (reason) and, for violations, a google.rpc.BadRequest.
 """
 
@@ -45,7 +45,7 @@ class SidecarError(Exception):
         return self.message
 
 
-# The message names the first few problems; the status details list more (api.status bounds both).
+# The message names the first few problems; the status details list more (api.grpc_errors bounds both).
 _SUMMARIZED_VIOLATIONS = 3
 
 

@@ -10,6 +10,7 @@ from typing import TypeVar
 import grpc
 from google.protobuf import json_format
 
+from ragsidecar.api.grpc_errors import deadline_of, translates_errors
 from ragsidecar.api.retrieval_service import (
     caller,
     knowledge_entries,
@@ -20,7 +21,6 @@ from ragsidecar.api.retrieval_service import (
     timing_of,
     usage_of,
 )
-from ragsidecar.api.status import deadline_of, translates_errors
 from ragsidecar.chat.activity import (
     DEFAULT_MAX_ENTRIES,
     DEFAULT_MAX_ENTRY_CHARS,
@@ -29,8 +29,8 @@ from ragsidecar.chat.activity import (
     ActivityEntry,
     ActivityKind,
 )
-from ragsidecar.chat.bindings import Bindings
 from ragsidecar.chat.grounding import Grounder
+from ragsidecar.chat.open_bindings import Bindings
 from ragsidecar.chat.turn_rules import message_count_problems, scope_problems, shape_problems
 from ragsidecar.chat.turns import Message, Owner, OwnerOutcome, RetrievalContext, Turn, TurnBinding, TurnResult
 from ragsidecar.config import RetrievalConfig

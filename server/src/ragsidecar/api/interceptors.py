@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 
 from ragsidecar import metrics, tracing
-from ragsidecar.api.status import abort
+from ragsidecar.api.grpc_errors import abort
 from ragsidecar.auth import BearerToken
 from ragsidecar.errors import ErrorKind, SidecarError
 

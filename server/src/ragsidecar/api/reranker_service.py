@@ -6,7 +6,7 @@ import asyncio
 
 import grpc
 
-from ragsidecar.api.status import deadline_of, translates_errors
+from ragsidecar.api.grpc_errors import deadline_of, translates_errors
 from ragsidecar.errors import Violation, invalid
 from ragsidecar.inference.registry import ModelRegistry, ModelState
 from ragsidecar.reranking import Candidate, Reranker, RerankOutcome, RerankQuery

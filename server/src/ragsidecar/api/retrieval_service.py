@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format, timestamp_pb2
 
-from ragsidecar.api.status import deadline_of, translates_errors
+from ragsidecar.api.grpc_errors import deadline_of, translates_errors
 from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
 from ragsidecar.identifiers import id_problems
 from ragsidecar.knowledge.declarations import (

@@ -27,7 +27,7 @@ from ragsidecar.auth import BearerToken
 from ragsidecar.config import Config, ConfigError
 from ragsidecar.config_loading import load_config
 from ragsidecar.embedding import Embedder
-from ragsidecar.inference.memory import trim_as_memory_grows
+from ragsidecar.inference.heap import trim_as_memory_grows
 from ragsidecar.inference.registry import ModelRegistry
 from ragsidecar.knowledge.runtime import RetrievalRuntime
 from ragsidecar.reranking import Reranker

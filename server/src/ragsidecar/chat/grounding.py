@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ragsidecar import tracing
-from ragsidecar.chat.bindings import Bindings
 from ragsidecar.chat.conversation import appended, latest_user_text, prepared
 from ragsidecar.chat.markup import fence, neutralise_fenced
+from ragsidecar.chat.open_bindings import Bindings
 from ragsidecar.chat.turn_rules import declaration_problems, shape_problems
 from ragsidecar.chat.turns import (
     FailOpen,

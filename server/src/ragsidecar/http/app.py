@@ -2,7 +2,7 @@
 embedding), and the outcome becomes the JSON its API (Cohere, Jina, text-embeddings-inference, OpenAI) returns.
 
 Every request goes through `_answered`: bearer token, body size, one access-log line and the request metrics, and
-every error mapped once by http/status.py. Decoding and encoding JSON cost what the body holds, so both run on a
+every error mapped once by http/http_errors.py. Decoding and encoding JSON cost what the body holds, so both run on a
 worker thread; a client that hangs up cancels its call, so its queued model inputs never run.
 """
 
@@ -30,7 +30,7 @@ from ragsidecar.auth import BearerToken
 from ragsidecar.embedding import Embedder, EmbedOutcome, EmbedQuery
 from ragsidecar.errors import ErrorKind, SidecarError, Violation
 from ragsidecar.http.fields import Fields, decode_object
-from ragsidecar.http.status import (
+from ragsidecar.http.http_errors import (
     COHERE,
     OPENAI,
     TEI,

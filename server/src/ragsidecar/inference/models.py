@@ -19,7 +19,7 @@ from ragsidecar import metrics, tracing
 from ragsidecar.config import InferenceConfig, ModelConfig
 from ragsidecar.inference.backend import OnnxBackend
 from ragsidecar.inference.batching import BatchQueue
-from ragsidecar.inference.memory import release_free_memory
+from ragsidecar.inference.heap import release_free_memory
 from ragsidecar.inference.stopping import StopFlag, run_stoppable
 from ragsidecar.inference.tokenization import DocumentInputs, ModelInput, TextEncoder
 

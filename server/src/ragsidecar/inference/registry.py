@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ragsidecar import errors, metrics
 from ragsidecar.config import Config, ModelConfig
-from ragsidecar.inference.memory import fix_mmap_threshold
+from ragsidecar.inference.heap import fix_mmap_threshold
 from ragsidecar.inference.models import BiEncoder, LoadedModel, load_model
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class ModelRegistry:
     under them: a replaced model's queue finishes its queued work and then stops."""
 
     def __init__(self, config: Config) -> None:
-        fix_mmap_threshold()  # before any model loads: see inference/memory.py
+        fix_mmap_threshold()  # before any model loads: see inference/heap.py
         self._config = config
         self._serving = _ModelSet()
         # Models of the current configuration that are not serving: loading, or failed to load.

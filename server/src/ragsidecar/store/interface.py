@@ -137,7 +137,7 @@ class DocumentStore(Protocol):
 
 @dataclass(frozen=True)
 class Binding:
-    """An open chat binding (chat/bindings.py): an owner's live corpus of one source name."""
+    """An open chat binding (chat/open_bindings.py): an owner's live corpus of one source name."""
 
     id: str
     owner_id: str

@@ -11,7 +11,7 @@ Only the handle's sha256 is kept (in memory or in the database), compared in con
 of the handle presented; a handle is never logged (`repr=False`), stored or put in an error.
 
 Where the open bindings are kept is the storage backend's business (its BindingRegistry): in server memory
-(the embedded backend: this process only), or in PostgreSQL (store/bindings.py), where a binding opened on one
+(the embedded backend: this process only), or in PostgreSQL (store/postgres_bindings.py), where a binding opened on one
 replica is used and closed on any other. Either way open bindings are bounded (count, least recently
 used closed first) and closed after an idle time, so a host that forgets to close them cannot grow the
 server without limit; both are counted in metrics.

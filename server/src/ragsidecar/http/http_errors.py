@@ -1,5 +1,5 @@
 """Maps domain errors to HTTP statuses and to the error body each API's clients read: the one place, as
-api/status.py is for gRPC.
+api/grpc_errors.py is for gRPC.
 
 The status follows Google's HTTP mapping of the gRPC codes, with two refinements every API here shares: a size
 limit (LIMIT_EXCEEDED) is 413, and a refused request is the status its API documents (OpenAI and Cohere: 400;
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ragsidecar.api.status import MAX_TEXT_BYTES, MAX_VIOLATIONS, cut_text
+from ragsidecar.api.grpc_errors import MAX_TEXT_BYTES, MAX_VIOLATIONS, cut_text
 from ragsidecar.errors import ErrorKind, SidecarError, Violation
 from ragsidecar.reranking import LIMIT_EXCEEDED
 

@@ -141,7 +141,7 @@ def translates_errors(method: Handler) -> Handler:
         # Aborting, not setting the code and returning: grpc.aio sends a unary method's return value, None
         # included (as an empty message), before a status set that way, and a client that takes the first message
         # as the answer would see a failed call succeed. The AbortError's reference cycle holds the request until a
-        # full collection (inference/memory.py runs one as resident memory grows).
+        # full collection (inference/heap.py runs one as resident memory grows).
         await context.abort_with_status(status)
 
     return wrapper  # type: ignore[return-value]
