@@ -1,5 +1,5 @@
 """The HTTP API through a real sidecar: the cohere and openai SDKs, text-embeddings-inference's shape over raw
-HTTP, every refusal with its status and body, the token, TLS and loopback rules, and the README's curl examples."""
+HTTP, every refusal with its status and body, the token, TLS and loopback rules, and docs/http.md's curl examples."""
 
 from __future__ import annotations
 
@@ -537,16 +537,12 @@ def test_sigterm_drains_the_http_request_in_flight(make_sidecar) -> None:
         httpx.get(f"{server.http_url}/health", timeout=5)
 
 
-# --- The README's examples ---
-
-
-def readme_section() -> str:
-    readme = (REPO / "README.md").read_text()
-    return readme.split("## Use it from any language", 1)[1].split("\n## ", 1)[0]
+# --- The examples of docs/http.md ---
 
 
 def curl_examples() -> list[str]:
-    return [block for block in re.findall(r"```sh\n(.*?)```", readme_section(), re.S) if block.startswith("curl ")]
+    page = (REPO / "docs" / "http.md").read_text()
+    return [block for block in re.findall(r"```sh\n(.*?)```", page, re.S) if block.startswith("curl ")]
 
 
 def test_every_endpoint_has_a_curl_example() -> None:
@@ -556,7 +552,7 @@ def test_every_endpoint_has_a_curl_example() -> None:
 
 
 @pytest.mark.parametrize("example", curl_examples(), ids=lambda e: e.split()[1])
-def test_the_readme_curl_examples_run(served: Sidecar, example: str) -> None:
+def test_the_documented_curl_examples_run(served: Sidecar, example: str) -> None:
     command = example.replace("http://127.0.0.1:8080", served.http_url)
     shell = subprocess.run(
         ["bash", "-c", f"set -euo pipefail; {command}"],

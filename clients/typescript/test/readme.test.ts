@@ -1,5 +1,6 @@
-// The README's TypeScript examples, type-checked and run as written (support/readme.ts) against a sidecar of their
-// own over the knowledge files they name; a file of its own, so that main.test.ts's shared sidecars keep their pace.
+// The README's TypeScript examples, and the repository README's, type-checked and run as written (support/readme.ts)
+// against a sidecar of their own over the knowledge files they name; a file of its own, so that main.test.ts's shared
+// sidecars keep their pace.
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
@@ -7,7 +8,7 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { writeKnowledge } from "./support/knowledge.ts";
 import { runReadmeExamples } from "./support/readme.ts";
-import { startSidecar, type Sidecar } from "./support/sidecar.ts";
+import { REPO_ROOT, startSidecar, type Sidecar } from "./support/sidecar.ts";
 
 const PACKAGE_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -27,5 +28,9 @@ describe("README", () => {
 
   it("type-checks and runs every TypeScript example as written", () => {
     runReadmeExamples(PACKAGE_ROOT, sidecar!.address);
+  });
+
+  it("type-checks and runs the repository README's TypeScript example as written", () => {
+    runReadmeExamples(PACKAGE_ROOT, sidecar!.address, path.join(REPO_ROOT, "README.md"));
   });
 });

@@ -44,10 +44,13 @@ function moduleOf(block: string, index: number, address: string): string {
   ].join("\n");
 }
 
-/** Type-checks and runs every ```ts block of `packageRoot`/README.md against the sidecar at `address`. */
-export function runReadmeExamples(packageRoot: string, address: string): void {
-  const blocks = tsBlocks(path.join(packageRoot, "README.md"));
-  assert.ok(blocks.length > 0, "the README has no ts block");
+/**
+ * Type-checks and runs every ```ts block of `readme` (by default `packageRoot`/README.md) against the sidecar at
+ * `address`, as modules of `packageRoot`, which resolve `@ragsidecar/client` as a host's do.
+ */
+export function runReadmeExamples(packageRoot: string, address: string, readme = path.join(packageRoot, "README.md")): void {
+  const blocks = tsBlocks(readme);
+  assert.ok(blocks.length > 0, `${readme} has no ts block`);
   const dir = path.join(packageRoot, ".snippets");
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir);

@@ -3,13 +3,19 @@ package io.ragsidecar.client;
 import static io.ragsidecar.client.ReadmeExamples.EXAMPLE;
 import static io.ragsidecar.client.ReadmeExamples.unit;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.ragsidecar.client.ReadmeExamples.Block;
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.lang.reflect.Method;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
@@ -121,6 +127,31 @@ class ReadmeExamplesTest {
       units.put(CLASS_NAMES.get(i), unit(CLIENT, blocks.get(i), SCAFFOLDS.get(i)));
     }
     ReadmeExamples.compile(units, out);
+  }
+
+  /**
+   * The repository README's example, as written on the test sidecar's port: it prints the context of its action, the
+   * DIRECT persona whole and the SEARCH FAQ's passage.
+   */
+  @Test
+  @ExtendWith(SidecarExtension.class)
+  void theRepositoryReadmeExampleRuns(Sidecar sidecar, @TempDir Path out) throws ReflectiveOperationException {
+    List<Block> blocks = ReadmeExamples.javaBlocks(Path.of("../../README.md").toAbsolutePath().normalize());
+    assertEquals(1, blocks.size(), "the repository README's java blocks");
+    String source = unit("", ReadmeExamples.onPort(blocks.get(0), sidecar.port()),
+        "public final class RepositoryReadme {\n  public static void run() {\n" + EXAMPLE + "\n  }\n}");
+    Method run = ReadmeExamples.compile(Map.of("readme.RepositoryReadme", source), out)
+        .loadClass("readme.RepositoryReadme").getMethod("run");
+    PrintStream stdout = System.out;
+    ByteArrayOutputStream printed = new ByteArrayOutputStream();
+    System.setOut(new PrintStream(printed, true, StandardCharsets.UTF_8));
+    try {
+      run.invoke(null);
+    } finally {
+      System.setOut(stdout);
+    }
+    String context = printed.toString(StandardCharsets.UTF_8);
+    assertTrue(context.contains("You are Ada") && context.contains("within 30 days"), context);
   }
 
   @Test
