@@ -116,7 +116,7 @@ class Ranker:
         return [replace(hits[i], score=score, rerank=relevance.get(i, hits[i].rerank)) for i, score in order]
 
     def _rerank_depth(self, entry: Entry) -> int:
-        """Hits reranked: rerank_depth when set, else (as before it existed) the candidates, else
+        """Hits reranked: rerank_depth when set, else the candidates, else
         retrieval.rerank_candidates: whatever top k is under the FUSED order (the reranked head, so the first
         hits, are the same for every top k), at least top k under the reranker's own order (which drops the rest)."""
         if not entry.rerank:

@@ -11,7 +11,7 @@ it before it is acknowledged, so the next search sees them at the price of a ste
 is rebuilt from the stored vectors. Documents with no chunks in the space a search asks for (written under
 another embedder, or migrated from 0.2.0's JSON files) are chunked and embedded first, once.
 
-Chat bindings' corpora use the same code on an in-memory SQLite database (lost on restart, as before), bounded
+Chat bindings' corpora use the same code on an in-memory SQLite database (lost on restart), bounded
 as a whole by retrieval.binding_store_bytes (RESOURCE_EXHAUSTED past it, the write rolled back).
 
 Operations of one partition run one at a time (an asyncio lock per partition stripe); SQLite work runs off the

@@ -24,8 +24,7 @@ TABLE = "ragsidecar_schema_migrations"
 # pg_advisory_xact_lock's key: "ragsidec" as a big-endian 64-bit integer, unlikely to collide with a host's own.
 _LOCK_KEY = int.from_bytes(b"ragsidec", "big")
 _FILE_NAME = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql")
-# The released schema (0.2.0's searches in SQL used iterative HNSW scans, new in pgvector 0.8.0) was made for it;
-# searches now run on each replica's own index, but every migration must still apply as released.
+# The released migrations target pgvector 0.8.0 (its iterative HNSW scans), and every one must apply as released.
 PGVECTOR_MINIMUM = (0, 8, 0)
 
 
