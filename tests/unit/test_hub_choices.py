@@ -2,13 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import re
-import socket
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -92,27 +85,3 @@ def test_a_repository_without_the_wanted_graph_lists_what_it_has() -> None:
 def test_the_relevance_logit_of_each_output_shape(row: float | list[float], logit: float) -> None:
     """One output row of a [B], [B,1] or [B,2] graph."""
     assert relevance_logit(np.asarray(row, dtype=np.float32)) == pytest.approx(logit)
-
-
-def test_health_with_a_hub_entry_leaves_huggingface_hub_unloaded(tmp_path: Path) -> None:
-    """Only `models install` and loading a hub entry fetch; checking the entry's id needs no hub client."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens once the socket closes
-    config = tmp_path / "ragsidecar.toml"
-    config.write_text(
-        f'[server]\nport = {port}\n\n[retrieval]\nembedder = ""\n\n[[models]]\nid = "r"\n'
-        'kind = "cross-encoder"\nhub = "BAAI/bge-reranker-base@main"\n',
-        encoding="utf-8",
-    )
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("RAGSIDECAR_")}
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "ragsidecar", "health", "--config", str(config), "--timeout", "5"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=environ,
-    )
-    assert done.returncode == 1 and "health check of 127.0.0.1:" in done.stderr
-    imported = {m.strip() for m in re.findall(r"^import time:.*\|(.*)$", done.stderr, re.MULTILINE)}
-    assert "ragsidecar.hub_models" in imported and "huggingface_hub" not in imported

@@ -1,5 +1,6 @@
 """`ragsidecar health`, the container's health check, stays light: it reads the config to find the address, but
-loads none of the inference and search stack (onnxruntime, bm25s, the stemmers, numpy, usearch, tokenizers)."""
+loads none of the inference and search stack (onnxruntime, bm25s, the stemmers, numpy, usearch, tokenizers), nor
+the model hub's client."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ def closed_port() -> int:
         return s.getsockname()[1]  # nothing listens once the socket closes
 
 
-def test_health_imports_neither_onnxruntime_nor_bm25s_nor_the_stemmers(tmp_path: Path) -> None:
+def modules_health_imports(tmp_path: Path, config_text: str) -> set[str]:
+    """The modules `ragsidecar health` imports with this config, checking a port where nothing listens."""
     config = tmp_path / "ragsidecar.toml"
-    config.write_text(f"[server]\nport = {closed_port()}\n{EMBEDDER}", encoding="utf-8")
+    config.write_text(f"[server]\nport = {closed_port()}\n{config_text}", encoding="utf-8")
     environ = {k: v for k, v in os.environ.items() if not k.startswith("RAGSIDECAR_")}
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "ragsidecar", "health", "--config", str(config), "--timeout", "5"],
@@ -36,9 +38,21 @@ def test_health_imports_neither_onnxruntime_nor_bm25s_nor_the_stemmers(tmp_path:
         env=environ,
     )
     assert done.returncode == 1 and "health check of 127.0.0.1:" in done.stderr  # it ran: nothing listens there
-    imported = {m.strip() for m in re.findall(r"^import time:.*\|(.*)$", done.stderr, re.MULTILINE)}
+    return {m.strip() for m in re.findall(r"^import time:.*\|(.*)$", done.stderr, re.MULTILINE)}
+
+
+def test_health_imports_neither_onnxruntime_nor_bm25s_nor_the_stemmers(tmp_path: Path) -> None:
+    imported = modules_health_imports(tmp_path, EMBEDDER)
     assert "ragsidecar.config" in imported and "grpc" in imported
     assert sorted(imported & HEAVY) == []
+
+
+def test_health_with_a_hub_entry_leaves_huggingface_hub_unloaded(tmp_path: Path) -> None:
+    """Only `models install` and loading a hub entry fetch; checking the entry's id needs no hub client."""
+    hub_entry = '[retrieval]\nembedder = ""\n\n[[models]]\nid = "r"\nkind = "cross-encoder"\n'
+    hub_entry += 'hub = "BAAI/bge-reranker-base@main"\n'
+    imported = modules_health_imports(tmp_path, hub_entry)
+    assert "ragsidecar.hub_models" in imported and "huggingface_hub" not in imported
 
 
 def test_the_languages_the_config_accepts_are_the_stemmers_pystemmer_holds() -> None:
