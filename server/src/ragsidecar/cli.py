@@ -12,6 +12,7 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from ragsidecar import __version__
 from ragsidecar.config import Config, ConfigError
@@ -314,7 +315,9 @@ def _health(args: argparse.Namespace) -> int:
     request = health_pb2.HealthCheckRequest(service=args.service)
     with grpc.insecure_channel(address) as channel:
         try:
-            status = health_pb2_grpc.HealthStub(channel).Check(request, timeout=args.timeout).status
+            stub = health_pb2_grpc.HealthStub(channel)
+            # typeshed's HealthStub declares no methods; grpc_health's sets Check in __init__.
+            status = stub.Check(request, timeout=args.timeout).status  # type: ignore[attr-defined]
         except grpc.RpcError as err:
             print(f"ragsidecar: health check of {address} failed: {err.code().name}: {err.details()}", file=sys.stderr)
             return 1
@@ -393,7 +396,7 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _public_view(config) -> dict:
+def _public_view(config: Config) -> dict[str, Any]:
     """The resolved configuration; secrets are never printed, only whether auth is on."""
     import msgspec
 

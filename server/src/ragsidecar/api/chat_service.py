@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -42,6 +43,8 @@ from ragsidecar.v1 import chat_knowledge_pb2 as pb
 from ragsidecar.v1 import chat_knowledge_pb2_grpc, retrieval_pb2
 
 T = TypeVar("T")
+# The calls on one open binding.
+_OnBinding = pb.AppendToBindingRequest | pb.InvalidateBindingRequest | pb.CloseBindingRequest
 _KINDS = {
     pb.ACTIVITY_KIND_SENT: ActivityKind.SENT,
     pb.ACTIVITY_KIND_RECEIVED: ActivityKind.RECEIVED,
@@ -115,7 +118,7 @@ class ChatKnowledgeService(chat_knowledge_pb2_grpc.ChatKnowledgeServiceServicer)
         return pb.CloseBindingResponse(was_open=was_open)
 
 
-def _scope(request: pb.OpenBindingRequest) -> Scope:
+def _scope(request: pb.OpenBindingRequest | _OnBinding) -> Scope:
     """The request's scope, its ids checked (length, control characters)."""
     scope = caller(request)
     if problems := scope_problems(scope, "scope"):
@@ -123,7 +126,7 @@ def _scope(request: pb.OpenBindingRequest) -> Scope:
     return scope
 
 
-def _binding_scope(request: pb.AppendToBindingRequest | pb.InvalidateBindingRequest | pb.CloseBindingRequest) -> Scope:
+def _binding_scope(request: _OnBinding) -> Scope:
     """The scope of a call on one binding, with its binding and owner ids checked."""
     scope = _scope(request)
     problems = id_problems(request.binding_id, "binding_id") + id_problems(request.owner_id, "owner_id")
@@ -140,7 +143,7 @@ def _turn(request: pb.GroundTurnRequest, now: float, call_deadline: float | None
         owners=tuple(
             Owner(
                 o.owner_id,
-                _collected(lambda: knowledge_entries(o.knowledge, f"owners[{i}].knowledge"), problems) or (),
+                _collected(functools.partial(knowledge_entries, o.knowledge, f"owners[{i}].knowledge"), problems) or (),
                 o.state_text,
             )
             for i, o in enumerate(request.owners)
@@ -170,7 +173,7 @@ def _collected(convert: Callable[[], T], problems: list[Violation]) -> T | None:
 def _response(result: TurnResult) -> pb.GroundTurnResponse:
     return pb.GroundTurnResponse(
         conversation=[_chat_message(m) for m in result.conversation],
-        grounding=pb.TurnGrounding.Value(f"TURN_GROUNDING_{result.grounding.name}"),
+        grounding=f"TURN_GROUNDING_{result.grounding.name}",
         detail=result.detail,
         owners=[_outcome(o) for o in result.owners],
         stale_fallbacks=[stale_fallback(s) for s in result.stale],
@@ -238,11 +241,11 @@ def _activity(record: pb.ActivityRecord) -> Activity:
 def _outcome(outcome: OwnerOutcome) -> pb.OwnerOutcome:
     return pb.OwnerOutcome(
         owner_id=outcome.owner_id,
-        search=pb.OwnerSearch.Value(f"OWNER_SEARCH_{outcome.search.name}"),
+        search=f"OWNER_SEARCH_{outcome.search.name}",
         document_count=outcome.document_count,
         detail=outcome.detail,
         searched_sources=outcome.searched_sources,
-        fail_open_reason=pb.FailOpenReason.Value(f"FAIL_OPEN_REASON_{outcome.fail_open.name}")
+        fail_open_reason=f"FAIL_OPEN_REASON_{outcome.fail_open.name}"
         if outcome.fail_open
         else pb.FAIL_OPEN_REASON_UNSPECIFIED,
         direct_blocks=[

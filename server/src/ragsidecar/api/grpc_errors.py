@@ -6,7 +6,7 @@ import functools
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 from google.protobuf import any_pb2
@@ -144,7 +144,7 @@ def translates_errors(method: Handler) -> Handler:
         # full collection (inference/heap.py runs one as resident memory grows).
         await context.abort_with_status(status)
 
-    return wrapper  # type: ignore[return-value]
+    return cast(Handler, wrapper)  # called as the servicer method it wraps, with its name (functools.wraps)
 
 
 def deadline_of(context: grpc.aio.ServicerContext, now: float) -> float | None:

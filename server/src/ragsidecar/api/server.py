@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -274,7 +275,7 @@ async def serve(config_path: Path, config: Config, environ: dict[str, str]) -> N
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task] = set()
 
-    def spawn(coroutine) -> None:
+    def spawn(coroutine: Coroutine[Any, Any, object]) -> None:
         task = loop.create_task(coroutine)
         tasks.add(task)
         task.add_done_callback(tasks.discard)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.store.cursors import across_tenants
+from ragsidecar.store.database import one_row
 from ragsidecar.store.interface import Binding
 from ragsidecar.store.postgres_documents import drop_orphaned_corpora
 
@@ -122,18 +123,21 @@ class PostgresRegistry:
         rows = await self._database.run(lambda c: _across_tenants(c, _IDLE, (idle_seconds,)).fetchall())
         if now - self._orphans_swept >= _ORPHAN_SWEEP_EVERY_S:
             self._orphans_swept = now
-            await self._database.run(lambda c: (across_tenants(c), drop_orphaned_corpora(c)))
+            await self._database.run(drop_orphaned_corpora)
         return [_binding(row) for row in rows]
 
     async def count(self) -> int:
-        return await self._database.run(
-            lambda c: _across_tenants(c, "SELECT count(*) FROM ragsidecar_chat_bindings").fetchone()[0]
-        )
+        return await self._database.run(_count)
 
 
 def _across_tenants(connection: psycopg.Connection, query: str, params: tuple = ()) -> psycopg.Cursor:
     across_tenants(connection)
     return connection.execute(query, params)
+
+
+def _count(connection: psycopg.Connection) -> int:
+    across_tenants(connection)
+    return one_row(connection, "SELECT count(*) FROM ragsidecar_chat_bindings")[0]
 
 
 def _binding(row: tuple) -> Binding:

@@ -383,8 +383,9 @@ def _check_namespace_bytes(connection: psycopg.Connection, namespace: str, limit
 
 def drop_orphaned_corpora(connection: psycopg.Connection) -> int:
     """Drops binding corpora whose binding is gone (a replica that died between deleting a binding's row and
-    dropping its corpus leaves one); returns how many. Reads every tenant's rows: call it in a transaction of
-    its own, after across_tenants."""
+    dropping its corpus leaves one); returns how many. Reads every tenant's rows (across_tenants lasts until the
+    transaction ends): call it in a transaction of its own."""
+    across_tenants(connection)
     orphans = connection.execute(
         "SELECT p.id, p.tenant FROM ragsidecar_memory_partitions p WHERE p.namespace = 'binding' AND NOT EXISTS "
         "(SELECT 1 FROM ragsidecar_chat_bindings b WHERE b.id = p.source AND b.tenant = p.tenant) "
