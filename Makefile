@@ -52,8 +52,13 @@ clients/typescript-adapters/%/node_modules/.installed: clients/typescript-adapte
 	cd clients/typescript-adapters/$* && $(NPM_CI)
 	touch $@
 
-lint: clients/typescript/node_modules/.installed
+# The proto (buf), then the Python code: ruff's format check and lint over the repository, mypy over server/src (it
+# reads the generated stubs). Every finding fails it; `make test` runs it first.
+lint: $(VENV)/.installed $(GEN_STAMP) clients/typescript/node_modules/.installed
 	$(BUF) lint
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 test-python: setup
 	$(PY) -m pytest -q
