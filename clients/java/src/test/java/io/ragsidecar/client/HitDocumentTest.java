@@ -1,5 +1,6 @@
 package io.ragsidecar.client;
 
+import static io.ragsidecar.client.HostRerankers.answering;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -8,7 +9,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.ragsidecar.v1.HitScores;
 import io.ragsidecar.v1.Provenance;
 import io.ragsidecar.v1.RetrievedChunk;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
@@ -59,24 +59,5 @@ class HitDocumentTest {
     IllegalStateException twice = assertThrows(IllegalStateException.class,
         () -> CheckedRanking.rerank(answering(1, 1), request));
     assertTrue(twice.getMessage().contains("index 1 twice"), twice.getMessage());
-  }
-
-  /** A host's own reranker answering these indexes, in this order, with relevance index / 4. */
-  private static Reranker answering(int... indexes) {
-    return new Reranker() {
-      @Override
-      public boolean supports(String model) {
-        return true;
-      }
-
-      @Override
-      public List<RankedDocument> rerank(Request request) {
-        List<RankedDocument> ranked = new ArrayList<>();
-        for (int index : indexes) {
-          ranked.add(new RankedDocument(index, "", index / 4f, 0f, null, 0));
-        }
-        return ranked;
-      }
-    };
   }
 }

@@ -1,5 +1,8 @@
 package io.ragsidecar.langchain4j;
 
+import static io.ragsidecar.client.HostRerankers.answering;
+import static io.ragsidecar.client.Products.OTHERS;
+import static io.ragsidecar.client.Products.TOASTER;
 import static io.ragsidecar.client.RetrievalRequests.document;
 import static io.ragsidecar.client.RetrievalRequests.file;
 import static io.ragsidecar.client.RetrievalRequests.memory;
@@ -22,6 +25,7 @@ import dev.langchain4j.rag.query.Metadata;
 import dev.langchain4j.rag.query.Query;
 import io.ragsidecar.client.HitDocument;
 import io.ragsidecar.client.KnowledgeScope;
+import io.ragsidecar.client.Products;
 import io.ragsidecar.client.RagSidecarClient;
 import io.ragsidecar.client.ReadmeExamples;
 import io.ragsidecar.client.Reranker;
@@ -33,7 +37,6 @@ import io.ragsidecar.v1.KnowledgeEntry;
 import io.ragsidecar.v1.KnowledgeUse;
 import io.ragsidecar.v1.Target;
 import java.io.IOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -63,13 +66,6 @@ class LangChain4jPipelineTest {
   private static final KnowledgeEntry PRODUCTS = file("products", SEARCH, "products.jsonl").setTopK(5).build();
   private static final KnowledgeEntry NOTES = memory("notes", SEARCH).build();
   private static final Target SHOP = target("com.acme.Shop", List.of(PRODUCTS, NOTES));
-  private static final String TOASTER =
-      "The Toaster T4 browns four slices of bread at once and has a bagel setting.";
-  private static final List<String> OTHERS = List.of(
-      "The Kettle K1 holds 1.7 litres of water and brings it to the boil in three minutes.",
-      "The Blender X2 has a 900 watt motor, six speeds and crushes ice for smoothies.",
-      "The Grinder G3 grinds coffee beans with steel burrs in eighteen coarseness steps.",
-      "The Fridge F9 keeps groceries cold with 350 litres of space and an ice dispenser.");
 
   /** What the README example uses, imported as a host imports it. */
   private static final String README_IMPORTS = """
@@ -93,13 +89,7 @@ import io.ragsidecar.client.KnowledgeScope;
 
   @BeforeAll
   void start(@SidecarExtension.Options(ownKnowledge = true) Sidecar sidecar) throws IOException {
-    List<String> lines = new ArrayList<>();
-    String[] ids = {"kettle", "blender", "grinder", "fridge"};
-    for (int i = 0; i < ids.length; i++) {
-      lines.add("{\"id\": \"" + ids[i] + "\", \"text\": \"" + OTHERS.get(i) + "\"}");
-    }
-    lines.add("{\"id\": \"toaster\", \"text\": \"" + TOASTER + "\"}");
-    Files.write(sidecar.knowledgeRoot().resolve("products.jsonl"), lines);
+    Products.write(sidecar.knowledgeRoot());
     port = sidecar.port();
     client = sidecar.clientBuilder().defaultDeadline(Duration.ofSeconds(120)).awaitReady(Duration.ofSeconds(60))
         .build();
@@ -217,17 +207,7 @@ import io.ragsidecar.client.KnowledgeScope;
   @Test
   void aHostRerankerThatAnswersADocumentNotGivenFailsClearly() {
     // A host's own Reranker that references a third document when given two.
-    Reranker outOfRange = new Reranker() {
-      @Override
-      public boolean supports(String model) {
-        return true;
-      }
-
-      @Override
-      public List<RankedDocument> rerank(Request request) {
-        return List.of(new RankedDocument(2, "", 0.9f, 1f, null, 0));
-      }
-    };
+    Reranker outOfRange = answering(2);
     IllegalStateException broken = assertThrows(IllegalStateException.class, () -> SidecarScoringModel.of(outOfRange)
         .scoreAll(List.of(TextSegment.from(TOASTER), TextSegment.from(OTHERS.get(0))), "toast"));
     assertTrue(broken.getMessage().contains("index 2") && broken.getMessage().contains("2 documents"),

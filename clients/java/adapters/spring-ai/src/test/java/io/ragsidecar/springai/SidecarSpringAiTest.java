@@ -1,5 +1,6 @@
 package io.ragsidecar.springai;
 
+import static io.ragsidecar.client.HostRerankers.answering;
 import static io.ragsidecar.client.RetrievalRequests.directory;
 import static io.ragsidecar.client.RetrievalRequests.file;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -8,6 +9,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.ragsidecar.client.KnowledgeScope;
+import io.ragsidecar.client.Products;
 import io.ragsidecar.client.RagSidecarClient;
 import io.ragsidecar.client.ReadmeExamples;
 import io.ragsidecar.client.Reranker;
@@ -30,7 +32,6 @@ import java.util.Set;
 import java.util.logging.Logger;
 import java.util.logging.SimpleFormatter;
 import java.util.logging.StreamHandler;
-import java.util.stream.Collectors;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -60,14 +61,6 @@ class SidecarSpringAiTest {
   private static final KnowledgeEntry PRODUCTS = file("products", SEARCH, "products.jsonl").build();
   private static final KnowledgeEntry POLICY = directory("policy", SEARCH, "policy").build();
 
-  /** The records of products.jsonl, by id. */
-  private static final Map<String, String> PRODUCTS_JSONL = Map.of(
-      "kettle", "The Kettle K1 holds 1.7 litres of water and brings it to the boil in three minutes.",
-      "blender", "The Blender X2 has a 900 watt motor, six speeds and crushes ice for smoothies.",
-      "toaster", "The Toaster T4 browns four slices of bread at once and has a bagel setting.",
-      "grinder", "The Grinder G3 grinds coffee beans with steel burrs in eighteen coarseness steps.",
-      "fridge", "The Fridge F9 keeps groceries cold with 350 litres of space and an ice dispenser.");
-
   /** What the README example uses, imported as a host imports it. */
   private static final String README_IMPORTS = """
       import io.ragsidecar.client.KnowledgeScope;
@@ -90,9 +83,7 @@ class SidecarSpringAiTest {
   @BeforeAll
   void start(@SidecarExtension.Options(ownKnowledge = true) Sidecar sidecar) throws IOException {
     Path root = sidecar.knowledgeRoot();
-    write(root, "products.jsonl", PRODUCTS_JSONL.entrySet().stream()
-        .map(e -> "{\"id\": \"" + e.getKey() + "\", \"text\": \"" + e.getValue() + "\"}")
-        .collect(Collectors.joining("\n", "", "\n")));
+    Products.write(root);
     write(root, "policy/returns.md", "# Returns policy\n\nItems can be returned within 30 days of delivery.\n");
     port = sidecar.port();
     client = sidecar.clientBuilder().defaultDeadline(Duration.ofSeconds(120)).build();
@@ -137,7 +128,7 @@ class SidecarSpringAiTest {
             .documents(retrieved.stream().map(d -> Reranker.Document.of("", d.getText())).toList()).build())
         .stream().limit(2).map(r -> retrieved.get(r.index()).getText()).toList();
     assertEquals(bestTwo, context.stream().map(Document::getText).toList());
-    assertEquals(PRODUCTS_JSONL.get("toaster"), bestTwo.get(0));
+    assertEquals(Products.BY_ID.get("toaster"), bestTwo.get(0));
     assertEquals("toaster", context.get(0).getMetadata().get(SidecarDocumentRetriever.DOCUMENT_ID));
     assertTrue(context.get(0).getScore() >= context.get(1).getScore(), context::toString);
 
@@ -165,7 +156,7 @@ class SidecarSpringAiTest {
     String answer = (String) example.loadClass("readme.SpringAiExample").getMethod("answer", ChatModel.class,
         String.class).invoke(null, new EchoChatModel(), "Which appliance toasts four slices of bread?");
 
-    assertTrue(answer.contains(PRODUCTS_JSONL.get("toaster")), answer);
+    assertTrue(answer.contains(Products.BY_ID.get("toaster")), answer);
     List<String> left = Thread.getAllStackTraces().keySet().stream()
         .filter(t -> !before.contains(t) && t.isAlive() && !t.isDaemon()).map(Thread::getName).toList();
     assertEquals(List.of(), left, "threads that keep a plain main from exiting");
@@ -200,12 +191,12 @@ class SidecarSpringAiTest {
   void rerankingKeepsTopNOfTheGivenDocumentsEachOnceAfterScoring() {
     // The best document comes last and two documents share an id, as joined results of several retrievers may.
     List<Document> given = new ArrayList<>();
-    PRODUCTS_JSONL.forEach((id, text) -> {
+    Products.BY_ID.forEach((id, text) -> {
       if (!id.equals("grinder")) {
         given.add(Document.builder().id("same-id").text(text).build());
       }
     });
-    given.add(Document.builder().id("grinder").text(PRODUCTS_JSONL.get("grinder")).build());
+    given.add(Document.builder().id("grinder").text(Products.BY_ID.get("grinder")).build());
     Query query = new Query("grind coffee beans");
 
     List<Document> one = SidecarDocumentPostProcessor.builder(client).topN(1).build().process(query, given);
@@ -214,7 +205,7 @@ class SidecarSpringAiTest {
     List<Document> three = SidecarDocumentPostProcessor.builder(client).topN(3).build().process(query, given);
     assertEquals(3, three.size());
     assertEquals(3, three.stream().map(Document::getText).distinct().count());
-    assertTrue(three.stream().allMatch(d -> PRODUCTS_JSONL.containsValue(d.getText())));
+    assertTrue(three.stream().allMatch(d -> Products.BY_ID.containsValue(d.getText())));
     assertEquals(three.stream().sorted(Comparator.comparing(Document::getScore).reversed()).toList(), three);
 
     assertEquals(given.size(), SidecarDocumentPostProcessor.builder(client).build().process(query, given).size());
@@ -259,35 +250,14 @@ class SidecarSpringAiTest {
   @Test
   void aRerankerThatBreaksTheSpiFailsTheCall() {
     // A host's own Reranker implementation that answers one document twice: the adapter refuses the answer.
-    Reranker twice = new Reranker() {
-      @Override
-      public boolean supports(String model) {
-        return true;
-      }
-
-      @Override
-      public List<RankedDocument> rerank(Request request) {
-        RankedDocument first = new RankedDocument(0, "", 0.9f, 1f, null, 0);
-        return List.of(first, first);
-      }
-    };
+    Reranker twice = answering(0, 0);
     IllegalStateException broken = assertThrows(IllegalStateException.class,
         () -> SidecarDocumentPostProcessor.builder(twice).build()
             .process(new Query("bread"), List.of(new Document("a"), new Document("b"))));
     assertTrue(broken.getMessage().contains("twice"), broken.getMessage());
 
     // One that references a third document when given two.
-    Reranker outOfRange = new Reranker() {
-      @Override
-      public boolean supports(String model) {
-        return true;
-      }
-
-      @Override
-      public List<RankedDocument> rerank(Request request) {
-        return List.of(new RankedDocument(2, "", 0.9f, 1f, null, 0));
-      }
-    };
+    Reranker outOfRange = answering(2);
     broken = assertThrows(IllegalStateException.class, () -> SidecarDocumentPostProcessor.builder(outOfRange).build()
         .process(new Query("bread"), List.of(new Document("a"), new Document("b"))));
     assertTrue(broken.getMessage().contains("index 2") && broken.getMessage().contains("2 documents"),
