@@ -117,7 +117,7 @@ class Reranker:
                 )
             except QueryTooLong as err:
                 raise errors.invalid([Violation("query", str(err))]) from None
-            for i, score in zip(misses, batch.scores):
+            for i, score in zip(misses, batch.scores, strict=True):
                 scores[i] = score
                 self._cache.put(keys[i], score)
             outcome.tokenization_s, outcome.queue_s, outcome.inference_s = (
@@ -129,7 +129,7 @@ class Reranker:
         relevance = _cosine_relevance if isinstance(model, BiEncoder) else _sigmoid
         ranked = [
             Ranked(i, c, _f32(relevance(s.raw)), _f32(s.raw), s.best_window)
-            for i, (c, s) in enumerate(zip(request.documents, scores))
+            for i, (c, s) in enumerate(zip(request.documents, scores, strict=True))
             if s is not None
         ]
         outcome.truncated_documents = sum(1 for s in scores if s is not None and s.truncated)

@@ -93,7 +93,7 @@ class OnnxBackend:
         """
         alone = self.run(samples, pad_together=False)
         together = self.run(samples, pad_together=True)
-        worst = max(float(np.max(np.abs(a - b))) for a, b in zip(alone, together))
+        worst = max(float(np.max(np.abs(a - b))) for a, b in zip(alone, together, strict=True))
         self.batch_invariant_padding = worst <= BATCH_INVARIANCE_TOLERANCE
         log.info(
             "batch-invariance probe: max |alone - batched| = %.3g -> %s",

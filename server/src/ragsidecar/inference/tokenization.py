@@ -80,7 +80,7 @@ class TextEncoder:
                 stop.check()
             encodings += self._tokenizer.encode_batch(heads[start:end], add_special_tokens=False)
         if keep_tokens is not None and chars is not None:
-            for i, (text, head) in enumerate(zip(texts, heads)):
+            for i, (text, head) in enumerate(zip(texts, heads, strict=True)):
                 if len(head) < len(text) and len(encodings[i].ids) <= keep_tokens:  # the guess fell short
                     encodings[i] = self._encode_head(text, keep_tokens, chars * 4, stop)
         return encodings

@@ -125,7 +125,7 @@ def _encode_batch(tokenizer: tokenizers.Tokenizer, units: list[Unit]) -> Iterato
     if not units:
         return
     encodings = tokenizer.encode_batch([u.text for u in units], add_special_tokens=False)
-    for unit, encoding in zip(units, encodings):
+    for unit, encoding in zip(units, encodings, strict=True):
         yield unit, encoding.offsets, encoding.word_ids
 
 
@@ -142,7 +142,7 @@ def _encode_long(tokenizer: tokenizers.Tokenizer, text: str) -> tuple[Offsets, W
     encodings = tokenizer.encode_batch([text[a:b] for a, b in bounds], add_special_tokens=False)
     offsets: list[tuple[int, int]] = []
     word_ids: list[int | None] = []
-    for (base, _), encoding in zip(bounds, encodings):
+    for (base, _), encoding in zip(bounds, encodings, strict=True):
         offsets.extend([(s + base, e + base) for s, e in encoding.offsets])
         word_ids.extend(encoding.word_ids)
     return offsets, word_ids

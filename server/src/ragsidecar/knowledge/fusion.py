@@ -169,13 +169,13 @@ def interpolate(relevance: Sequence[float | None], retrieval: Sequence[float], r
     score is at most the head's lowest, its score is at most 0, below every reranked hit but a tie at 0."""
     if len(relevance) != len(retrieval):
         raise ValueError(f"{len(relevance)} relevance scores for {len(retrieval)} retrieval scores")
-    head = [(r, s) for r, s in zip(relevance, retrieval) if r is not None]
+    head = [(r, s) for r, s in zip(relevance, retrieval, strict=True) if r is not None]
     if not head:
         return [0.0] * len(retrieval)
     scale_relevance, scale_retrieval = _min_max([r for r, _ in head]), _min_max([s for _, s in head])
     return [
         rerank_weight * (0.0 if r is None else scale_relevance(r)) + (1.0 - rerank_weight) * scale_retrieval(s)
-        for r, s in zip(relevance, retrieval)
+        for r, s in zip(relevance, retrieval, strict=True)
     ]
 
 
