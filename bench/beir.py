@@ -96,24 +96,24 @@ from typing import Any
 
 import bm25s
 import grpc
+import ir_collections
 import msgspec
 import numpy as np
+
+from ragsidecar.config_loading import load_config
+from ragsidecar.inference.models import load_model
+from ragsidecar.knowledge import lexical
+from ragsidecar.knowledge.chunking import chunk_units
+from ragsidecar.knowledge.fusion import FUSIONS, FusionSettings, alternate, combine_reranked, fuse
+from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
+from ragsidecar.knowledge.sources.files import read_units
+from ragsidecar.v1 import common_pb2, reranker_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import retrieval_pb2 as pb
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import ir_collections  # noqa: E402
-from sidecar import Sidecar, default_config  # noqa: E402
-
-from ragsidecar.config_loading import load_config  # noqa: E402
-from ragsidecar.inference.models import load_model  # noqa: E402
-from ragsidecar.knowledge import lexical  # noqa: E402
-from ragsidecar.knowledge.chunking import chunk_units  # noqa: E402
-from ragsidecar.knowledge.fusion import FUSIONS, FusionSettings, alternate, combine_reranked, fuse  # noqa: E402
-from ragsidecar.knowledge.index import HybridIndex, IndexedChunk  # noqa: E402
-from ragsidecar.knowledge.sources.files import read_units  # noqa: E402
-from ragsidecar.v1 import common_pb2, reranker_pb2, retrieval_pb2_grpc  # noqa: E402
-from ragsidecar.v1 import retrieval_pb2 as pb
+from sidecar import Sidecar, default_config  # noqa: E402 - importable once tests/ is on sys.path
 
 RESULTS = REPO / "bench" / "results"
 KNOWLEDGE = RESULTS / "knowledge"
@@ -341,8 +341,8 @@ class Prepared:
         prefix = config.retrieval.query_prefix
         query_ids = list(data.queries)
         query_vectors = embedder.cached(f"{data.name}-queries", [prefix + data.queries[q] for q in query_ids])
-        self.query_vectors = dict(zip(query_ids, query_vectors))
-        chunks = [IndexedChunk(i, t, {}) for i, t in zip(data.doc_ids, data.doc_texts)]
+        self.query_vectors = dict(zip(query_ids, query_vectors, strict=True))
+        chunks = [IndexedChunk(i, t, {}) for i, t in zip(data.doc_ids, data.doc_texts, strict=True)]
         self.indexes = {
             lang: HybridIndex.build(
                 chunks,
@@ -372,7 +372,7 @@ class Prepared:
             for lang, index in self.indexes.items()
         }
         self.position = {d: i for i, d in enumerate(data.doc_ids)}
-        self.texts = dict(zip(data.doc_ids, data.doc_texts))  # what the reranker scores, by ranked key
+        self.texts = dict(zip(data.doc_ids, data.doc_texts, strict=True))  # what the reranker scores, by ranked key
         self._first: dict[FirstStage, dict[str, list[tuple[str, float]]]] = {}
         print(
             f"  [{data.name}] {len(data.doc_ids)} docs, {len(data.queries)} queries, lists in "
@@ -491,14 +491,14 @@ class Chunked:
         )
         per_document = collections.Counter(c.provenance.document_id for c in chunks)
         keys = [c.provenance.document_id if per_document[c.provenance.document_id] == 1 else c.id for c in chunks]
-        self.texts = {k: c.text for k, c in zip(keys, chunks)}
-        self.docs = {k: c.provenance.document_id for k, c in zip(keys, chunks)}
+        self.texts = {k: c.text for k, c in zip(keys, chunks, strict=True)}
+        self.docs = {k: c.provenance.document_id for k, c in zip(keys, chunks, strict=True)}
         self.chunks, self.split = len(chunks), sum(1 for n in per_document.values() if n > 1)
         vectors = embedder.cached(
             f"{self.data.name}-chunks-{retrieval.chunk_tokens}-{retrieval.chunk_overlap_tokens}",
             [c.text for c in chunks],
         )
-        indexed = [IndexedChunk(k, c.text, {}) for k, c in zip(keys, chunks)]
+        indexed = [IndexedChunk(k, c.text, {}) for k, c in zip(keys, chunks, strict=True)]
         self.indexes = {
             lang: HybridIndex.build(
                 indexed, vectors, threads=retrieval.index_threads, dtype=retrieval.index_dtype, lexical_language=lang
@@ -800,7 +800,7 @@ class Bench:
             "rerank picked (on the agreed first stage) | held out, sample: off | + picked rerank |",
             "|---|---|---|---|---|---|---|---|",
         )
-        for held, fold_first, fold_rerank in zip(self.prepared, firsts, reranks):
+        for held, fold_first, fold_rerank in zip(self.prepared, firsts, reranks, strict=True):
             sample = self.sample(held, True)
             self.out(
                 f"| {held.data.name} | {fold_first.label()} | {self.measure(held, Pipeline(fold_first))[0]:.3f} | "
@@ -848,7 +848,7 @@ class Bench:
         self.out(
             "",
             f"## Speed against quality: {pipeline.first.label()} + rerank {base.combination}"
-            f"{' w=%g' % base.weight if base.combination == 'interpolate' else ''}",
+            f"{f' w={base.weight:g}' if base.combination == 'interpolate' else ''}",
             "",
             "| set | depth | max_length | nDCG@10 all queries | nDCG@10 sample | R@100 sample | "
             "queries in sample | Search p50 ms (top_k 10) |",
@@ -866,7 +866,7 @@ class Bench:
                 self.out(
                     f"| {p.data.name} | {depth} | {max_length if depth else '-'} | {everything} | {ndcg:.3f} | "
                     f"{recall:.3f} | {len(sample)} | "
-                    f"{'%.0f' % latency if latency is not None else 'not measured'} |"
+                    f"{f'{latency:.0f}' if latency is not None else 'not measured'} |"
                 )
 
     def verdict(self, pipeline: Pipeline) -> None:
@@ -891,7 +891,7 @@ class Bench:
             "|---|" + "---|" * len(names),
         )
         for label, measured in rows:
-            cells = ("%.3f / %.3f" % self.measure(p, measured) for p in self.prepared)
+            cells = ("{:.3f} / {:.3f}".format(*self.measure(p, measured)) for p in self.prepared)
             self.out(f"| {label} | " + " | ".join(cells) + " |")
         self.out(
             "",
@@ -1008,6 +1008,7 @@ def through_rpc(
         started = time.perf_counter()
         search(stub, view.data, "warm-up", 1)
         print(f"  [{name}] the sidecar loaded the source in {time.perf_counter() - started:.0f} s", flush=True)
+        off: Run = {}  # the run without rerank (first), which a reranked sample is compared with on its queries
         for on in (False, True) if rerank_queries != 0 else (False,):
             options = {"rerank": True, "rerank_depth": rerank.depth} if on else {}
             sample = tuple(spread(list(view.data.queries), rerank_queries if on else None))
@@ -1027,7 +1028,8 @@ def through_rpc(
                 Pipeline(pipeline.first, rerank if on else None),
                 f"{1000 * statistics.median(times):.0f}",
             )
-            off = run
+            if not on:
+                off = run
         if latency_queries > 0:
             measure_latency(stub, view.data, rerank, latency_queries, latencies)
 
@@ -1085,7 +1087,7 @@ def reference_bm25(data: Collection) -> Run:
     index = bm25s.BM25(k1=0.9, b=0.4)
     index.index(lexical.terms(data.doc_texts, "english"), show_progress=False)
     run = {}
-    for q, query_terms in zip(data.queries, lexical.terms(list(data.queries.values()), "english")):
+    for q, query_terms in zip(data.queries, lexical.terms(list(data.queries.values()), "english"), strict=True):
         scores = index.get_scores(query_terms)
         run[q] = [data.doc_ids[i] for i in np.argsort(-scores, kind="stable")[:DEPTH]]
     return run
@@ -1143,7 +1145,7 @@ def quality_table(
         where = "" if data.name in rpc_sets else " (in-process)"
         bench.out(
             f"| {data.name}{where} | "
-            + " | ".join("%.3f / %.3f" % table[data.name][c] for c in columns)
+            + " | ".join("{:.3f} / {:.3f}".format(*table[data.name][c]) for c in columns)
             + f" | {same:.0%} | {stable:.0%} |"
         )
     means = {c: statistics.fmean(t[c][0] for t in table.values()) for c in columns}

@@ -14,24 +14,26 @@ rendering, fencing and the larger messages.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
 from pathlib import Path
 
+import ir_collections as ir_data
+
+from ragsidecar.v1 import chat_knowledge_pb2 as pb
+from ragsidecar.v1 import (
+    chat_knowledge_pb2_grpc,
+    retrieval_pb2_grpc,
+)
+from ragsidecar.v1 import retrieval_pb2 as rpb
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import ir_collections as ir_data  # noqa: E402
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, target  # noqa: E402
-from sidecar import Sidecar, default_config  # noqa: E402
-
-from ragsidecar.v1 import chat_knowledge_pb2 as pb  # noqa: E402
-from ragsidecar.v1 import (
-    chat_knowledge_pb2_grpc,
-    retrieval_pb2_grpc,  # noqa: E402
-)
-from ragsidecar.v1 import retrieval_pb2 as rpb
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, target  # noqa: E402 - importable once tests/ is on sys.path
+from sidecar import Sidecar, default_config  # noqa: E402 - importable once tests/ is on sys.path
 
 RESULTS = REPO / "bench" / "results"
 OWNERS, DOCUMENTS, TOP_K = 3, 200, 5
@@ -147,13 +149,13 @@ def main() -> None:
         )
         turns, three, one = [], [], []
         for claim in claims:
-            ground_ms, response = timed(lambda: chat.GroundTurn(turn_request(bindings, claim), timeout=60))
+            ground_ms, response = timed(functools.partial(chat.GroundTurn, turn_request(bindings, claim), timeout=60))
             assert all(o.document_count == TOP_K for o in response.owners), response.owners
             each = [
-                timed(lambda: retrieval.Search(search_request([f"log-{o}"], claim), timeout=60))[0]
+                timed(functools.partial(retrieval.Search, search_request([f"log-{o}"], claim), timeout=60))[0]
                 for o in range(OWNERS)
             ]
-            one.append(timed(lambda: retrieval.Search(search_request([], claim), timeout=60))[0])
+            one.append(timed(functools.partial(retrieval.Search, search_request([], claim), timeout=60))[0])
             turns.append(ground_ms)
             three.append(sum(each))
         print("| call | p50 ms | p95 ms |")
@@ -161,7 +163,9 @@ def main() -> None:
         print(row(f"GroundTurn: {OWNERS} owners, each searched through its binding", turns))
         print(row(f"{OWNERS} x Search, one per equivalent MEMORY source, sequential", three))
         print(row(f"1 x Search over the {OWNERS} MEMORY sources", one))
-        print(row("GroundTurn minus the 1 Search (grounding overhead)", [t - o for t, o in zip(turns, one)]))
+        print(
+            row("GroundTurn minus the 1 Search (grounding overhead)", [t - o for t, o in zip(turns, one, strict=True)])
+        )
     finally:
         server.stop()
 

@@ -16,15 +16,16 @@ import sys
 import time
 from pathlib import Path
 
+import ir_collections as ir_data
+
+from ragsidecar.v1 import retrieval_pb2 as pb
+from ragsidecar.v1 import retrieval_pb2_grpc
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import ir_collections as ir_data  # noqa: E402
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, params, target  # noqa: E402
-from sidecar import Sidecar, default_config  # noqa: E402
-
-from ragsidecar.v1 import retrieval_pb2 as pb  # noqa: E402
-from ragsidecar.v1 import retrieval_pb2_grpc
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, params, target  # noqa: E402 - importable once tests/ is on sys.path
+from sidecar import Sidecar, default_config  # noqa: E402 - importable once tests/ is on sys.path
 
 RESULTS = REPO / "bench" / "results"
 

@@ -18,17 +18,17 @@ import tempfile
 import threading
 from pathlib import Path
 
+import ir_collections
 import psutil
+
+from ragsidecar.v1 import reranker_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import retrieval_pb2 as rpb
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import ir_collections  # noqa: E402
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, target  # noqa: E402
-from sidecar import Sidecar, default_config  # noqa: E402
-
-from ragsidecar.v1 import reranker_pb2, retrieval_pb2_grpc  # noqa: E402
-from ragsidecar.v1 import retrieval_pb2 as rpb
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, target  # noqa: E402 - importable once tests/ is on sys.path
+from sidecar import Sidecar, default_config  # noqa: E402 - importable once tests/ is on sys.path
 
 MIB = 2**20
 

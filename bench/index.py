@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
 import os
@@ -74,7 +75,7 @@ def exact_top(data: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
 
 
 def recall(found: np.ndarray, truth: np.ndarray) -> float:
-    return float(np.mean([len(set(f) & set(t)) / len(t) for f, t in zip(found, truth)]))
+    return float(np.mean([len(set(f) & set(t)) / len(t) for f, t in zip(found, truth, strict=True)]))
 
 
 def latencies_ms(search, queries: np.ndarray) -> tuple[float, float]:
@@ -119,7 +120,7 @@ def bench_hnsw(count: int, n_queries: int) -> None:
         rate = count / (time.perf_counter() - start)
         found = hnsw.search(queries, K, threads=CPUS).keys
         rescored = recall(rescore(data, queries, hnsw.search(queries, RESCORE_DEPTH, threads=CPUS).keys), truth)
-        p50, p95 = latencies_ms(lambda q: hnsw.search(q, K, threads=1), queries)
+        p50, p95 = latencies_ms(functools.partial(hnsw.search, count=K, threads=1), queries)
         sweep = []
         for ef in (16, 32, 128, 256):  # the tradeoff around the default, for whoever retunes it
             hnsw.expansion_search = ef

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import grpc
 
+from ragsidecar.v1 import reranker_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import retrieval_pb2 as pb
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from conftest import retrieval_config  # noqa: E402
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, target  # noqa: E402
-from sidecar import Sidecar  # noqa: E402
-
-from ragsidecar.v1 import reranker_pb2, retrieval_pb2_grpc  # noqa: E402
-from ragsidecar.v1 import retrieval_pb2 as pb
+from conftest import retrieval_config  # noqa: E402 - importable once tests/ is on sys.path
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, target  # noqa: E402 - importable once tests/ is on sys.path
+from sidecar import Sidecar  # noqa: E402 - importable once tests/ is on sys.path
 
 BIG = 60 << 20
 

@@ -21,12 +21,12 @@ from pathlib import Path
 import grpc
 import psutil
 
+from ragsidecar.v1 import reranker_pb2
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from sidecar import Sidecar, default_config  # noqa: E402
-
-from ragsidecar.v1 import reranker_pb2  # noqa: E402
+from sidecar import Sidecar, default_config  # noqa: E402 - importable once tests/ is on sys.path
 
 MIB = 1024 * 1024
 

@@ -35,20 +35,20 @@ from pathlib import Path
 
 import bm25s
 import httpx
+import ir_collections as ir_data
 import numpy as np
 import onnxruntime as ort
 import psutil
 from tokenizers import Tokenizer
 
+from ragsidecar.v1 import reranker_pb2
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import ir_collections as ir_data  # noqa: E402
-from otlp_receiver import Receiver  # noqa: E402
-from otlp_receiver import start as start_receiver
-from sidecar import Sidecar, default_config, free_port  # noqa: E402
-
-from ragsidecar.v1 import reranker_pb2  # noqa: E402
+from otlp_receiver import Receiver  # noqa: E402 - importable once tests/ is on sys.path
+from otlp_receiver import start as start_receiver  # noqa: E402 - importable once tests/ is on sys.path
+from sidecar import Sidecar, default_config, free_port  # noqa: E402 - importable once tests/ is on sys.path
 
 MODEL = "ms-marco-MiniLM-L-12-v2"
 MODEL_DIR = REPO / "models" / MODEL
@@ -70,7 +70,7 @@ def workload(count: int) -> list[tuple[str, list[str]]]:
         k=DOCS_PER_REQUEST,
         show_progress=False,
     )
-    return [(queries[q], [corpus[ids[j]] for j in row]) for q, row in zip(chosen, hits)]
+    return [(queries[q], [corpus[ids[j]] for j in row]) for q, row in zip(chosen, hits, strict=True)]
 
 
 class RawOnnx:
@@ -95,7 +95,7 @@ class RawOnnx:
         scores = [0.0] * len(documents)
         for start in range(0, len(order), batch):
             chunk = order[start : start + batch]
-            for i, score in zip(chunk, self.run([encodings[i] for i in chunk])):
+            for i, score in zip(chunk, self.run([encodings[i] for i in chunk]), strict=True):
                 scores[i] = float(score)
         return scores
 
@@ -316,7 +316,9 @@ def main() -> None:
         print(f"sidecar-8 / best raw onnxruntime: {rows['sidecar-8']['pairs_per_s'] / best_raw:.2f}x")
         flashrank = rows["flashrank"]["pairs_per_s"]
         print(f"sidecar-8 / flashrank:            {rows['sidecar-8']['pairs_per_s'] / flashrank:.2f}x")
-        print(f"max |ort-batched - ort-single| logit: {max(abs(b - s) for b, s in zip(batched, single)):.2e}")
+        print(
+            f"max |ort-batched - ort-single| logit: {max(abs(b - s) for b, s in zip(batched, single, strict=True)):.2e}"
+        )
     print(f"max |sidecar - ort-single| logit: {max(abs(served[i] - s) for i, s in enumerate(single)):.2e}")
 
 

@@ -29,18 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import ir_collections
 import psutil
+
+from ragsidecar.v1 import chat_knowledge_pb2 as cpb
+from ragsidecar.v1 import chat_knowledge_pb2_grpc, common_pb2, reranker_pb2, reranker_pb2_grpc, retrieval_pb2_grpc
+from ragsidecar.v1 import retrieval_pb2 as pb
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import ir_collections  # noqa: E402
-from retrieval_helpers import PRINCIPAL, entry, llm, target  # noqa: E402
-from sidecar import Sidecar, default_config  # noqa: E402
-
-from ragsidecar.v1 import chat_knowledge_pb2 as cpb  # noqa: E402
-from ragsidecar.v1 import chat_knowledge_pb2_grpc, common_pb2, reranker_pb2, reranker_pb2_grpc, retrieval_pb2_grpc  # noqa: E402
-from ragsidecar.v1 import retrieval_pb2 as pb
+from retrieval_helpers import PRINCIPAL, entry, llm, target  # noqa: E402 - importable once tests/ is on sys.path
+from sidecar import Sidecar, default_config  # noqa: E402 - importable once tests/ is on sys.path
 
 FILE_DOCUMENTS = 400  # documents of the FILE source every Search also searches
 BINDING_DOCUMENTS = 100  # each client's chat binding corpus

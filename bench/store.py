@@ -70,30 +70,29 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import ir_collections
 import numpy as np
 import psutil
+from beir import Embedder, read_collection
+from index import exact_top, recall
+
+from ragsidecar.config_loading import load_config
+from ragsidecar.knowledge.chunking import Chunk
+from ragsidecar.knowledge.declarations import Scope
+from ragsidecar.knowledge.fusion import FusionSettings
+from ragsidecar.knowledge.index import Hit
+from ragsidecar.knowledge.sources.units import Unit
+from ragsidecar.store.embedded import EmbeddedDocuments
+from ragsidecar.store.interface import DocumentStore, MemoryDocument, Prepared
+from ragsidecar.store.resident import ResidentIndexes
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
-sys.path.insert(0, str(REPO / "tests"))
-
-import ir_collections  # noqa: E402
+sys.path.insert(0, str(REPO / "tests"))  # tests/postgres.py, imported when a run measures the postgres store
 
 if not (ir_collections.IR_ROOT / "scifact" / "corpus.jsonl.gz").is_file():
     ir_collections.IR_ROOT = REPO / "tests" / "data"  # the vendored subset: the same layout, 390 abstracts
 
-from beir import Embedder, read_collection  # noqa: E402
-from index import exact_top, recall  # noqa: E402
-
-from ragsidecar.config_loading import load_config  # noqa: E402
-from ragsidecar.knowledge.chunking import Chunk  # noqa: E402
-from ragsidecar.knowledge.declarations import Scope  # noqa: E402
-from ragsidecar.knowledge.fusion import FusionSettings  # noqa: E402
-from ragsidecar.knowledge.index import Hit  # noqa: E402
-from ragsidecar.knowledge.sources.units import Unit  # noqa: E402
-from ragsidecar.store.embedded import EmbeddedDocuments  # noqa: E402
-from ragsidecar.store.interface import DocumentStore, MemoryDocument, Prepared  # noqa: E402
-from ragsidecar.store.resident import ResidentIndexes  # noqa: E402
 
 K = 10
 NOISE = 0.3

@@ -13,14 +13,14 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+import ragsidecar
+from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import retrieval_pb2 as pb
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))  # tests/: the harness
 
-from sidecar import MODELS, Sidecar  # noqa: E402
-
-import ragsidecar  # noqa: E402
-from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc  # noqa: E402
-from ragsidecar.v1 import retrieval_pb2 as pb
+from sidecar import MODELS, Sidecar  # noqa: E402 - importable once tests/ is on sys.path
 
 PRINCIPAL = common_pb2.Principal(id="agent-host")
 # (tenant, session, source) -> {id: (text, metadata)}: two tenants, a tenant-wide partition, look-alike scopes,
