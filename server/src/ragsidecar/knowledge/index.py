@@ -17,6 +17,7 @@ read by rebuilding both sides from its vectors and chunk texts: an upgrade re-em
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import logging
 import os
@@ -62,6 +63,8 @@ _DENSE = "dense.usearch"
 _BM25 = "bm25"
 _MANIFEST = "manifest.json"
 _HASH_BLOCK = 1 << 20
+# RRF at k 60: the fusion of a search that names none, and of one list alone (its own ranks).
+_DEFAULT_FUSION = FusionSettings()
 # `.NAME.tmp-<pid>-...` (a save in progress, or killed) and `.NAME.old-<pid>-...` (the index a save set aside).
 _STRAY = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<tag>.*)")
 
@@ -141,16 +144,23 @@ class _Slots:
             self.vectors = grown
         self.vectors[first:needed] = vectors
         self.chunks += chunks
-        self.of_key.update(zip(keys, range(first, needed)))
+        self.of_key.update(zip(keys, range(first, needed), strict=True))
         self.text_chars += sum(len(c.text) for c in chunks)
         return np.arange(first, needed, dtype=np.int64)
 
     def release(self, keys: Iterable[str]) -> list[int]:
         slots = [slot for key in keys if (slot := self.of_key.pop(key, None)) is not None]
         for slot in slots:
-            self.text_chars -= len(self.chunks[slot].text)  # type: ignore[union-attr]
+            self.text_chars -= len(self.live_chunk(slot).text)
             self.chunks[slot] = None
         return slots
+
+    def live_chunk(self, slot: int) -> IndexedChunk:
+        """The chunk of a slot a key or a search names (never a released one)."""
+        chunk = self.chunks[slot]
+        if chunk is None:
+            raise LookupError(f"index slot {slot} was released")
+        return chunk
 
     def restore(self, records: list[dict[str, Any] | None], vectors: np.ndarray) -> None:
         """The slots as a save wrote them (records of dead slots are None)."""
@@ -163,7 +173,7 @@ class _Slots:
         """Keys, chunks and vectors of the live slots, in slot order."""
         order = sorted(self.of_key.items(), key=lambda item: item[1])
         slots = [slot for _, slot in order]
-        return [key for key, _ in order], [self.chunks[s] for s in slots], self.vectors[slots]  # type: ignore[misc]
+        return [key for key, _ in order], [self.live_chunk(s) for s in slots], self.vectors[slots]
 
 
 class HybridIndex:
@@ -187,7 +197,7 @@ class HybridIndex:
         self._hnsw = self._settings.hnsw()
         self._lexical = Lexical(lexical_language)
         # While a compaction builds: the changes made meanwhile, replayed onto its result before the swap.
-        self._changes_during_compaction: list[Callable[[HybridIndex], None]] | None = None
+        self._changes_during_compaction: list[Callable[[HybridIndex], object]] | None = None
 
     @classmethod
     def build(
@@ -279,7 +289,7 @@ class HybridIndex:
         self._lexical.remove(slots)
         return len(slots)
 
-    def _record(self, change: Callable[[HybridIndex], None]) -> None:
+    def _record(self, change: Callable[[HybridIndex], object]) -> None:
         if self._changes_during_compaction is not None:
             self._changes_during_compaction.append(change)
 
@@ -376,7 +386,7 @@ class HybridIndex:
         candidates: int = 50,
         use_dense: bool = True,
         use_lexical: bool = True,
-        fusion: FusionSettings = FusionSettings(),
+        fusion: FusionSettings = _DEFAULT_FUSION,
     ) -> list[Hit]:
         """Best `k` chunks by `fusion` of the dense and BM25 top-`candidates` lists (ties: higher cosine first).
         `use_dense` / `use_lexical` pick the lists searched (dense-only or lexical-only retrieval: that list's
@@ -400,16 +410,17 @@ class HybridIndex:
                     lexical = self._lexical.top(query_text or "", depth)
                     span.set(hits=len(lexical))
             with tracing.span("fusion", dense_hits=len(dense), lexical_hits=len(lexical)) as span:
-                fused = fuse(dense, lexical, fusion if use_dense and use_lexical else FusionSettings())
+                fused = fuse(dense, lexical, fusion if use_dense and use_lexical else _DEFAULT_FUSION)
                 span.set(hits=min(k, len(fused)))
+            contenders = _contenders(fused, k)
             cosines = dict(dense)
-            missing = [p for p in fused if p not in cosines]
+            missing = [p for p in contenders if p not in cosines]
             if missing:  # BM25-only candidates still get an exact cosine
-                cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist()))
-            chunks = self._slots.chunks
+                cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist(), strict=True))
+            chunk = self._slots.live_chunk
             bm25 = dict(lexical)
-            order = sorted(fused, key=lambda p: (-fused[p], -cosines[p], chunks[p].id))[:k]  # type: ignore[union-attr]
-            hits = [Hit(chunks[p], float(cosines[p]), bm25.get(p), fused[p]) for p in order]  # type: ignore[arg-type]
+            order = sorted(contenders, key=lambda p: (-fused[p], -cosines[p], chunk(p).id))[:k]
+            hits = [Hit(chunk(p), float(cosines[p]), bm25.get(p), fused[p]) for p in order]
             if len(hits) < k and depth < live:
                 hits += self._beyond(fused, query, query_text, min(k, live), use_dense, use_lexical)[: k - len(hits)]
             return hits
@@ -427,13 +438,10 @@ class HybridIndex:
         cosines, bm25 = dict(dense), dict(lexical)
         missing = [p for p in rest if p not in cosines]
         if missing:
-            cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist()))
-        floor, chunks = min(head.values(), default=0.0), self._slots.chunks
+            cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist(), strict=True))
+        floor, chunk = min(head.values(), default=0.0), self._slots.live_chunk
         step = abs(floor) * 1e-6 or 1e-6
-        return [
-            Hit(chunks[p], float(cosines[p]), bm25.get(p), floor - (i + 1) * step)  # type: ignore[arg-type]
-            for i, p in enumerate(rest)
-        ]
+        return [Hit(chunk(p), float(cosines[p]), bm25.get(p), floor - (i + 1) * step) for i, p in enumerate(rest)]
 
     def _unit_query(self, query_vector: np.ndarray) -> np.ndarray:
         query = np.asarray(query_vector, dtype=np.float32).reshape(-1)
@@ -645,7 +653,8 @@ def _remove_strays(folder: Path) -> None:
     """Temp and set-aside folders left by earlier crashed saves of this folder (not another live process's)."""
     for pattern in (f".{folder.name}.tmp-*", f".{folder.name}.old-*"):
         for stray in folder.parent.glob(pattern):
-            if leftovers.orphaned(_STRAY.fullmatch(stray.name)["tag"]):
+            match = _STRAY.fullmatch(stray.name)
+            if match and leftovers.orphaned(match["tag"]):
                 shutil.rmtree(stray, ignore_errors=True)
 
 
@@ -657,7 +666,9 @@ def sweep(index_dir: Path) -> tuple[int, int]:
     A complete index that names no source was written by an earlier version under a key no longer used."""
     if not index_dir.is_dir():
         return 0, 0
-    removed = [_sweep_stray(path) for path in sorted(index_dir.iterdir()) if _STRAY.fullmatch(path.name)]
+    removed = [
+        _sweep_stray(path, stray) for path in sorted(index_dir.iterdir()) if (stray := _STRAY.fullmatch(path.name))
+    ]
     newest: dict[str, list[Path]] = {}
     for path in sorted(index_dir.iterdir()):
         if path.name.startswith(".") or not path.is_dir():
@@ -670,13 +681,12 @@ def sweep(index_dir: Path) -> tuple[int, int]:
     for paths in newest.values():
         paths.sort(key=lambda p: (p / _MANIFEST).stat().st_mtime_ns)
         removed += [leftovers.remove(p) for p in paths[:-1]]
-    removed = [size for size in removed if size is not None]
-    return len(removed), sum(removed)
+    sizes = [size for size in removed if size is not None]
+    return len(sizes), sum(sizes)
 
 
-def _sweep_stray(path: Path) -> int | None:
+def _sweep_stray(path: Path, stray: re.Match[str]) -> int | None:
     """Bytes removed, or None when the stray was kept (its writer lives) or put back."""
-    stray = _STRAY.fullmatch(path.name)
     if not leftovers.orphaned(stray["tag"]):
         return None
     home = path.parent / stray["name"]
@@ -708,6 +718,16 @@ def _readable_folder(folder: Path) -> Path:
 
 
 # ---- manifest and checksums ------------------------------------------------------------------------------
+
+
+def _contenders(fused: dict[int, float], k: int) -> list[int]:
+    """The candidates that can be among the `k` best fused scores: those at or above the k-th best. Only they are
+    sorted by the full key (score, cosine, chunk id) and given a cosine they lack: a search fuses up to 200
+    candidates for a k of 10, and sorting them all cost a sixth of a search at 100k chunks."""
+    if len(fused) <= k:
+        return list(fused)
+    kth = heapq.nlargest(k, fused.values())[-1]
+    return [p for p, score in fused.items() if score >= kth]
 
 
 def _write_manifest(folder: Path, header: dict[str, Any]) -> None:
