@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 
@@ -366,7 +367,7 @@ def test_malformed_turns_are_invalid_with_one_violation_per_problem(retrieval_si
         ("bindings[4]", "not an enabled SEARCH entry"),
     ]
     assert len(found) == len(expected)
-    for (field, description), (want_field, want_text) in zip(found, expected):
+    for (field, description), (want_field, want_text) in zip(found, expected, strict=True):
         assert field == want_field and want_text in description, (field, description)
     # A declared binding that matches its entry passes.
     ok = open_binding(retrieval_sidecar, at, "ada", "notes", [("n1", "Bob prefers Saturday delivery.")], top_k=3)
@@ -496,7 +497,7 @@ def test_append_invalidate_and_reset_change_what_the_next_turn_sees(retrieval_si
         ([("a", "x"), ("a", "y")], "documents[1].id"),
         ([("b", "  ")], "documents[0].text"),
     ):
-        err = raised(lambda: append(retrieval_sidecar, at, binding, "ada", documents))
+        err = raised(functools.partial(append, retrieval_sidecar, at, binding, "ada", documents))
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and field in {f for f, _ in error_details(err)[1]}
     err = raised(lambda: append(retrieval_sidecar, at, binding, "ada", [(f"d{i}", "x") for i in range(1001)]))
     assert error_details(err)[0].reason == "LIMIT_EXCEEDED"

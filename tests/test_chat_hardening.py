@@ -3,6 +3,7 @@ handles and bounds, non-finite extras, bad deadlines, look-alike angle brackets,
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -83,7 +84,7 @@ def test_sizes_over_the_caps_are_refused_and_sizes_under_them_answered(retrieval
     }
     for field, fields in over.items():
         messages = fields.pop("messages", None)
-        assert field in invalid_fields(lambda: ground(retrieval_sidecar, messages, **fields)), field
+        assert field in invalid_fields(functools.partial(ground, retrieval_sidecar, messages, **fields)), field
     # The hostile turns, within the caps: 400 KB of unclosed markers, and 5,000 entries x 2,000 roots.
     unclosed = "You are Ada." + MARKER * (400_000 // len(MARKER))
     response = ground(
@@ -106,14 +107,16 @@ def test_non_finite_extras_and_invalid_deadlines_are_invalid_arguments(retrieval
         call = message("assistant")
         call.extra.update({"tool_calls": [{"id": "c1", "score": number}]})
         messages = [message("system", "s"), call, message("user", "hi")]
-        assert invalid_fields(lambda: ground(retrieval_sidecar, messages)) == {"conversation[1].extra"}
+        assert invalid_fields(functools.partial(ground, retrieval_sidecar, messages)) == {"conversation[1].extra"}
     turn = dict(
         owners=[owner("ada", [entry("p", "INLINE", "DIRECT", inline_text="Be kind.", max_tokens=10)])], llm=llm()
     )
     for seconds, nanos in ((253_402_300_800, 0), (-62_135_596_801, 0), (10, -1), (10, 1_000_000_000)):
         late = context(at)
         late.deadline.seconds, late.deadline.nanos = seconds, nanos
-        assert invalid_fields(lambda: ground(retrieval_sidecar, context=late, **turn)) == {"context.deadline"}
+        assert invalid_fields(functools.partial(ground, retrieval_sidecar, context=late, **turn)) == {
+            "context.deadline"
+        }
     # The edges of the valid range are deadlines like any other: far future, and long past (spent).
     for seconds in (253_402_300_799, -62_135_596_800):
         edge = context(at)
@@ -274,7 +277,7 @@ def test_bindings_are_used_only_with_their_handle(retrieval_sidecar: Sidecar) ->
     assert "scope" in invalid_fields(lambda: ground(retrieval_sidecar, **unscoped, scope=globex, context=context(acme)))
     for bad in ("a\x00b", "x" * 257):
         request = pb.OpenBindingRequest(principal=PRINCIPAL, scope=acme, owner_id=bad, source="orders")
-        assert invalid_fields(lambda: chat.OpenBinding(request, timeout=30)) == {"owner_id"}
+        assert invalid_fields(functools.partial(chat.OpenBinding, request, timeout=30)) == {"owner_id"}
 
 
 def test_open_bindings_are_bounded_and_counted(make_sidecar) -> None:
@@ -346,7 +349,7 @@ def test_owner_knowledge_names_are_checked_as_ids(retrieval_sidecar: Sidecar) ->
             context=context(at),
             llm=llm(),
         )
-        assert invalid_fields(lambda: ground(retrieval_sidecar, **turn)) == {"owners[0].knowledge[0].name"}
+        assert invalid_fields(functools.partial(ground, retrieval_sidecar, **turn)) == {"owners[0].knowledge[0].name"}
 
 
 def test_prepare_chat_knowledge_checks_agent_id_as_a_caller_id(retrieval_sidecar: Sidecar) -> None:
@@ -363,7 +366,7 @@ def test_prepare_chat_knowledge_checks_agent_id_as_a_caller_id(retrieval_sidecar
         )
 
     for bad in ("", "agent\0one", "agent\x1b[2J", "a" * (MAX_ID_CHARS + 1), "a" * (8 << 20)):
-        assert invalid_fields(lambda: prepare(bad)) == {"agent_id"}
+        assert invalid_fields(functools.partial(prepare, bad)) == {"agent_id"}
     assert [b.source for b in prepare("a" * MAX_ID_CHARS).blocks] == ["greeting"]
 
 
@@ -379,6 +382,6 @@ def test_append_past_the_request_or_store_bytes_is_limit_exceeded_and_changes_no
         ("y" * 3500, grpc.StatusCode.INVALID_ARGUMENT),
         ("z" * 2500, grpc.StatusCode.RESOURCE_EXHAUSTED),
     ):
-        err = raised(lambda: append(server, at, binding, "ada", [("b", text)]))
+        err = raised(functools.partial(append, server, at, binding, "ada", [("b", text)]))
         assert (err.code(), error_details(err)[0].reason) == (code, "LIMIT_EXCEEDED"), err.details()
     assert append(server, at, binding, "ada", [("a", "w" * 2500)]).document_count == 1  # still just "a"

@@ -13,6 +13,7 @@ message size); the data is generated here, seeded.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import time
@@ -115,7 +116,7 @@ def probe_health_during(server: Sidecar, start: Callable[[grpc.Channel], grpc.Fu
             marks.append(server_cpu_s(server))
     marks.append(server_cpu_s(server))
     response = future.result()  # a refused heavy request fails the test here, with its status
-    stretches = [later - earlier for earlier, later in zip(marks, marks[1:])]
+    stretches = [later - earlier for earlier, later in itertools.pairwise(marks)]
     return response, Probe(answered, marks[-1] - marks[0], max(stretches))
 
 

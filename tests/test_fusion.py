@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -57,5 +58,5 @@ def test_alternate_takes_a_rank_of_each_list_at_a_time_each_key_once() -> None:
 def test_alternating_deeper_lists_only_adds_keys_after_those_of_shallower_ones() -> None:
     dense, lexical = list("abcdefgh"), list("dzaybxcw")
     merges = [alternate(dense[:n], lexical[:n]) for n in range(len(dense) + 1)]
-    for shallow, deep in zip(merges, merges[1:]):
+    for shallow, deep in itertools.pairwise(merges):
         assert deep[: len(shallow)] == shallow

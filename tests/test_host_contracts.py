@@ -3,6 +3,7 @@ must answer as the host's in-process runtime does, and the limits it documents (
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,7 +78,7 @@ def test_an_entry_without_location_never_reads_the_knowledge_root(server: Sideca
     ]
     for must_load in unlocated:
         err = refused(
-            lambda: enforce(server, [must_load], ["all"], params=params(q="vault code")),
+            functools.partial(enforce, server, [must_load], ["all"], params=params(q="vault code")),
             grpc.StatusCode.FAILED_PRECONDITION,
             "KNOWLEDGE_NOT_READY",
         )
@@ -227,10 +228,10 @@ def test_zero_limits_unknown_enums_and_non_finite_params_are_refused(server: Sid
         strange = pb.KnowledgeEntry()
         strange.CopyFrom(PERSONA)
         setattr(strange, field, value)
-        err = refused(lambda: enforce(server, [strange], ["persona"]), invalid, "INVALID_REQUEST")
+        err = refused(functools.partial(enforce, server, [strange], ["persona"]), invalid, "INVALID_REQUEST")
         assert error_details(err)[1][0][0] == f"target.knowledge[0].{field}"
         validate = pb.ValidateConfigurationRequest(principal=PRINCIPAL, scope=SCOPE, target=target([strange]))
-        refused(lambda: stub(server).ValidateConfiguration(validate, timeout=60), invalid, "INVALID_REQUEST")
+        refused(functools.partial(stub(server).ValidateConfiguration, validate, timeout=60), invalid, "INVALID_REQUEST")
     reorder = pb.SearchRequest(
         principal=PRINCIPAL,
         scope=SCOPE,
@@ -242,7 +243,7 @@ def test_zero_limits_unknown_enums_and_non_finite_params_are_refused(server: Sid
     for number in (float("nan"), float("inf"), float("-inf")):
         value = struct_pb2.Value(list_value=struct_pb2.ListValue(values=[struct_pb2.Value(number_value=number)]))
         odd = enforce_request([PERSONA], ["persona"], params=[pb.Param(name="n", value=value)])
-        err = refused(lambda: stub(server).Enforce(odd, timeout=60), invalid, "INVALID_REQUEST")
+        err = refused(functools.partial(stub(server).Enforce, odd, timeout=60), invalid, "INVALID_REQUEST")
         assert error_details(err)[1][0][0] == "params[0].value"
 
 
@@ -257,7 +258,7 @@ def test_prepare_chat_knowledge_refuses_a_path_outside_the_roots(server: Sidecar
             entries=[entry("escape", "FILE", "DIRECT", path)],
         )
         refused(
-            lambda: stub(server).PrepareChatKnowledge(request, timeout=60),
+            functools.partial(stub(server).PrepareChatKnowledge, request, timeout=60),
             grpc.StatusCode.PERMISSION_DENIED,
             "PATH_OUTSIDE_ROOTS",
         )
@@ -292,23 +293,30 @@ def test_knowledge_and_action_names_are_checked_as_ids_before_anything_is_read(s
         builds = server.metric("ragsidecar_index_loads_total", how="built")
         # A path outside the roots would be PERMISSION_DENIED: the names are refused before any path is looked at.
         calls = {
-            "Enforce": lambda: stub(server).Enforce(
+            "Enforce": functools.partial(
+                stub(server).Enforce,
                 enforce_request([named], [bad], params=params(q="heart"), resolved_paths={bad: "/etc/hostname"}),
                 timeout=60,
             ),
-            "Search": lambda: stub(server).Search(
-                pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([named]), query="heart"), timeout=60
+            "Search": functools.partial(
+                stub(server).Search,
+                pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target([named]), query="heart"),
+                timeout=60,
             ),
-            "RequireLoaded": lambda: stub(server).RequireLoaded(
+            "RequireLoaded": functools.partial(
+                stub(server).RequireLoaded,
                 pb.RequireLoadedRequest(
                     principal=PRINCIPAL, scope=SCOPE, target=target([SCIENCE]), outer=[named], names=[bad]
                 ),
                 timeout=60,
             ),
-            "RequireReady": lambda: stub(server).RequireReady(
-                pb.RequireReadyRequest(principal=PRINCIPAL, scope=SCOPE, target=target([named])), timeout=60
+            "RequireReady": functools.partial(
+                stub(server).RequireReady,
+                pb.RequireReadyRequest(principal=PRINCIPAL, scope=SCOPE, target=target([named])),
+                timeout=60,
             ),
-            "PrepareChatKnowledge": lambda: stub(server).PrepareChatKnowledge(
+            "PrepareChatKnowledge": functools.partial(
+                stub(server).PrepareChatKnowledge,
                 pb.PrepareChatKnowledgeRequest(
                     principal=PRINCIPAL,
                     scope=SCOPE,
@@ -318,7 +326,8 @@ def test_knowledge_and_action_names_are_checked_as_ids_before_anything_is_read(s
                 ),
                 timeout=60,
             ),
-            "Enforce, action name": lambda: stub(server).Enforce(
+            "Enforce, action name": functools.partial(
+                stub(server).Enforce,
                 pb.EnforceRequest(
                     principal=PRINCIPAL,
                     scope=SCOPE,

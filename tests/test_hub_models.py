@@ -315,7 +315,8 @@ def test_hub_entries_of_each_export_layout_rerank_in_order_through_the_server(ma
                 reranker_pb2.RerankDocument(text=t)
                 for t in (
                     "New York City is famous for the Metropolitan Museum of Art.",
-                    "Berlin has a population of 3,520,031 registered inhabitants in an area of 891.82 square kilometers.",
+                    "Berlin has a population of 3,520,031 registered inhabitants "
+                    "in an area of 891.82 square kilometers.",
                 )
             ],
         ),
@@ -347,7 +348,8 @@ def test_hub_entries_of_each_export_layout_rerank_in_order_through_the_server(ma
         (
             Layout("nli", "bert", type_ids=True, logits="[B,3]"),
             True,
-            "a cross-encoder's first output must be logits shaped [B], [B,1] or [B,2]; this one has rank 2, last axis 3",
+            "a cross-encoder's first output must be logits shaped [B], [B,1] or [B,2]; "
+            "this one has rank 2, last axis 3",
         ),
         (
             Layout("per-token", "bert", type_ids=True, logits="[B,T]"),

@@ -8,6 +8,7 @@ provoked from outside.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import signal
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 from prometheus_client import REGISTRY
 from sidecar import MODELS, Sidecar, default_config, error_details
 from test_reranker import docs, rerank_load
@@ -123,7 +125,7 @@ def test_head_encoding_gives_the_first_tokens_of_the_whole_text(model: str) -> N
     for keep in (10, 500, 2000):
         heads = encoder.encode(texts, keep_tokens=keep)
         wholes = encoder.encode(texts)
-        for text, head, whole in zip(texts, heads, wholes):
+        for text, head, whole in zip(texts, heads, wholes, strict=True):
             assert head.ids == whole.ids[: len(head.ids)], (model, keep, text[:40])
             assert len(head.ids) > keep or head.ids == whole.ids, (model, keep, text[:40])
 
@@ -206,7 +208,7 @@ def test_a_failing_worker_fails_its_requests_and_keeps_serving(bi_encoder) -> No
             with pytest.raises(TypeError):
                 await queue.submit([unsized])
             out_of_vocabulary = ModelInput(np.array([10**9], dtype=np.int64), np.zeros(1, dtype=np.int64))
-            with pytest.raises(Exception):  # onnxruntime refuses the run
+            with pytest.raises(InvalidArgument):  # onnxruntime refuses the run
                 await queue.submit([out_of_vocabulary])
             assert failures("supervised") - before == 2
             result = await asyncio.wait_for(queue.submit(good), 60)
@@ -278,19 +280,17 @@ def test_replaced_models_are_unloaded_after_their_last_request(make_sidecar) -> 
     config["server"]["config_poll_s"] = 0.0  # SIGHUP alone reloads
     server = make_sidecar(config).start()
     loaded = lambda: server.metric("ragsidecar_loaded_model_instances")  # noqa: E731
+
+    def reloaded(generation: int) -> bool:
+        return server.reranker().ListModels(reranker_pb2.ListModelsRequest(), timeout=30).generation >= generation
+
     assert loaded() == 2
     with rerank_load(server, clients=3, documents=16) as outcomes:
         for generation, max_length in enumerate((384, 512, 256), start=1):
             server.config["models"][0]["max_length"] = max_length
             server.write_config()
             server.signal(1)  # SIGHUP
-            wait_for(
-                lambda: (
-                    server.reranker().ListModels(reranker_pb2.ListModelsRequest(), timeout=30).generation >= generation
-                ),
-                "the reload never finished",
-                server,
-            )
+            wait_for(functools.partial(reloaded, generation), "the reload never finished", server)
     wait_for(lambda: loaded() == 2, "replaced models were never unloaded", server)
     assert outcomes and set(outcomes) == {"ok"}, {o: outcomes.count(o) for o in set(outcomes)}
 

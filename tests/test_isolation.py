@@ -4,6 +4,7 @@ read or written; partitions persisted under the old file names survive the upgra
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -85,7 +86,7 @@ def test_ids_with_control_characters_or_too_long_are_refused_before_anything_is_
     }
     for field, overrides in cases.items():
         args = {"scope": SCOPE, "doc_id": "d1", "text": "Bob prefers Saturdays.", **overrides}
-        assert refused(lambda: upsert(server, **args)) == (
+        assert refused(functools.partial(upsert, server, **args)) == (
             grpc.StatusCode.INVALID_ARGUMENT,
             "INVALID_REQUEST",
             [field],

@@ -32,7 +32,8 @@ def small_tiers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def fresh_scores(live: dict[int, str], query: str, language: str = "english") -> dict[int, float]:
-    """bm25s (as the index used it before: lucene, at the index's k1 and b) built on the live texts: slot -> score > 0."""
+    """bm25s (as the index used it before: lucene, at the index's k1 and b) built on the live texts:
+    slot -> score > 0."""
     slots = sorted(live)
     model = bm25s.BM25(k1=lexical.K1, b=lexical.B)
     model.index(terms([live[s] for s in slots], language), show_progress=False)
@@ -49,7 +50,7 @@ def assert_same_ranking(index: Lexical, live: dict[int, str], query: str, count:
     found = index.top(query, count)
     best = sorted(expected.items(), key=lambda item: (-item[1], item[0]))[:count]
     assert len(found) == len(best), query
-    for (slot, score), (_, fresh) in zip(found, best):
+    for (slot, score), (_, fresh) in zip(found, best, strict=True):
         assert score == pytest.approx(expected[slot], rel=RELATIVE), (query, slot)
         assert score == pytest.approx(fresh, rel=RELATIVE), query  # the same order: ties aside
     assert found == sorted(found, key=lambda item: (-item[1], item[0]))
@@ -67,7 +68,7 @@ def test_random_adds_replacements_and_removals_score_as_a_fresh_build(small_tier
             slots = [rng.randrange(300) for _ in range(rng.randint(1, 6))]
             texts = [rng.choice(ABSTRACTS) for _ in slots]
             index.add(slots, texts)
-            live.update(zip(slots, texts))
+            live.update(zip(slots, texts, strict=True))
         elif roll < 0.9:  # removals, absent slots among them
             slots = [rng.randrange(320) for _ in range(rng.randint(1, 8))]
             index.remove(slots)
@@ -240,7 +241,7 @@ def truncate_vocabulary(folder: Path) -> None:
 def test_load_refuses_damaged_files(tmp_path: Path, damage) -> None:
     Lexical.build(ABSTRACTS[:40], "english").save(tmp_path)
     damage(tmp_path)
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         Lexical.load(tmp_path, "english")
 
 

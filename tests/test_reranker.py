@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import random
 import shutil
 import threading
@@ -150,7 +151,7 @@ def test_long_documents_never_lose_the_query_and_can_be_windowed(sidecar: Sideca
 
 def test_unknown_model_is_not_found(sidecar: Sidecar) -> None:
     for model in ("no-such-model", CROSS.lower()):
-        err = raised(lambda: rerank(sidecar, "q", docs("d"), model=model))
+        err = raised(functools.partial(rerank, sidecar, "q", docs("d"), model=model))
         assert err.code() == grpc.StatusCode.NOT_FOUND
         info, _ = error_details(err)
         assert info.reason == "UNKNOWN_MODEL" and info.domain == "ragsidecar.dev" and info.metadata["model"] == model

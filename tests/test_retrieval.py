@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 import time
@@ -193,7 +194,7 @@ def test_missing_and_unreadable_sources_follow_on_failure(retrieval_sidecar: Sid
 def test_sequential_gives_the_next_unit_per_scope(retrieval_sidecar: Sidecar) -> None:
     scope = common_pb2.Scope(tenant="seq-tenant", session="a")
     given = [enforce(retrieval_sidecar, [STEPS], ["steps"], scope=scope).retrieved_context for _ in range(5)]
-    assert [("Step %d" % i) in given[i - 1] for i in range(1, 5)] == [True] * 4
+    assert [f"Step {i}" in given[i - 1] for i in range(1, 5)] == [True] * 4
     assert given[4] == ""  # every unit given: nothing more
     other = common_pb2.Scope(tenant="seq-tenant", session="b")
     assert "Step 1:" in enforce(retrieval_sidecar, [STEPS], ["steps"], scope=other).retrieved_context
@@ -328,7 +329,9 @@ def test_resolved_paths_replace_declared_paths_inside_the_roots(
     outside.write_text("top secret")
     (knowledge_root / "link.md").symlink_to(outside)
     for path in ("../secret.md", str(outside), "link.md", "guide/../../secret.md"):
-        err = raised(lambda: enforce(retrieval_sidecar, [located], ["notes"], resolved_paths={"notes": path}))
+        err = raised(
+            functools.partial(enforce, retrieval_sidecar, [located], ["notes"], resolved_paths={"notes": path})
+        )
         assert err.code() == grpc.StatusCode.PERMISSION_DENIED, path
         assert error_details(err)[0].reason == "PATH_OUTSIDE_ROOTS"
 
@@ -417,5 +420,5 @@ def test_searches_across_an_encoder_change_pair_query_and_index_of_one_model(mak
 def same_scores(found: list[tuple[str, float]], expected: list[tuple[str, float]]) -> bool:
     """Same hits with the same dense scores (up to the float noise of batching)."""
     return [c for c, _ in found] == [c for c, _ in expected] and all(
-        abs(a - b) < 1e-4 for (_, a), (_, b) in zip(found, expected)
+        abs(a - b) < 1e-4 for (_, a), (_, b) in zip(found, expected, strict=True)
     )

@@ -5,6 +5,7 @@ index build survives its first caller cancelling, and a changed encoder setting 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -68,7 +69,7 @@ def test_a_nul_in_a_path_or_a_symlink_loop_gets_its_documented_status(make_sidec
     )
     for path in ("loop-a", "loop-a/deeper.md"):
         looped = [entry("looped", "FILE", "SEARCH", path)]
-        assert refused(lambda: load(server, ["looped"], looped))[:2] == (
+        assert refused(functools.partial(load, server, ["looped"], looped))[:2] == (
             grpc.StatusCode.FAILED_PRECONDITION,
             "SOURCE_UNREADABLE",
         ), path
@@ -274,7 +275,7 @@ def test_paths_too_long_are_invalid_and_errors_name_paths_as_sent(make_sidecar, 
     for path, limit in ((long_name, "255"), (f"{'y' * 300}/returns.md", "255"), (long_path, "4095")):
         for type_ in ("FILE", "DIRECTORY"):
             entries = [entry("long", type_, "SEARCH", path)]
-            assert refused(lambda: load(server, ["long"], entries))[:2] == (
+            assert refused(functools.partial(load, server, ["long"], entries))[:2] == (
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "INVALID_REQUEST",
             )

@@ -93,6 +93,9 @@ def scope(tenant: str, session: str = "s1") -> common_pb2.Scope:
     return common_pb2.Scope(tenant=tenant, session=session)
 
 
+ACME_FILES = scope("acme-files")
+
+
 def raised(call) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as caught:
         call()
@@ -164,7 +167,7 @@ def next_step(server: Sidecar, at: common_pb2.Scope) -> str:
     return retrieval(server).Enforce(request, timeout=60).retrieved_context
 
 
-def search_guide(server: Sidecar, at: common_pb2.Scope = scope("acme-files")) -> list[tuple[str, float]]:
+def search_guide(server: Sidecar, at: common_pb2.Scope = ACME_FILES) -> list[tuple[str, float]]:
     request = pb.SearchRequest(
         principal=PRINCIPAL,
         scope=at,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 
 import pytest
@@ -53,7 +54,7 @@ def test_long_units_are_cut_on_tokens_within_the_window_and_map_back_to_their_te
 def test_neighbours_share_the_overlap() -> None:
     text = " ".join(f"w{i}" for i in range(60))
     chunks = chunk_units("s", [unit(text)], word_tokenizer(), max_tokens=20, overlap_tokens=5)
-    for before, after in zip(chunks, chunks[1:]):
+    for before, after in itertools.pairwise(chunks):
         assert after.provenance.char_start < before.provenance.char_end
         assert before.text.split()[-5:] == after.text.split()[:5]
 
