@@ -1,6 +1,6 @@
-"""The rerank cascade through the real server: a cheap pass of the cross-encoder over a deeper pool with each
-document cut to its first retrieval.rerank_cascade_tokens tokens, then the full pass over the new head
-(knowledge/ranking.py; rerank_passes is tested in tests/unit/test_fusion_and_analysis.py)."""
+"""Cut documents and the rerank cascade through the real server: a FUSED rerank scores each document's first
+retrieval.rerank_document_tokens tokens, then the new top retrieval.rerank_head_candidates whole
+(knowledge/ranking.py; rerank_passes is tested in tests/unit/test_rerank_passes.py)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def cascading(tmp_path_factory: pytest.TempPathFactory) -> Sidecar:
         (root / "docs" / name).write_text(text + "\n", encoding="utf-8")
     config = retrieval_config(root, tmp_path_factory.mktemp("data"))
     config["retrieval"].update(
-        rerank_candidates=HEAD, rerank_cascade_candidates=POOL, rerank_cascade_tokens=CUT, rerank_weight=0.5
+        rerank_candidates=POOL, rerank_document_tokens=CUT, rerank_head_candidates=HEAD, rerank_weight=0.5
     )
     sidecar = Sidecar(tmp_path_factory.mktemp("cascade"), config)
     yield sidecar.start()
@@ -53,7 +53,7 @@ def relevance(server: Sidecar, texts: dict[str, str], cap: int | None) -> dict[s
     return {r.id: r.relevance_score for r in server.reranker().Rerank(request, timeout=120).results}
 
 
-def test_the_cheap_pass_scores_the_pool_cut_and_the_full_pass_rescores_the_head_whole(cascading: Sidecar) -> None:
+def test_the_cut_pass_scores_the_pool_and_the_head_pass_rescores_the_head_whole(cascading: Sidecar) -> None:
     request = pb.SearchRequest(
         principal=PRINCIPAL,
         scope=SCOPE,

@@ -113,9 +113,10 @@ class RetrievalConfig(_Section, frozen=True):
     max_file_bytes: Positive = 50 * 1024 * 1024
     # Depth of the dense and BM25 candidate lists fused into one.
     fusion_candidates: Positive = 100
-    # Fused candidates reranked when an entry asks for rerank without saying how many (10: deeper reranks
-    # scored no better on SciFact, Cranfield and MED, and each candidate costs a cross-encoder run; bench/beir.py).
-    rerank_candidates: Positive = 10
+    # Fused candidates reranked when an entry asks for rerank without saying how many. 20, each document cut to
+    # rerank_document_tokens: picked by leave-one-set-out over five sets (bench/rerank_cascade.py), above 10
+    # whole documents on every set, in less cross-encoder time.
+    rerank_candidates: Positive = 20
     # Analysis of the BM25 side: a Snowball language (its stopwords removed, words stemmed) or "none" (words as
     # written, English stopwords). Part of every index's key: changing it rebuilds the indexes.
     lexical_language: str = "english"
@@ -132,12 +133,11 @@ class RetrievalConfig(_Section, frozen=True):
     rerank_fusion: RerankFusion = "interpolate"
     # The reranker's weight in "interpolate".
     rerank_weight: Fraction = 0.2
-    # A cheap first pass of a FUSED rerank (knowledge/ranking.py's rerank_passes): the fused top
-    # rerank_cascade_candidates scored with each document cut to its first rerank_cascade_tokens tokens and
-    # combined into the order, then the new top rerank_candidates scored whole. 0, or no deeper than
-    # rerank_candidates: no cheap pass.
-    rerank_cascade_candidates: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 0
-    rerank_cascade_tokens: Annotated[int, msgspec.Meta(ge=1, le=8192)] = 64
+    # A FUSED rerank scores each document cut to its first rerank_document_tokens tokens (0: as many as the
+    # reranker's window holds), then, when rerank_head_candidates is above 0 and below the rerank depth, scores
+    # the new top rerank_head_candidates whole (a cascade; knowledge/ranking.py's rerank_passes).
+    rerank_document_tokens: Annotated[int, msgspec.Meta(ge=0, le=8192)] = 64
+    rerank_head_candidates: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 0
     # Most tokens of an Enforce context when the request sets no max_context_tokens.
     context_window_tokens: Positive = 8192
     # Share of the model's input window that DIRECT entries without max_tokens may take together.
