@@ -126,6 +126,9 @@ EMBED_BATCH = 64  # texts per BiEncoder.embed call
 CACHE_FORMAT = "v1-title-space-text"
 LANGUAGES = ("none", "english")
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(1, 10))
+# "adaptive": dense_weight at the typical spread, and dense_spread_gain (0: "minmax")
+ADAPTIVE_WEIGHTS = tuple(round(0.5 + 0.025 * i, 3) for i in range(13))  # 0.5 .. 0.8
+SPREAD_GAINS = (10.0, 20.0, 30.0, 40.0, 50.0)
 RERANK_WEIGHTS = (0.05, 0.1, 0.15, *WEIGHTS[1:])
 CV_DEPTHS = (10, 20)  # rerank depths the cross-validation picks from (scores cached to depth 20 suffice)
 RERANK_DEPTHS = (0, 10, 20, 50)
@@ -283,7 +286,8 @@ class FirstStage:
             return f"BM25 {'unstemmed' if self.language == 'none' else self.language}"
         f = self.fusion
         weight = "" if f.method == "rrf" else f" w={f.dense_weight:g}"
-        return f"hybrid {self.language} {f.method}{weight} c{self.candidates}"
+        gain = f" gain={f.spread_gain:g}" if f.method == "adaptive" else ""
+        return f"hybrid {self.language} {f.method}{weight}{gain} c{self.candidates}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,7 +318,9 @@ def configured(config) -> Pipeline:
     reranker's configured max_length."""
     retrieval = config.retrieval
     fusion = FusionSettings(
-        method=getattr(retrieval, "fusion", "rrf"), dense_weight=getattr(retrieval, "dense_weight", 0.5)
+        method=getattr(retrieval, "fusion", "rrf"),
+        dense_weight=getattr(retrieval, "dense_weight", 0.5),
+        spread_gain=getattr(retrieval, "dense_spread_gain", 0.0),
     )
     first = FirstStage("hybrid", getattr(retrieval, "lexical_language", "none"), fusion, retrieval.fusion_candidates)
     depth = retrieval.rerank_candidates
@@ -328,14 +334,35 @@ def configured(config) -> Pipeline:
 # ---- one collection, in-process --------------------------------------------------------------------------
 
 
-class Prepared:
+class FirstStages:
+    """A collection's first stages, each ranked once per query (`_ranked`) and kept."""
+
+    def __init__(self, data: Collection) -> None:
+        self.data = data
+        self._first: dict[FirstStage, dict[str, list[tuple[str, float]]]] = {}
+
+    def doc_of(self, key: str) -> str:
+        """The document a ranked key stands for (a key is a document id unless a view ranks chunks)."""
+        return key
+
+    def first_stage(self, stage: FirstStage) -> dict[str, list[tuple[str, float]]]:
+        """Query -> the top 100 (key, score), best first, as HybridIndex.search orders them."""
+        if stage not in self._first:
+            self._first[stage] = {q: self._ranked(stage, q) for q in self.data.queries}
+        return self._first[stage]
+
+    def _ranked(self, stage: FirstStage, q: str) -> list[tuple[str, float]]:
+        raise NotImplementedError
+
+
+class Prepared(FirstStages):
     """A collection's first-stage lists, one vector per document ("title text", as BEIR evaluates), from the
     product's HybridIndex (one per lexical language)."""
 
     view = "one vector per document"
 
     def __init__(self, data: Collection, embedder: Embedder, config) -> None:
-        self.data = data
+        super().__init__(data)
         started = time.perf_counter()
         self.vectors = embedder.cached(data.name, data.doc_texts)
         prefix = config.retrieval.query_prefix
@@ -373,21 +400,11 @@ class Prepared:
         }
         self.position = {d: i for i, d in enumerate(data.doc_ids)}
         self.texts = dict(zip(data.doc_ids, data.doc_texts, strict=True))  # what the reranker scores, by ranked key
-        self._first: dict[FirstStage, dict[str, list[tuple[str, float]]]] = {}
         print(
             f"  [{data.name}] {len(data.doc_ids)} docs, {len(data.queries)} queries, lists in "
             f"{time.perf_counter() - started:.1f} s",
             flush=True,
         )
-
-    def doc_of(self, key: str) -> str:
-        return key
-
-    def first_stage(self, stage: FirstStage) -> dict[str, list[tuple[str, float]]]:
-        """Query -> the top 100 (document id, score), best first, as HybridIndex.search orders them."""
-        if stage not in self._first:
-            self._first[stage] = {q: self._ranked(stage, q) for q in self.data.queries}
-        return self._first[stage]
 
     def _ranked(self, stage: FirstStage, q: str) -> list[tuple[str, float]]:
         if stage.kind == "dense":
@@ -404,7 +421,7 @@ class Prepared:
         return [(d, fused[d]) for d in order]
 
 
-class Listed:
+class Listed(FirstStages):
     """A collection's first-stage lists as the sidecar gives them: the dense and the lexical list of every query,
     each LIST_DEPTH documents deep, through the Search RPC (FILE .jsonl, group_by_document, retrieval_mode DENSE
     or LEXICAL: each document's best chunk, with its cosine or BM25 score), fetched once and cached in
@@ -415,13 +432,12 @@ class Listed:
     view = "lists through Search"
 
     def __init__(self, data: Collection, sidecar: BenchSidecar, config) -> None:
-        self.data = data
+        super().__init__(data)
         self.lists = {mode: self._fetched(sidecar, config, mode) for mode in ("dense", "lexical")}
         self.texts = {
             r["_id"]: "\n".join(filter(None, ((r.get("title") or "").strip(), (r.get("text") or "").strip())))
             for r in data.rows
         }  # what the reranker scores: the record's text as the sidecar reads it
-        self._first: dict[FirstStage, dict[str, list[tuple[str, float]]]] = {}
 
     def _fetched(self, sidecar: BenchSidecar, config, mode: str) -> dict[str, list[tuple[str, float]]]:
         analysis = f"{config.retrieval.lexical_language}-k{lexical.K1:g}-b{lexical.B:g}"
@@ -442,15 +458,6 @@ class Listed:
         print(f"  [{self.data.name}] {mode} lists through Search in {time.perf_counter() - started:.0f} s", flush=True)
         return lists
 
-    def doc_of(self, key: str) -> str:
-        return key
-
-    def first_stage(self, stage: FirstStage) -> dict[str, list[tuple[str, float]]]:
-        """Query -> the top 100 (document id, score), best first."""
-        if stage not in self._first:
-            self._first[stage] = {q: self._ranked(stage, q) for q in self.data.queries}
-        return self._first[stage]
-
     def _ranked(self, stage: FirstStage, q: str) -> list[tuple[str, float]]:
         dense, lexical = self.lists["dense"][q], self.lists["lexical"][q]
         if stage.kind != "hybrid":
@@ -467,7 +474,7 @@ class Listed:
         return [(d, fused[d]) for d in order]
 
 
-class Chunked:
+class Chunked(FirstStages):
     """A collection as the sidecar indexes it: the .jsonl file of its records read by knowledge/sources/,
     chunked by knowledge/chunking.py (retrieval.chunk_tokens, chunk_overlap_tokens), one HybridIndex per
     lexical language over the chunks; each document ranked by its best chunk, searching wider until 100
@@ -478,7 +485,7 @@ class Chunked:
 
     def __init__(self, prepared: Prepared, embedder: Embedder, config) -> None:
         retrieval = config.retrieval
-        self.data = prepared.data
+        super().__init__(prepared.data)
         self.query_vectors = prepared.query_vectors
         started = time.perf_counter()
         units = read_units(KNOWLEDGE / write_knowledge(self.data), KNOWLEDGE, retrieval.max_file_bytes)
@@ -505,7 +512,6 @@ class Chunked:
             )
             for lang in LANGUAGES
         }
-        self._first: dict[FirstStage, dict[str, list[tuple[str, float]]]] = {}
         print(
             f"  [{self.data.name}] {self.chunks} chunks ({self.split} documents cut) in "
             f"{time.perf_counter() - started:.1f} s",
@@ -515,13 +521,9 @@ class Chunked:
     def doc_of(self, key: str) -> str:
         return self.docs[key]
 
-    def first_stage(self, stage: FirstStage) -> dict[str, list[tuple[str, float]]]:
-        """Query -> the best 100 documents' best chunks (key, fused score), best first."""
-        if stage not in self._first:
-            self._first[stage] = {q: self._grouped(stage, q, text) for q, text in self.data.queries.items()}
-        return self._first[stage]
-
-    def _grouped(self, stage: FirstStage, q: str, text: str) -> list[tuple[str, float]]:
+    def _ranked(self, stage: FirstStage, q: str) -> list[tuple[str, float]]:
+        """The best 100 documents' best chunks (key, fused score), best first."""
+        text = self.data.queries[q]
         index = self.indexes[LANGUAGES[0] if stage.kind == "dense" else stage.language]
         options = (
             {"use_lexical": False}
@@ -704,14 +706,20 @@ def spread(items: list, count: int | None) -> list:
 
 
 def hybrid_stages(languages: tuple[str, ...] = LANGUAGES, depths: tuple[int, ...] = (50,)) -> list[FirstStage]:
-    """Every fusion of the grid: plain RRF, and each weighted method at each dense_weight, per language and
-    fusion depth (fusion_candidates)."""
+    """Every fusion of the grid: plain RRF, each weighted method at each dense_weight, and "adaptive" at each
+    ADAPTIVE_WEIGHTS dense_weight and SPREAD_GAINS gain, per language and fusion depth (fusion_candidates)."""
     stages = []
     for lang in languages:
         for depth in depths:
             stages.append(FirstStage("hybrid", lang, FusionSettings("rrf"), depth))
             for method in FUSIONS[1:]:
-                stages += [FirstStage("hybrid", lang, FusionSettings(method, w), depth) for w in WEIGHTS]
+                if method != "adaptive":
+                    stages += [FirstStage("hybrid", lang, FusionSettings(method, w), depth) for w in WEIGHTS]
+            stages += [
+                FirstStage("hybrid", lang, FusionSettings("adaptive", w, spread_gain=gain), depth)
+                for w in ADAPTIVE_WEIGHTS
+                for gain in SPREAD_GAINS
+            ]
     return stages
 
 
@@ -922,15 +930,16 @@ def _common(values):
 
 
 def agree_first(picks: list[FirstStage]) -> FirstStage:
-    """The folds' first stages as one: the most common language and method; the median dense_weight and the
-    most common fusion depth of the folds that picked that method."""
+    """The folds' first stages as one: the most common language and method; the median dense_weight and
+    spread_gain and the most common fusion depth of the folds that picked that method."""
     method = _common(f.fusion.method for f in picks)
     chosen = [f for f in picks if f.fusion.method == method]
     weight = 0.5 if method == "rrf" else statistics.median(f.fusion.dense_weight for f in chosen)  # rrf: no weight
+    gain = statistics.median(f.fusion.spread_gain for f in chosen)
     return FirstStage(
         "hybrid",
         _common(f.language for f in picks),
-        FusionSettings(method, weight),
+        FusionSettings(method, weight, spread_gain=gain),
         _common(f.candidates for f in chosen),
     )
 

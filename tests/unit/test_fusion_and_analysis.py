@@ -7,7 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from ragsidecar.knowledge.fusion import FusionSettings, combine_reranked, fuse, interpolate, theoretical_min_max
+from ragsidecar.knowledge.fusion import (
+    TYPICAL_DENSE_SPREAD,
+    FusionSettings,
+    adaptive_dense_weight,
+    combine_reranked,
+    fuse,
+    interpolate,
+    min_max,
+    theoretical_min_max,
+    weighted_sum,
+)
 from ragsidecar.knowledge.lexical import LANGUAGES, Lexical, terms
 
 # ---- the analysis ---------------------------------------------------------------------------------------
@@ -68,13 +78,44 @@ def test_convex_scales_cosine_from_minus_one_and_bm25_from_zero_missing_counts_a
 
 
 def test_fusion_of_one_empty_list_follows_the_other() -> None:
-    for settings in (FusionSettings(), FusionSettings("weighted_rrf", 0.7), FusionSettings("convex", 0.7)):
+    for settings in (
+        FusionSettings(),
+        FusionSettings("weighted_rrf", 0.7),
+        FusionSettings("convex", 0.7),
+        FusionSettings("adaptive", 0.7, spread_gain=30.0),
+    ):
         fused = fuse(DENSE, [], settings)
         assert sorted(fused, key=lambda k: -fused[k]) == ["a", "b", "c"]
 
 
+def spread_of(deviation: float) -> list[float]:
+    """Cosines whose (population) standard deviation is `deviation`: half at 0.8 + it, half at 0.8 - it."""
+    return [0.8 + deviation, 0.8 - deviation] * 50
+
+
+def test_the_adaptive_dense_weight_rises_with_the_spread_of_the_cosines_within_0_and_1() -> None:
+    assert adaptive_dense_weight(spread_of(TYPICAL_DENSE_SPREAD), 0.6, 30.0) == pytest.approx(0.6)
+    assert adaptive_dense_weight(spread_of(TYPICAL_DENSE_SPREAD + 0.01), 0.6, 30.0) == pytest.approx(0.9)
+    assert adaptive_dense_weight(spread_of(TYPICAL_DENSE_SPREAD - 0.01), 0.6, 30.0) == pytest.approx(0.3)
+    assert adaptive_dense_weight(spread_of(0.1), 0.6, 30.0) == 1.0
+    assert adaptive_dense_weight([0.7] * 10, 0.6, 30.0) == 0.0  # no spread at all: the dense list tells nothing
+    assert adaptive_dense_weight([], 0.6, 30.0) == 0.6
+    assert adaptive_dense_weight(spread_of(0.1), 0.6, 0.0) == 0.6
+
+
+def test_adaptive_fusion_is_minmax_at_the_weight_its_dense_list_earns() -> None:
+    wide = [(k, 0.8 + d) for k, d in zip("abcd", (0.06, 0.02, -0.02, -0.06), strict=True)]
+    lexical = [("d", 9.0), ("e", 3.0)]
+    weight = adaptive_dense_weight([s for _, s in wide], 0.5, 10.0)
+    assert weight > 0.5
+    fused = fuse(wide, lexical, FusionSettings("adaptive", 0.5, spread_gain=10.0))
+    assert fused == pytest.approx(weighted_sum(min_max(wide), min_max(lexical), weight))
+    assert fuse(wide, lexical, FusionSettings("adaptive", 0.5)) == fuse(wide, lexical, FusionSettings("minmax", 0.5))
+
+
 @pytest.mark.parametrize(
-    "settings", [dict(method="max"), dict(dense_weight=1.5), dict(dense_weight=-0.1), dict(rrf_k=0)]
+    "settings",
+    [dict(method="max"), dict(dense_weight=1.5), dict(dense_weight=-0.1), dict(rrf_k=0), dict(spread_gain=-1.0)],
 )
 def test_fusion_settings_refuse_what_they_cannot_mean(settings: dict) -> None:
     with pytest.raises(ValueError):

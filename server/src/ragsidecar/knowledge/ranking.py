@@ -51,7 +51,8 @@ class Ranker:
     def __init__(self, config: Config, reranker: Reranker) -> None:
         self._config = config
         self._reranker = reranker
-        self._fusion = FusionSettings(config.retrieval.fusion, config.retrieval.dense_weight)
+        retrieval = config.retrieval
+        self._fusion = FusionSettings(retrieval.fusion, retrieval.dense_weight, spread_gain=retrieval.dense_spread_gain)
 
     async def search(
         self,
