@@ -249,7 +249,7 @@ async def _index(args: argparse.Namespace) -> int:
         await registry.close()
         await backend.close()
     print(
-        f"\nindexed {args.name}: {source.documents} documents, {len(source.index or [])} chunks in "
+        f"\nindexed {args.name}: {source.documents} documents, {len(source.index)} chunks in "
         f"{time.monotonic() - started:.1f}s -> {catalog.index_folder(entry, Scope(tenant='cli'))}"
     )
     return 0

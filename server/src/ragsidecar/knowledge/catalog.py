@@ -68,7 +68,7 @@ class Stale:
 class LoadedSource:
     name: str
     documents: int  # units (files' records and sections, MEMORY documents) the index was made of
-    index: HybridIndex | None
+    index: HybridIndex
     built_at: dt.datetime
     # The model fingerprint its vectors came from: a query is searched in it only with a vector of the same.
     model: str
@@ -210,7 +210,7 @@ class Catalog:
             source = await self._update(entry, scope, embedder, model, last)
         else:
             source = await self._build_whole(entry, scope, embedder, model)
-        await asyncio.to_thread(source.index.save, folder, identity)  # type: ignore[union-attr]
+        await asyncio.to_thread(source.index.save, folder, identity)
         return source
 
     async def _read_back(self, folder: Path, entry: Entry, scope: Scope, model: str) -> LoadedSource:
@@ -248,7 +248,6 @@ class Catalog:
         retrieval = self._config.retrieval
         return (
             entry.type in (SourceType.FILE, SourceType.DIRECTORY)
-            and last.index is not None
             and bool(last.files)
             and last.model == model
             and last.index.dtype == retrieval.index_dtype
@@ -261,10 +260,8 @@ class Catalog:
         """`last` with the files changed since re-read, re-chunked and re-embedded, and the chunks of changed and
         removed files replaced in its index: a change costs what the changed files hold. New chunks take
         positions after every chunk the index holds, so chunk ids stay unique."""
-        index = last.index
-        assert index is not None
         with tracing.span("index update", source=entry.name, model=embedder.id):
-            return await self._updated(entry, scope, embedder, model, index, last)
+            return await self._updated(entry, scope, embedder, model, last.index, last)
 
     async def _updated(
         self, entry: Entry, scope: Scope, embedder: BiEncoder, model: str, index: HybridIndex, last: LoadedSource
