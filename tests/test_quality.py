@@ -27,6 +27,7 @@ from ragsidecar.v1 import retrieval_pb2_grpc
         ("lexical_language", '"klingon"', "retrieval.lexical_language: 'klingon' is not one of none, arabic"),
         ("fusion", '"max"', "retrieval.fusion: 'max' is not one of 'rrf', 'weighted_rrf', 'convex'"),
         ("dense_weight", "1.5", "retrieval.dense_weight: must be in [0, 1], got 1.5"),
+        ("dense_spread_gain", "150", "retrieval.dense_spread_gain: must be in [0, 100], got 150"),
         ("rerank_fusion", '"mean"', "retrieval.rerank_fusion: 'mean' is not one of 'rrf', 'interpolate'"),
         ("rerank_weight", "-0.5", "retrieval.rerank_weight: must be in [0, 1], got -0.5"),
     ],
