@@ -108,8 +108,9 @@ def weighted_sum(dense: Mapping[K, float], lexical: Mapping[K, float], dense_wei
     """dense_weight * dense + (1 - dense_weight) * lexical over scaled scores; a candidate one list lacks gets
     that list's lowest scaled score (a list with none gives 0)."""
     dense_floor, lexical_floor = min(dense.values(), default=0.0), min(lexical.values(), default=0.0)
+    lexical_weight, dense_score, lexical_score = 1.0 - dense_weight, dense.get, lexical.get
     return {
-        k: dense_weight * dense.get(k, dense_floor) + (1.0 - dense_weight) * lexical.get(k, lexical_floor)
+        k: dense_weight * dense_score(k, dense_floor) + lexical_weight * lexical_score(k, lexical_floor)
         for k in [*dense, *lexical]
     }
 
@@ -121,10 +122,11 @@ def min_max(scored: Sequence[tuple[K, float]]) -> dict[K, float]:
     if not scored:
         return {}
     values = [score for _, score in scored]
-    if max(values) == min(values):
-        return {k: 1.0 for k, _ in scored}
-    scale = _min_max(values)
-    return {k: scale(score) for k, score in scored}
+    low, high = min(values), max(values)
+    if high == low:
+        return dict.fromkeys([k for k, _ in scored], 1.0)
+    span = high - low  # inline rather than _min_max's closure: a call per candidate was a third of a fusion
+    return {k: (score - low) / span for k, score in scored}
 
 
 def z_scores(scored: Sequence[tuple[K, float]]) -> dict[K, float]:
