@@ -64,7 +64,7 @@ class Ranker:
         deadline: float | None,
     ) -> list[Hit]:
         """The entry's top k hits in the source (reranked when the entry asks), its model work added to `work`."""
-        if source.index is None or len(source.index) == 0:
+        if len(source.index) == 0:
             return []
         depth = self._rerank_depth(entry)
         with tracing.span(
