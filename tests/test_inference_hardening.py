@@ -142,8 +142,8 @@ def test_a_caller_that_leaves_stops_tokenization_and_runs_nothing(make_sidecar) 
         documents=docs(*[f"{i} {paragraph * 250}" for i in range(1600)]),
     )
     before = server.metric("ragsidecar_inferred_inputs_total", model=CROSS)
-    tokenizing = lambda: server.metric("ragsidecar_tokenizations_running", model=CROSS)  # noqa: E731
-    stopped = lambda: server.metric("ragsidecar_stopped_work_total", model=CROSS)  # noqa: E731
+    tokenizing = functools.partial(server.metric, "ragsidecar_tokenizations_running", model=CROSS)
+    stopped = functools.partial(server.metric, "ragsidecar_stopped_work_total", model=CROSS)
     pending = stub.Rerank.future(heavy, timeout=300)
     wait_for(lambda: tokenizing() == 1, "the call was never tokenized", server)
     assert pending.cancel()
@@ -166,8 +166,8 @@ def test_padded_batches_are_charged_rows_times_their_widest_row(make_sidecar) ->
     config = default_config()
     config["inference"].update(workers=1, max_batch_tokens=1024, cache_bytes=0, batch_mode="padded")
     server = make_sidecar(config).start()
-    batches = lambda: server.metric("ragsidecar_batch_inputs_count", model=CROSS)  # noqa: E731
-    small = lambda: server.metric("ragsidecar_batch_inputs_bucket", model=CROSS, le="2.0")  # noqa: E731
+    batches = functools.partial(server.metric, "ragsidecar_batch_inputs_count", model=CROSS)
+    small = functools.partial(server.metric, "ragsidecar_batch_inputs_bucket", model=CROSS, le="2.0")
     before, small_before = batches(), small()
     response = server.reranker().Rerank(
         reranker_pb2.RerankRequest(query="q", documents=docs("word " * 2000, *[f"doc {i}" for i in range(40)])),
@@ -279,7 +279,7 @@ def test_replaced_models_are_unloaded_after_their_last_request(make_sidecar) -> 
     config["inference"]["cache_bytes"] = 0
     config["server"]["config_poll_s"] = 0.0  # SIGHUP alone reloads
     server = make_sidecar(config).start()
-    loaded = lambda: server.metric("ragsidecar_loaded_model_instances")  # noqa: E731
+    loaded = functools.partial(server.metric, "ragsidecar_loaded_model_instances")
 
     def reloaded(generation: int) -> bool:
         return server.reranker().ListModels(reranker_pb2.ListModelsRequest(), timeout=30).generation >= generation
