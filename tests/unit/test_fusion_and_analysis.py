@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from ragsidecar.knowledge.fusion import (
+    ADAPTIVE_WEIGHT_RANGE,
+    SPREAD_DEPTH,
     TYPICAL_DENSE_SPREAD,
     FusionSettings,
     adaptive_dense_weight,
@@ -93,19 +95,22 @@ def spread_of(deviation: float) -> list[float]:
     return [0.8 + deviation, 0.8 - deviation] * 50
 
 
-def test_the_adaptive_dense_weight_rises_with_the_spread_of_the_cosines_within_0_and_1() -> None:
+def test_the_adaptive_dense_weight_rises_with_the_spread_of_the_cosines_within_its_range() -> None:
     assert adaptive_dense_weight(spread_of(TYPICAL_DENSE_SPREAD), 0.6, 30.0) == pytest.approx(0.6)
-    assert adaptive_dense_weight(spread_of(TYPICAL_DENSE_SPREAD + 0.01), 0.6, 30.0) == pytest.approx(0.9)
-    assert adaptive_dense_weight(spread_of(TYPICAL_DENSE_SPREAD - 0.01), 0.6, 30.0) == pytest.approx(0.3)
-    assert adaptive_dense_weight(spread_of(0.1), 0.6, 30.0) == 1.0
-    assert adaptive_dense_weight([0.7] * 10, 0.6, 30.0) == 0.0  # no spread at all: the dense list tells nothing
-    assert adaptive_dense_weight([], 0.6, 30.0) == 0.6
+    assert adaptive_dense_weight(spread_of(TYPICAL_DENSE_SPREAD + 0.005), 0.6, 30.0) == pytest.approx(0.75)
+    assert adaptive_dense_weight(spread_of(TYPICAL_DENSE_SPREAD - 0.005), 0.6, 30.0) == pytest.approx(0.45)
+    assert adaptive_dense_weight(spread_of(0.1), 0.6, 30.0) == ADAPTIVE_WEIGHT_RANGE[1]  # BM25 is never dropped
+    assert adaptive_dense_weight([0.7] * SPREAD_DEPTH, 0.6, 30.0) == ADAPTIVE_WEIGHT_RANGE[0]  # nor dense
     assert adaptive_dense_weight(spread_of(0.1), 0.6, 0.0) == 0.6
+    # Measured over the first SPREAD_DEPTH cosines only; a shorter list gets the configured weight.
+    assert adaptive_dense_weight(spread_of(TYPICAL_DENSE_SPREAD) + [0.0] * 50, 0.6, 30.0) == pytest.approx(0.6)
+    assert adaptive_dense_weight(spread_of(0.1)[: SPREAD_DEPTH - 1], 0.6, 30.0) == 0.6
+    assert adaptive_dense_weight([], 0.6, 30.0) == 0.6
 
 
 def test_adaptive_fusion_is_minmax_at_the_weight_its_dense_list_earns() -> None:
-    wide = [(k, 0.8 + d) for k, d in zip("abcd", (0.06, 0.02, -0.02, -0.06), strict=True)]
-    lexical = [("d", 9.0), ("e", 3.0)]
+    wide = [(f"d{i}", 0.8 + 0.03 * (-1) ** i - i * 1e-6) for i in range(SPREAD_DEPTH)]
+    lexical = [("d3", 9.0), ("e", 3.0)]
     weight = adaptive_dense_weight([s for _, s in wide], 0.5, 10.0)
     assert weight > 0.5
     fused = fuse(wide, lexical, FusionSettings("adaptive", 0.5, spread_gain=10.0))

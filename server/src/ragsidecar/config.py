@@ -131,7 +131,7 @@ class RetrievalConfig(_Section, frozen=True):
     # the weight of a dense list of typical spread (cosines' standard deviation 0.0235, bge-small's mean).
     dense_weight: Fraction = 0.625
     # Under "adaptive": how much the dense weight rises per unit of standard deviation of the dense list's cosines
-    # above the typical spread (and falls below it), within [0, 1]; 0 is "minmax". Tuned for bge-small's cosines.
+    # above the typical spread (and falls below it), within [0.1, 0.9]; 0 is "minmax". Tuned for bge-small's cosines.
     dense_spread_gain: Annotated[float, msgspec.Meta(ge=0, le=100)] = 30.0
     # How a rerank with rerank_order FUSED combines the reranker's relevance with the retrieval order: "rrf"
     # (reciprocal rank fusion of the two orders) or "interpolate" (rerank_weight * scaled relevance +

@@ -35,6 +35,12 @@ BM25_MIN = 0.0
 # The mean standard deviation of a 100-deep dense list's cosines (bge-small-en-v1.5) over the queries of the five
 # development sets: "adaptive" gives such a list `dense_weight`.
 TYPICAL_DENSE_SPREAD = 0.0235
+# The cosines that spread is measured over, as it was measured; a shorter list (a source of fewer chunks, or
+# fusion_candidates below it) says nothing comparable and gets `dense_weight`.
+SPREAD_DEPTH = 100
+# The adaptive weight stays within these: neither list is ever dropped, so an exact term match can still rise
+# on a source whose dense list is widely spread (small sources are), and a cosine match on one whose is flat.
+ADAPTIVE_WEIGHT_RANGE = (0.1, 0.9)
 
 
 @dataclass(frozen=True)
@@ -75,14 +81,16 @@ def fuse(
 
 def adaptive_dense_weight(cosines: Sequence[float], dense_weight: float, spread_gain: float) -> float:
     """The dense list's weight for one query: `dense_weight` + `spread_gain` * (the standard deviation of its
-    cosines - TYPICAL_DENSE_SPREAD), within [0, 1]. The spread of a retrieval list's scores predicts how well it
-    ranks (Perez-Iglesias and Araujo, "Standard deviation as a query hardness estimator", SPIRE 2010): a dense list
-    whose best hits stand clear of the rest is trusted more. It depends on the candidate list alone (always
-    `fusion_candidates` deep), so the weight, like the fused head, is the same for every `top_k`."""
-    if not cosines:
+    first SPREAD_DEPTH cosines - TYPICAL_DENSE_SPREAD), within ADAPTIVE_WEIGHT_RANGE; `dense_weight` for a shorter
+    list. The spread of a retrieval list's scores predicts how well it ranks (Perez-Iglesias and Araujo, "Standard
+    deviation as a query hardness estimator", SPIRE 2010): a dense list whose best hits stand clear of the rest
+    is trusted more. It depends on the candidate list alone (always `fusion_candidates` deep), so the weight,
+    like the fused head, is the same for every `top_k`."""
+    if len(cosines) < SPREAD_DEPTH:
         return dense_weight
-    _, spread = _mean_and_deviation(cosines)
-    return min(1.0, max(0.0, dense_weight + spread_gain * (spread - TYPICAL_DENSE_SPREAD)))
+    _, spread = _mean_and_deviation(cosines[:SPREAD_DEPTH])
+    low, high = ADAPTIVE_WEIGHT_RANGE
+    return min(high, max(low, dense_weight + spread_gain * (spread - TYPICAL_DENSE_SPREAD)))
 
 
 def reciprocal_rank_fusion(
