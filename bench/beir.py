@@ -10,8 +10,9 @@ query's dense and lexical list, 1,000 documents deep, fetched once through the S
 DENSE / LEXICAL, group_by_document) and cached in bench/results/lists-*.json; every fusion is then computed
 in-process over them with knowledge/fusion.py as HybridIndex.search does, so the grid costs no model time.
 
-  cv     leave-one-set-out over every set given, fusion method, dense_weight and fusion depth, then the rerank
-         combination (on --rpc-rerank-queries queries per set), as described below; each fold printed.
+  cv     leave-one-set-out over every set given, fusion method, dense_weight (and adaptive's spread gain) and
+         fusion depth, then the rerank combination (on --rpc-rerank-queries queries per set), as described
+         below; each fold printed.
   table  every set through the Search RPC (--rpc-sets; others in-process, marked): the reference BM25 (bm25s,
          k1 0.9, b 0.4), the sidecar's lexical and dense lists, the default, the default with rerank; the
          done-when checks; the share of queries whose top 10 at top_k 10 equals the head at top_k 100.
