@@ -326,7 +326,9 @@ async def searches(
     that both meet the same moment of a shared machine: their ratio is what the run compares."""
     dense: list[list[str]] = []
     for use_lexical, times, found in ((True, figures.search_ms, figures.hybrid), (False, figures.dense_ms, dense)):
-        compared = reference.figures.search_ms if use_lexical else reference.figures.dense_ms if reference else []
+        compared = (
+            [] if reference is None else reference.figures.search_ms if use_lexical else reference.figures.dense_ms
+        )
         for round in range(SEARCH_ROUNDS):
             for n, (vector, text) in enumerate(zip(queries.vectors, queries.texts, strict=True)):
                 reference_first = reference is not None and (n + round) % 2 == 1
