@@ -39,9 +39,9 @@ from ragsidecar.inference.models import load_model  # noqa: E402
 from ragsidecar.knowledge.fusion import combine_reranked  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
-WEIGHTS = (0.1, 0.2, 0.3)
+WEIGHTS = (0.1, 0.15, 0.2, 0.3)
 FULL_DEPTHS = (0, 5, 10, 20)
-CHEAP_DEPTHS = (0, 20, 30, 40)
+CHEAP_DEPTHS = (0, 10, 15, 20, 30, 40)
 
 
 def score_all(sets: list[beir.Listed], samples: dict[str, list[str]], depths: dict[int, int], config) -> None:
@@ -57,23 +57,24 @@ def score_all(sets: list[beir.Listed], samples: dict[str, list[str]], depths: di
             path = cache_path(listed.data.name, cap, depth)
             table = json.loads(path.read_text()) if path.is_file() else {}
             if cap == 0:
-                table |= seeded(listed, first, depth, config, samples[listed.data.name])
-            missing = [q for q in samples[listed.data.name] if q not in table]
-            if not missing:
-                path.write_text(json.dumps(table))
-                continue
-            if model is None:
+                for q, scored in seeded(listed, first, depth, config, samples[listed.data.name]).items():
+                    table[q] = scored | table.get(q, {})
+            missing = {
+                q: [d for d, _ in first[q][:depth] if d not in table.get(q, {})] for q in samples[listed.data.name]
+            }
+            missing = {q: docs for q, docs in missing.items() if docs}
+            if missing and model is None:
                 model = loop.run_until_complete(load_model(spec, config.model_dir(spec), inference))
             started = time.perf_counter()
-            for q in missing:
-                docs = [d for d, _ in first[q][:depth]]
+            for q, docs in missing.items():
                 batch = loop.run_until_complete(
                     model.score(listed.data.queries[q], [listed.texts[d] for d in docs], cap or None, False, None)
                 )
-                table[q] = {d: s.raw for d, s in zip(docs, batch.scores, strict=True)}
+                table.setdefault(q, {}).update({d: s.raw for d, s in zip(docs, batch.scores, strict=True)})
             path.write_text(json.dumps(table))
+            pairs = sum(map(len, missing.values()))
             print(
-                f"  [{listed.data.name}] cap {cap}: {len(missing)} queries in {time.perf_counter() - started:.0f} s",
+                f"  [{listed.data.name}] cap {cap}: {pairs} pairs in {time.perf_counter() - started:.0f} s",
                 flush=True,
             )
 
@@ -265,7 +266,10 @@ def main() -> None:
     base = statistics.fmean(off.values())
     lines.append("| off | " + " | ".join(f"{off[n]:.3f}" for n in names) + f" | {base:.3f} | | |")
     ranked_plans = sorted(candidates, key=lambda p: -statistics.fmean(grid[p].values()))
-    for plan in ranked_plans[:40]:
+    # The best plans, then reference points: whole documents at each depth and weight, and the cut passes alone.
+    reference = [CascadePlan(0, 0, d, w) for d in FULL_DEPTHS[1:] for w in WEIGHTS]
+    reference += [CascadePlan(d, c, 0, w) for d in (20, 40) for c in caps if c for w in (0.1, 0.2)]
+    for plan in list(dict.fromkeys(ranked_plans[:20] + [p for p in reference if p in grid])):
         row = grid[plan]
         mean = statistics.fmean(row.values())
         worst = min(row[n] - off[n] for n in names)

@@ -113,10 +113,10 @@ class RetrievalConfig(_Section, frozen=True):
     max_file_bytes: Positive = 50 * 1024 * 1024
     # Depth of the dense and BM25 candidate lists fused into one.
     fusion_candidates: Positive = 100
-    # Fused candidates reranked when an entry asks for rerank without saying how many. 20, each document cut to
-    # rerank_document_tokens: picked by leave-one-set-out over five sets (bench/rerank_cascade.py), above 10
-    # whole documents on every set, in less cross-encoder time.
-    rerank_candidates: Positive = 20
+    # Fused candidates reranked when an entry asks for rerank without saying how many. 5: on the adaptive hybrid
+    # no depth, cut or cascade of ms-marco-MiniLM-L-12-v2 beat rerank off by more than 0.001 nDCG@10 over five
+    # sets (bench/rerank_cascade.py, leave-one-set-out); 5 matched 10 in 0.4x the cross-encoder time.
+    rerank_candidates: Positive = 5
     # Analysis of the BM25 side: a Snowball language (its stopwords removed, words stemmed) or "none" (words as
     # written, English stopwords). Part of every index's key: changing it rebuilds the indexes.
     lexical_language: str = "english"
@@ -142,7 +142,7 @@ class RetrievalConfig(_Section, frozen=True):
     # A FUSED rerank scores each document cut to its first rerank_document_tokens tokens (0: as many as the
     # reranker's window holds), then, when rerank_head_candidates is above 0 and below the rerank depth, scores
     # the new top rerank_head_candidates whole (a cascade; knowledge/ranking.py's rerank_passes).
-    rerank_document_tokens: Annotated[int, msgspec.Meta(ge=0, le=8192)] = 64
+    rerank_document_tokens: Annotated[int, msgspec.Meta(ge=0, le=8192)] = 0
     rerank_head_candidates: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 0
     # Most tokens of an Enforce context when the request sets no max_context_tokens.
     context_window_tokens: Positive = 8192

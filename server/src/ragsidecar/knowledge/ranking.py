@@ -173,8 +173,8 @@ def rerank_passes(depth: int, document_tokens: int, head_candidates: int) -> lis
     """The passes of a FUSED rerank of `depth` hits: the top `depth` with each document cut to its first
     `document_tokens` tokens (0: uncut), then, when documents were cut and 0 < head_candidates < depth, the new
     top head_candidates uncut (a cascade: the cut pass reorders the pool, the whole documents decide the head).
-    A pass costs about its tokens: 20 abstracts cut to 64 tokens cost less than 10 whole ones, and scored
-    better on five collections (ms-marco-MiniLM-L-12-v2 was trained on short passages; bench/rerank_cascade.py)."""
+    A pass costs about its tokens: 20 abstracts cut to 64 tokens cost about 0.6x of 10 whole ones, and scored
+    within 0.002 nDCG@10 of them over five collections (bench/rerank_cascade.py, docs/retrieval.md)."""
     first = RerankPass(depth, document_tokens or None)
     if document_tokens and 0 < head_candidates < depth:
         return [first, RerankPass(head_candidates, None)]
