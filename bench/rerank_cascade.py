@@ -5,14 +5,22 @@ head), chosen by leave-one-set-out cross-validation over the five sets.
 The first stage is bench/beir.py's: each query's dense and lexical lists as the sidecar gives them (cached in
 bench/results/lists-*.json by `bench/beir.py`), fused in-process exactly as HybridIndex.search does with the
 configured fusion. The cross-encoder is the product's (load_model, CrossEncoder.score, max_document_tokens for
-the cut), scoring each sampled query's top --depth documents once per document-token cap; raw logits are
-cached in bench/results/cascade-*.json. Every variant is then computed offline with the product's own
-functions (knowledge/ranking.py's cascade order, knowledge/fusion.py's combine_reranked).
+the cut): each sampled query's top --depth documents are scored once per cut (--caps), its top --full-depth
+whole (cap 0), plus whatever a cut pass lifts into a whole pass's head; raw logits are cached in
+bench/results/cascade-*.json. Every plan is then computed offline as knowledge/ranking.py runs its passes, with
+knowledge/fusion.py's combine_reranked. Each leave-one-set-out fold picks the best mean on the other sets among
+the plans below rerank off on none of them.
 
-    .venv/bin/python bench/rerank_cascade.py [--sets scifact,cranfield,med,npl,lisa] [--queries 30] [--depth 50]
-                                             [--caps 32,64,128,0]
+--latency-queries N also times each plan's cross-encoder passes in-process (the server's inference settings,
+plans interleaved query by query); --search D,T,H,W also times Search at top_k 10 through a sidecar configured
+with that plan (a cut pass of D documents to T tokens, none when D is 0, then H whole, at rerank_weight W;
+0,0,5,0.2 is the default) beside rerank off and 10 whole documents, interleaved.
 
-Writes bench/results/rerank_cascade.md (cap 0: the full document, the model's max_length).
+    .venv/bin/python bench/rerank_cascade.py [--sets scifact,cranfield,med,npl,lisa] [--queries 40] [--depth 40]
+                                             [--full-depth 20] [--caps 64,0] [--latency-queries 8]
+                                             [--search 0,0,5,0.2] [--search-sets cranfield,med,lisa]
+
+Writes bench/results/rerank_cascade.md (cap 0: the whole document, as far as the model's max_length holds).
 """
 
 from __future__ import annotations
