@@ -49,7 +49,7 @@ from ragsidecar.knowledge.fusion import combine_reranked  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 WEIGHTS = (0.1, 0.15, 0.2, 0.3)
 FULL_DEPTHS = (0, 5, 10, 20)
-CHEAP_DEPTHS = (0, 10, 15, 20, 30, 40)
+CHEAP_DEPTHS = (0, 5, 10, 15, 20, 30, 40)
 
 
 def score_all(sets: list[beir.Listed], samples: dict[str, list[str]], depths: dict[int, int], config) -> None:
