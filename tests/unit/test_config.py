@@ -68,6 +68,10 @@ def test_zero_sequential_cursors_is_refused_since_every_cursor_would_be_forgotte
         ("[retrieval]\ndirect_budget_fraction = 0.0", "retrieval.direct_budget_fraction: must be in (0, 1], got 0.0"),
         ("[retrieval.model_windows]\nllm = 0", "retrieval.model_windows: every value must be positive"),
         ("[retrieval]\nchunk_overlap_tokens = 200", "retrieval.chunk_overlap_tokens: must be in [0, chunk_tokens/2)"),
+        (
+            "[retrieval]\nrerank_candidates = 20\n[inference]\nmax_documents_per_request = 10",
+            "retrieval.rerank_candidates: must be at most inference.max_documents_per_request (10), got 20",
+        ),
         ('[retrieval]\nfusion = "max"', "retrieval.fusion: 'max' is not one of 'rrf', 'weighted_rrf', 'convex'"),
         ("[store]\nprot = 1", "store.prot: unknown key (known: backend, connect_timeout_s, dsn_env,"),
         ('[[models]]\nkind = "bi-encoder"', "models[0].id: required key is missing"),

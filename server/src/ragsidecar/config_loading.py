@@ -151,6 +151,12 @@ def _check(config: Config, check_files: bool) -> None:
         raise ConfigError(
             f"retrieval.lexical_language: {retrieval.lexical_language!r} is not one of {', '.join(LEXICAL_LANGUAGES)}"
         )
+    if retrieval.rerank_candidates > config.inference.max_documents_per_request:
+        # A Search reranks through the same Reranker as the Rerank RPC, which refuses more documents than that.
+        raise ConfigError(
+            f"retrieval.rerank_candidates: must be at most inference.max_documents_per_request "
+            f"({config.inference.max_documents_per_request}), got {retrieval.rerank_candidates}"
+        )
     if bool(config.tls.cert_file) != bool(config.tls.key_file):
         raise ConfigError("tls: cert_file and key_file must be set together")
     _check_models(config, check_files)
