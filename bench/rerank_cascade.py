@@ -38,13 +38,13 @@ from pathlib import Path
 
 import msgspec
 
+from ragsidecar.inference.models import load_model
+from ragsidecar.knowledge.fusion import combine_reranked
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
-import beir  # noqa: E402
-
-from ragsidecar.inference.models import load_model  # noqa: E402
-from ragsidecar.knowledge.fusion import combine_reranked  # noqa: E402
+import beir  # noqa: E402 - importable once bench/ is on sys.path
 
 RESULTS = REPO / "bench" / "results"
 WEIGHTS = (0.1, 0.15, 0.2, 0.3)
