@@ -66,18 +66,35 @@ def _trim_heap() -> None:
 # often that is looked at: trims stay rare while memory in use (indexes, caches) grows.
 TRIM_GROWTH_BYTES = 64 * 1024 * 1024
 _TRIM_CHECK_S = 2.0
+# Trims that left memory high are retried this many times, each after twice the wait, before that memory counts as
+# in use (about two minutes).
+_TRIM_RETRIES = 5
 
 
 async def trim_as_memory_grows() -> None:
     """Runs until cancelled: collects and trims the C heap, off the event loop, whenever resident memory has grown
     by TRIM_GROWTH_BYTES since the last trim (reading the size costs the same whatever it is). The collection holds
-    the GIL while it runs, but runs only after such growth."""
-    floor = _resident_bytes()
+    the GIL while it runs, but runs only after such growth.
+
+    A trim that runs while large requests are still being answered cannot give their memory back; once they end,
+    that memory stays resident without growing further, so no later growth would trim it. A trim that leaves
+    memory high is therefore retried, each time after twice the wait, until memory comes down or _TRIM_RETRIES
+    retries have not moved it: then it is memory in use (an index loaded, a cache filled) and the new floor. A trim
+    that gives memory back keeps the lower floor, so what a trim in the middle of a burst left cannot raise it."""
+    floor, retries = _resident_bytes(), 0
     while _LIBC is not None and floor:
-        await asyncio.sleep(_TRIM_CHECK_S)
-        if _resident_bytes() > floor + TRIM_GROWTH_BYTES:
-            await asyncio.to_thread(release_free_memory)
-            floor = _resident_bytes()
+        await asyncio.sleep(_TRIM_CHECK_S * 2**retries)
+        if _resident_bytes() <= floor + TRIM_GROWTH_BYTES:
+            retries = 0
+            continue
+        await asyncio.to_thread(release_free_memory)
+        resident = _resident_bytes()
+        if resident <= floor + TRIM_GROWTH_BYTES:  # given back: the floor never creeps up on what a trim left
+            floor, retries = min(floor, resident), 0
+        elif retries < _TRIM_RETRIES:
+            retries += 1
+        else:
+            floor, retries = resident, 0
 
 
 def _resident_bytes() -> int:
