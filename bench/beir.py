@@ -10,9 +10,13 @@ query's dense and lexical list, 1,000 documents deep, fetched once through the S
 DENSE / LEXICAL, group_by_document) and cached in bench/results/lists-*.json; every fusion is then computed
 in-process over them with knowledge/fusion.py as HybridIndex.search does, so the grid costs no model time.
 
-  cv     leave-one-set-out over every set given, fusion method, dense_weight (and adaptive's spread gain) and
-         fusion depth, then the rerank combination (on --rpc-rerank-queries queries per set), as described
-         below; each fold printed.
+  cv     leave-one-set-out over every set given, fusion method, dense_weight (and adaptive's spread gain),
+         pseudo-relevance feedback and fusion depth, then the rerank combination (on --rpc-rerank-queries queries
+         per set), as described below; each fold printed, beside the pick it makes without feedback. The grid:
+         rrf; weighted_rrf, convex, minmax and zscore at dense_weight 0.1..0.9; adaptive at dense_weight
+         0.5..0.8 by 0.025 x spread gain 10..50 by 10, all without feedback; and adaptive at dense_weight 0.6,
+         0.625, 0.65 x gain 20, 30, 40 x feedback_documents 1..4 x feedback_weight 0.3..0.6 by 0.1. The
+         feedback uses one vector per document (bge-small, "title text", cached as in --in-process).
   table  every set through the Search RPC (--rpc-sets; others in-process, marked): the reference BM25 (bm25s,
          k1 0.9, b 0.4), the sidecar's lexical and dense lists, the default, the default with rerank; the
          done-when checks; the share of queries whose top 10 at top_k 10 equals the head at top_k 100.
@@ -30,15 +34,17 @@ shows the latencies; the done-when checks of the default pipeline always print):
             stemmed ("english"), dense, and hybrid for each fusion tried: rrf (equal weights), weighted_rrf and
             convex (theoretical min-max scaled scores) at dense_weight 0.1..0.9, for each language.
   cv        Leave-one-set-out cross-validation, stage by stage. Each fold (one set held out) picks the lexical
-            language, fusion method and dense_weight on its two training sets (best mean nDCG@10, rerank off);
-            the folds' picks are agreed into one first stage (per setting the value most folds picked, a weight
-            the median of the folds that picked that method). On that first stage each fold picks the rerank
-            combination (knowledge/fusion.py's combine_reranked: rrf, or interpolate with rerank_weight
-            0.05..0.9; the reranker's own order is a candidate too) and the rerank depth (10 or 20) on its
-            training sets at the configured max_length, agreed the same way. Every pick is reported on the set
-            it did not see. Rerank runs score the top `depth` hits with ms-marco-MiniLM-L-12-v2 through the
-            sidecar's Rerank RPC; raw scores are cached on disk per (set, max_length, query id, document id),
-            so every depth and combination reuses them.
+            language, fusion method, dense_weight, spread gain and feedback on its training sets (best mean
+            nDCG@10, rerank off); the folds' picks are agreed into one first stage (per setting the value most
+            folds picked, a weight or gain the median of the folds that picked that method; feedback on if most
+            of those picked it, its documents and weight the most common of them). On that first stage each
+            fold picks the rerank combination (knowledge/fusion.py's combine_reranked: rrf, or interpolate with
+            rerank_weight 0.05..0.9; the reranker's own order is a candidate too) and the rerank depth (10 or
+            20) on its training sets at the configured max_length, agreed the same way. Every pick is reported
+            on the set it did not see, beside the pick the fold makes without feedback. Rerank runs score the
+            top `depth` hits with ms-marco-MiniLM-L-12-v2 through the sidecar's Rerank RPC; raw scores are
+            cached on disk per (set, max_length, query id, document id), so every depth and combination reuses
+            them.
   curve     The default pipeline at rerank depth 0/10/20/50 (at the configured max_length) and at max_length
             128/256/512 (at the configured depth): nDCG@10 and R@100 from the cached scores of each max_length
             (--curve-queries limits each set to that many queries, spread evenly), beside the p50 latency of
@@ -105,7 +111,7 @@ from ragsidecar.config_loading import load_config
 from ragsidecar.inference.models import load_model
 from ragsidecar.knowledge import lexical
 from ragsidecar.knowledge.chunking import chunk_units
-from ragsidecar.knowledge.fusion import FUSIONS, FusionSettings, alternate, combine_reranked, fuse
+from ragsidecar.knowledge.fusion import FUSIONS, FusionSettings, alternate, combine_reranked, fuse, with_feedback
 from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
 from ragsidecar.knowledge.sources.files import read_units
 from ragsidecar.v1 import common_pb2, reranker_pb2, retrieval_pb2_grpc
@@ -130,6 +136,12 @@ WEIGHTS = tuple(round(0.1 * i, 1) for i in range(1, 10))
 # "adaptive": dense_weight at the typical spread, and dense_spread_gain (0: "minmax")
 ADAPTIVE_WEIGHTS = tuple(round(0.5 + 0.025 * i, 3) for i in range(13))  # 0.5 .. 0.8
 SPREAD_GAINS = (10.0, 20.0, 30.0, 40.0, 50.0)
+# Pseudo-relevance feedback, tried on "adaptive" around its pick without feedback (the grid's time):
+# dense_weight x gain x feedback_documents x feedback_weight
+FEEDBACK_DENSE_WEIGHTS = (0.6, 0.625, 0.65)
+FEEDBACK_GAINS = (20.0, 30.0, 40.0)
+FEEDBACK_DOCUMENTS = (1, 2, 3, 4)
+FEEDBACK_WEIGHTS = (0.3, 0.4, 0.5, 0.6)
 RERANK_WEIGHTS = (0.05, 0.1, 0.15, *WEIGHTS[1:])
 CV_DEPTHS = (10, 20)  # rerank depths the cross-validation picks from (scores cached to depth 20 suffice)
 RERANK_DEPTHS = (0, 10, 20, 50)
@@ -288,7 +300,8 @@ class FirstStage:
         f = self.fusion
         weight = "" if f.method == "rrf" else f" w={f.dense_weight:g}"
         gain = f" gain={f.spread_gain:g}" if f.method == "adaptive" else ""
-        return f"hybrid {self.language} {f.method}{weight}{gain} c{self.candidates}"
+        feedback = f" fb{f.feedback_documents}x{f.feedback_weight:g}" if f.feedback else ""
+        return f"hybrid {self.language} {f.method}{weight}{gain}{feedback} c{self.candidates}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,6 +335,8 @@ def configured(config) -> Pipeline:
         method=getattr(retrieval, "fusion", "rrf"),
         dense_weight=getattr(retrieval, "dense_weight", 0.5),
         spread_gain=getattr(retrieval, "dense_spread_gain", 0.0),
+        feedback_documents=getattr(retrieval, "feedback_documents", 0),
+        feedback_weight=getattr(retrieval, "feedback_weight", 0.0),
     )
     first = FirstStage("hybrid", getattr(retrieval, "lexical_language", "none"), fusion, retrieval.fusion_candidates)
     depth = retrieval.rerank_candidates
@@ -354,6 +369,22 @@ class FirstStages:
 
     def _ranked(self, stage: FirstStage, q: str) -> list[tuple[str, float]]:
         raise NotImplementedError
+
+
+def with_feedback_of(
+    fused: dict[str, float], fusion: FusionSettings, vectors: np.ndarray, position: dict[str, int]
+) -> dict[str, float]:
+    """`fused` with pseudo-relevance feedback as HybridIndex.search applies it to a hybrid fusion (its
+    _with_feedback): the best `feedback_documents` candidates (ties: id) give their vectors' sum, every candidate
+    its dot product with that sum as similarity, blended by fusion.with_feedback. `fused` as it is when the
+    fusion has no feedback. `vectors`: one per document, at `position[document id]`."""
+    if not fusion.feedback or not fused:
+        return fused
+    best = sorted(fused, key=lambda d: (-fused[d], d))[: fusion.feedback_documents]
+    centroid = vectors[[position[d] for d in best]].sum(axis=0)
+    keys = list(fused)
+    similarity = (vectors[[position[d] for d in keys]] @ centroid).tolist()
+    return with_feedback(fused, dict(zip(keys, similarity, strict=True)), fusion.feedback_weight)
 
 
 class Prepared(FirstStages):
@@ -413,7 +444,7 @@ class Prepared(FirstStages):
         if stage.kind == "bm25":
             return self.lexical[stage.language][q]
         dense, lexical = self.dense[q], self.lexical[stage.language][q]
-        fused = fuse(dense, lexical, stage.fusion)
+        fused = with_feedback_of(fuse(dense, lexical, stage.fusion), stage.fusion, self.vectors, self.position)
         cosines = dict(dense)
         for d in fused:
             if d not in cosines:
@@ -427,14 +458,17 @@ class Listed(FirstStages):
     each LIST_DEPTH documents deep, through the Search RPC (FILE .jsonl, group_by_document, retrieval_mode DENSE
     or LEXICAL: each document's best chunk, with its cosine or BM25 score), fetched once and cached in
     bench/results/lists-*.json. A hybrid first stage fuses them as HybridIndex.search does: knowledge/fusion.py's
-    fuse() over each list's top `candidates`, then past that head both deeper lists alternately. (SciFact's cut
-    abstracts are fused per document here and per chunk in the sidecar: the rpc stage measures the difference.)"""
+    fuse() over each list's top `candidates` (with feedback from one vector per document, the embedder's, when
+    the fusion has it), then past that head both deeper lists alternately. (SciFact's cut abstracts are fused
+    and fed back per document here and per chunk in the sidecar: the rpc stage measures the difference.)"""
 
     view = "lists through Search"
 
-    def __init__(self, data: Collection, sidecar: BenchSidecar, config) -> None:
+    def __init__(self, data: Collection, sidecar: BenchSidecar, config, embedder: Embedder) -> None:
         super().__init__(data)
         self.lists = {mode: self._fetched(sidecar, config, mode) for mode in ("dense", "lexical")}
+        self.vectors = embedder.cached(data.name, data.doc_texts)  # the feedback's
+        self.position = {d: i for i, d in enumerate(data.doc_ids)}
         self.texts = {
             r["_id"]: "\n".join(filter(None, ((r.get("title") or "").strip(), (r.get("text") or "").strip())))
             for r in data.rows
@@ -464,7 +498,9 @@ class Listed(FirstStages):
         if stage.kind != "hybrid":
             return (dense if stage.kind == "dense" else lexical)[:DEPTH]
         head_dense, head_lexical = dense[: stage.candidates], lexical[: stage.candidates]
-        fused = fuse(head_dense, head_lexical, stage.fusion)
+        fused = with_feedback_of(
+            fuse(head_dense, head_lexical, stage.fusion), stage.fusion, self.vectors, self.position
+        )
         cosines = dict(dense)
         order = sorted(fused, key=lambda d: (-fused[d], -cosines.get(d, -1.0), d))[:DEPTH]
         if len(order) < DEPTH:
@@ -708,7 +744,9 @@ def spread(items: list, count: int | None) -> list:
 
 def hybrid_stages(languages: tuple[str, ...] = LANGUAGES, depths: tuple[int, ...] = (50,)) -> list[FirstStage]:
     """Every fusion of the grid: plain RRF, each weighted method at each dense_weight, and "adaptive" at each
-    ADAPTIVE_WEIGHTS dense_weight and SPREAD_GAINS gain, per language and fusion depth (fusion_candidates)."""
+    ADAPTIVE_WEIGHTS dense_weight and SPREAD_GAINS gain, all without feedback; then "adaptive" at each
+    FEEDBACK_DENSE_WEIGHTS dense_weight and FEEDBACK_GAINS gain with each FEEDBACK_DOCUMENTS x FEEDBACK_WEIGHTS
+    feedback; per language and fusion depth (fusion_candidates)."""
     stages = []
     for lang in languages:
         for depth in depths:
@@ -720,6 +758,18 @@ def hybrid_stages(languages: tuple[str, ...] = LANGUAGES, depths: tuple[int, ...
                 FirstStage("hybrid", lang, FusionSettings("adaptive", w, spread_gain=gain), depth)
                 for w in ADAPTIVE_WEIGHTS
                 for gain in SPREAD_GAINS
+            ]
+            stages += [
+                FirstStage(
+                    "hybrid",
+                    lang,
+                    FusionSettings("adaptive", w, spread_gain=gain, feedback_documents=m, feedback_weight=fw),
+                    depth,
+                )
+                for w in FEEDBACK_DENSE_WEIGHTS
+                for gain in FEEDBACK_GAINS
+                for m in FEEDBACK_DOCUMENTS
+                for fw in FEEDBACK_WEIGHTS
             ]
     return stages
 
@@ -794,6 +844,8 @@ class Bench:
             )
 
         firsts = [best(self.grid, Pipeline, train) for train in trains]
+        plain = [s for s in self.grid if not s.fusion.feedback]
+        firsts_plain = [best(plain, Pipeline, train) for train in trains]  # what feedback adds, per held-out set
         first = agree_first(firsts)
         print(f"  first stage agreed: {first.label()}", flush=True)
         variants = rerank_variants(CV_DEPTHS, max_length)
@@ -805,14 +857,16 @@ class Bench:
             "other sets by mean nDCG@10, reported on the held-out set; rerank depth "
             f"{' or '.join(map(str, CV_DEPTHS))}, max_length {max_length}, on the rerank sample)",
             "",
-            "| held out | first stage picked | held out: its pick | held out: agreed | max(lexical, dense) | "
-            "rerank picked (on the agreed first stage) | held out, sample: off | + picked rerank |",
-            "|---|---|---|---|---|---|---|---|",
+            "| held out | first stage picked | held out: its pick | picked without feedback | held out: that pick | "
+            "held out: agreed | max(lexical, dense) | rerank picked (on the agreed first stage) | "
+            "held out, sample: off | + picked rerank |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         )
-        for held, fold_first, fold_rerank in zip(self.prepared, firsts, reranks, strict=True):
+        for held, fold_first, fold_plain, fold_rerank in zip(self.prepared, firsts, firsts_plain, reranks, strict=True):
             sample = self.sample(held, True)
             self.out(
                 f"| {held.data.name} | {fold_first.label()} | {self.measure(held, Pipeline(fold_first))[0]:.3f} | "
+                f"{fold_plain.label()} | {self.measure(held, Pipeline(fold_plain))[0]:.3f} | "
                 f"{self.measure(held, Pipeline(first))[0]:.3f} | {self.strongest_single(held):.3f} | "
                 f"{fold_rerank.label()} | {self.measure(held, Pipeline(first), sample)[0]:.3f} | "
                 f"{self.measure(held, Pipeline(first, fold_rerank), sample)[0]:.3f} |"
@@ -821,7 +875,8 @@ class Bench:
         self.out(
             "",
             "Agreed (per setting the value most folds picked; a weight is the median of the folds that picked "
-            f"that method): **{chosen.label()}**",
+            f"that method; feedback on or off, and its documents and weight, as most of those folds picked): "
+            f"**{chosen.label()}**",
         )
         self.out(
             "",
@@ -932,15 +987,25 @@ def _common(values):
 
 def agree_first(picks: list[FirstStage]) -> FirstStage:
     """The folds' first stages as one: the most common language and method; the median dense_weight and
-    spread_gain and the most common fusion depth of the folds that picked that method."""
+    spread_gain and the most common fusion depth of the folds that picked that method; feedback if most of
+    those folds picked it, with the most common feedback_documents and feedback_weight of those that did."""
     method = _common(f.fusion.method for f in picks)
     chosen = [f for f in picks if f.fusion.method == method]
     weight = 0.5 if method == "rrf" else statistics.median(f.fusion.dense_weight for f in chosen)  # rrf: no weight
     gain = statistics.median(f.fusion.spread_gain for f in chosen)
+    fed_back = [f.fusion for f in chosen if f.fusion.feedback] if _common(f.fusion.feedback for f in chosen) else []
+    feedback = (
+        {
+            "feedback_documents": _common(f.feedback_documents for f in fed_back),
+            "feedback_weight": _common(f.feedback_weight for f in fed_back),
+        }
+        if fed_back
+        else {}
+    )
     return FirstStage(
         "hybrid",
         _common(f.language for f in picks),
-        FusionSettings(method, weight, spread_gain=gain),
+        FusionSettings(method, weight, spread_gain=gain, **feedback),
         _common(f.candidates for f in chosen),
     )
 
@@ -1326,15 +1391,15 @@ def main() -> None:
     default = configured(config)
     print(f"default pipeline (config/ragsidecar.toml{' + --set' if overrides else ''}): {default.label()}", flush=True)
 
-    embedder = Embedder(config) if args.in_process else None
+    embedder = Embedder(config)  # the in-process lists' vectors, or the feedback's on the lists through Search
     sidecar = BenchSidecar(overrides, cache_bytes=0 if args.in_process else QUALITY_CACHE_BYTES)
     latencies: dict[tuple[str, int, int], float] = {}
     try:
-        if embedder is not None:
+        if args.in_process:
             views: list[Prepared] | list[Listed] = [Prepared(read_collection(name), embedder, config) for name in sets]
             grid = hybrid_stages()
         else:
-            views = [Listed(read_collection(name), sidecar, config) for name in sets]
+            views = [Listed(read_collection(name), sidecar, config, embedder) for name in sets]
             grid = hybrid_stages((config.retrieval.lexical_language,), FUSION_DEPTHS)
         bench = Bench(views, Scores(sidecar, args.clients, default.rerank.max_length), default, grid)
         bench.rerank_queries = args.rpc_rerank_queries
@@ -1347,7 +1412,7 @@ def main() -> None:
             bench.explore()
         if "cv" in stages:
             bench.cross_validate()
-        if embedder is None:
+        if not args.in_process:
             if "table" in stages:
                 quality_table(
                     bench,
@@ -1372,8 +1437,7 @@ def main() -> None:
             in_process(bench, sidecar, embedder, config, default, stages, args, latencies)
     finally:
         sidecar.stop()
-        if embedder is not None:
-            embedder.close()
+        embedder.close()
     bench.out(
         "",
         f"Total {time.perf_counter() - overall:.0f} s; 1-min load average {load_start:.1f} at start, "
