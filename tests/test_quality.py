@@ -28,6 +28,8 @@ from ragsidecar.v1 import retrieval_pb2_grpc
         ("fusion", '"max"', "retrieval.fusion: 'max' is not one of 'rrf', 'weighted_rrf', 'convex'"),
         ("dense_weight", "1.5", "retrieval.dense_weight: must be in [0, 1], got 1.5"),
         ("dense_spread_gain", "150", "retrieval.dense_spread_gain: must be in [0, 100], got 150"),
+        ("feedback_documents", "101", "retrieval.feedback_documents: must be in [0, 100], got 101"),
+        ("feedback_weight", "1.5", "retrieval.feedback_weight: must be in [0, 1], got 1.5"),
         ("rerank_fusion", '"mean"', "retrieval.rerank_fusion: 'mean' is not one of 'rrf', 'interpolate'"),
         ("rerank_weight", "-0.5", "retrieval.rerank_weight: must be in [0, 1], got -0.5"),
     ],
@@ -192,6 +194,7 @@ def test_weighted_rrf_and_convex_weigh_the_lists_and_interpolation_weighs_the_re
             knowledge,
             tmp_path_factory.mktemp("data"),
             lexical_language="english",
+            feedback_documents=0,  # each list's own order at the extreme weights
             **retrieval_settings,
         ).start()
 
@@ -217,3 +220,49 @@ def test_weighted_rrf_and_convex_weigh_the_lists_and_interpolation_weighs_the_re
         assert [h.scores.HasField("rerank") for h in reranked] == [True] * 5 + [False] * 3
     finally:
         dense_first.stop()
+
+
+FEEDBACK_DOCUMENTS = {
+    "eruption.md": "The volcano eruption threw lava, ash and glowing rock over the rim of the crater.",
+    "magma.md": "Molten magma and pyroclastic flows poured down the mountain slopes and buried the villages below.",
+    "applause.md": "An eruption of applause filled the concert hall when the orchestra finished the symphony.",
+    "bread.md": DOCUMENTS["bread.md"],
+    "chess.md": DOCUMENTS["chess.md"],
+    "sailing.md": DOCUMENTS["sailing.md"],
+}
+
+
+def test_feedback_lifts_what_resembles_the_best_hits_over_what_only_shares_a_query_word(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    root = tmp_path_factory.mktemp("feedback-knowledge")
+    (root / "docs").mkdir()
+    for name, text in FEEDBACK_DOCUMENTS.items():
+        (root / "docs" / name).write_text(text + "\n", encoding="utf-8")
+
+    def started(**feedback: object) -> Sidecar:
+        # All lexical weight: without feedback BM25's order leads, so a word match outranks any meaning.
+        return quality_sidecar(
+            tmp_path_factory.mktemp("feedback"),
+            root,
+            tmp_path_factory.mktemp("data"),
+            fusion="weighted_rrf",
+            dense_weight=0.0,
+            **feedback,
+        ).start()
+
+    query = "volcano eruption"
+    plain = started(feedback_documents=0)
+    try:
+        assert files(search(plain, query))[:2] == ["eruption.md", "applause.md"]
+    finally:
+        plain.stop()
+    # With all the weight on feedback the best hit leads and the rest follow by how much they resemble it.
+    resembling = started(feedback_documents=1, feedback_weight=1.0)
+    try:
+        hits = search(resembling, query)
+        assert files(hits)[:2] == ["eruption.md", "magma.md"] and _descending(hits)
+        assert files(hits).index("applause.md") > 1
+        assert _order(search(resembling, query, top_k=3)) == _order(hits)[:3]  # the head whatever top_k is
+    finally:
+        resembling.stop()

@@ -19,6 +19,7 @@ from ragsidecar.knowledge.fusion import (
     min_max,
     theoretical_min_max,
     weighted_sum,
+    with_feedback,
 )
 from ragsidecar.knowledge.lexical import LANGUAGES, Lexical, terms
 
@@ -120,11 +121,35 @@ def test_adaptive_fusion_is_minmax_at_the_weight_its_dense_list_earns() -> None:
 
 @pytest.mark.parametrize(
     "settings",
-    [dict(method="max"), dict(dense_weight=1.5), dict(dense_weight=-0.1), dict(rrf_k=0), dict(spread_gain=-1.0)],
+    [
+        dict(method="max"),
+        dict(dense_weight=1.5),
+        dict(dense_weight=-0.1),
+        dict(rrf_k=0),
+        dict(spread_gain=-1.0),
+        dict(feedback_documents=-1),
+        dict(feedback_weight=1.5),
+    ],
 )
 def test_fusion_settings_refuse_what_they_cannot_mean(settings: dict) -> None:
     with pytest.raises(ValueError):
         FusionSettings(**settings)
+
+
+def test_feedback_blends_scaled_fused_scores_with_scaled_similarity_to_the_best() -> None:
+    fused = {"a": 0.9, "b": 0.5, "c": 0.4, "d": 0.1}
+    similarity = {"a": 2.0, "b": 0.4, "c": 1.6, "d": 0.0}
+    blended = with_feedback(fused, similarity, 0.5)
+    assert blended == pytest.approx({"a": 1.0, "b": 0.5 * 0.5 + 0.5 * 0.2, "c": 0.5 * 0.375 + 0.5 * 0.8, "d": 0.0})
+    assert sorted(blended, key=blended.get, reverse=True) == ["a", "c", "b", "d"]  # c resembles a: it passes b
+    assert with_feedback(fused, similarity, 0.0) == pytest.approx(min_max(list(fused.items())))
+    assert with_feedback(fused, {"a": 1.0}, 0.5)["b"] == pytest.approx(0.5 * 0.5)  # no similarity: scaled 0
+
+
+def test_feedback_is_on_only_with_documents_and_weight() -> None:
+    assert FusionSettings(feedback_documents=2, feedback_weight=0.5).feedback
+    assert not FusionSettings(feedback_documents=0, feedback_weight=0.5).feedback
+    assert not FusionSettings(feedback_documents=2, feedback_weight=0.0).feedback
 
 
 def test_interpolation_scales_both_sides_over_the_head_and_keeps_the_tail_below() -> None:

@@ -113,10 +113,11 @@ class RetrievalConfig(_Section, frozen=True):
     max_file_bytes: Positive = 50 * 1024 * 1024
     # Depth of the dense and BM25 candidate lists fused into one.
     fusion_candidates: Positive = 100
-    # Fused candidates reranked when an entry asks for rerank without saying how many. 5: on the adaptive hybrid
-    # no depth, cut or cascade of ms-marco-MiniLM-L-12-v2 beat rerank off by more than 0.001 nDCG@10 over five
-    # sets (bench/rerank_cascade.py, leave-one-set-out); 5 matched 10 in 0.4x the cross-encoder time.
-    rerank_candidates: Positive = 5
+    # Fused candidates reranked when an entry asks for rerank without saying how many. 3: on the hybrid with
+    # feedback no depth, cut or cascade of ms-marco-MiniLM-L-12-v2 beat rerank off by more than 0.002 nDCG@10 over
+    # five sets (bench/rerank_cascade.py, leave-one-set-out: three folds picked 3 at weight 0.15), and 3 whole
+    # documents cost 0.3x the cross-encoder time of 0.2.0's 10.
+    rerank_candidates: Positive = 3
     # Analysis of the BM25 side: a Snowball language (its stopwords removed, words stemmed) or "none" (words as
     # written, English stopwords). Part of every index's key: changing it rebuilds the indexes.
     lexical_language: str = "english"
@@ -133,12 +134,18 @@ class RetrievalConfig(_Section, frozen=True):
     # Under "adaptive": how much the dense weight rises per unit of standard deviation of the dense list's cosines
     # above the typical spread (and falls below it), within [0.1, 0.9]; 0 is "minmax". Tuned for bge-small's cosines.
     dense_spread_gain: Annotated[float, msgspec.Meta(ge=0, le=100)] = 30.0
+    # Pseudo-relevance feedback in a hybrid search (knowledge/fusion.py with_feedback): the best this many fused
+    # candidates stand for what the query means (0: off), and each candidate's similarity to them weighs
+    # feedback_weight against its fused score. 2 at 0.5: picked by leave-one-set-out cross-validation over the five
+    # sets (bench/beir.py), +0.010 nDCG@10 on their mean, no set lower; it costs a few hundred dot products.
+    feedback_documents: Annotated[int, msgspec.Meta(ge=0, le=100)] = 2
+    feedback_weight: Fraction = 0.5
     # How a rerank with rerank_order FUSED combines the reranker's relevance with the retrieval order: "rrf"
     # (reciprocal rank fusion of the two orders) or "interpolate" (rerank_weight * scaled relevance +
     # (1 - rerank_weight) * scaled retrieval score over the reranked head).
     rerank_fusion: RerankFusion = "interpolate"
-    # The reranker's weight in "interpolate".
-    rerank_weight: Fraction = 0.2
+    # The reranker's weight in "interpolate" (see rerank_candidates).
+    rerank_weight: Fraction = 0.15
     # A FUSED rerank scores each document cut to its first rerank_document_tokens tokens (0: as many as the
     # reranker's window holds), then, when rerank_head_candidates is above 0 and below the rerank depth, scores
     # the new top rerank_head_candidates whole (a cascade; knowledge/ranking.py's rerank_passes).

@@ -38,7 +38,7 @@ from usearch.index import Index
 
 from ragsidecar import metrics, tracing
 from ragsidecar.knowledge import leftovers
-from ragsidecar.knowledge.fusion import FusionSettings, alternate, fuse
+from ragsidecar.knowledge.fusion import FusionSettings, alternate, fuse, with_feedback
 from ragsidecar.knowledge.lexical import NO_STEMMING, Lexical
 
 log = logging.getLogger(__name__)
@@ -410,7 +410,10 @@ class HybridIndex:
                     lexical = self._lexical.top(query_text or "", depth)
                     span.set(hits=len(lexical))
             with tracing.span("fusion", dense_hits=len(dense), lexical_hits=len(lexical)) as span:
-                fused = fuse(dense, lexical, fusion if use_dense and use_lexical else _DEFAULT_FUSION)
+                hybrid = use_dense and use_lexical
+                fused = fuse(dense, lexical, fusion if hybrid else _DEFAULT_FUSION)
+                if hybrid and fusion.feedback and fused:
+                    fused = self._with_feedback(fused, fusion)
                 span.set(hits=min(k, len(fused)))
             contenders = _contenders(fused, k)
             cosines = dict(dense)
@@ -424,6 +427,18 @@ class HybridIndex:
             if len(hits) < k and depth < live:
                 hits += self._beyond(fused, query, query_text, min(k, live), use_dense, use_lexical)[: k - len(hits)]
             return hits
+
+    def _with_feedback(self, fused: dict[int, float], fusion: FusionSettings) -> dict[int, float]:
+        """`fused` with pseudo-relevance feedback (fusion.with_feedback): the best `feedback_documents` candidates
+        (ties: chunk id) give their vectors' sum, and every candidate its similarity to that sum. The sum's norm
+        does not matter: the similarities are min-max scaled. Only the candidates are scored (fusion_candidates
+        per list), so the head stays the same for every k."""
+        chunk, count = self._slots.live_chunk, fusion.feedback_documents
+        best = sorted(_contenders(fused, count), key=lambda p: (-fused[p], chunk(p).id))[:count]
+        centroid = self._slots.vectors[best].sum(axis=0)
+        keys = list(fused)
+        similarity = (self._slots.vectors[keys] @ centroid).tolist()
+        return with_feedback(fused, dict(zip(keys, similarity, strict=True)), fusion.feedback_weight)
 
     def _beyond(
         self, head: dict[int, float], query: np.ndarray, query_text: str, depth: int, use_dense: bool, use_lexical: bool

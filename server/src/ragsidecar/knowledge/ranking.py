@@ -52,7 +52,13 @@ class Ranker:
         self._config = config
         self._reranker = reranker
         retrieval = config.retrieval
-        self._fusion = FusionSettings(retrieval.fusion, retrieval.dense_weight, spread_gain=retrieval.dense_spread_gain)
+        self._fusion = FusionSettings(
+            retrieval.fusion,
+            retrieval.dense_weight,
+            spread_gain=retrieval.dense_spread_gain,
+            feedback_documents=retrieval.feedback_documents,
+            feedback_weight=retrieval.feedback_weight,
+        )
 
     async def search(
         self,
