@@ -113,6 +113,7 @@ from ragsidecar.knowledge import lexical
 from ragsidecar.knowledge.chunking import chunk_units
 from ragsidecar.knowledge.fusion import FUSIONS, FusionSettings, alternate, combine_reranked, fuse, with_feedback
 from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
+from ragsidecar.knowledge.ranking import fusion_settings
 from ragsidecar.knowledge.sources.files import read_units
 from ragsidecar.v1 import common_pb2, reranker_pb2, retrieval_pb2_grpc
 from ragsidecar.v1 import retrieval_pb2 as pb
@@ -331,19 +332,9 @@ def configured(config) -> Pipeline:
     """The pipeline a config describes: its [retrieval] section, rerank on at the default depth, with the
     reranker's configured max_length."""
     retrieval = config.retrieval
-    fusion = FusionSettings(
-        method=getattr(retrieval, "fusion", "rrf"),
-        dense_weight=getattr(retrieval, "dense_weight", 0.5),
-        spread_gain=getattr(retrieval, "dense_spread_gain", 0.0),
-        feedback_documents=getattr(retrieval, "feedback_documents", 0),
-        feedback_weight=getattr(retrieval, "feedback_weight", 0.0),
-    )
-    first = FirstStage("hybrid", getattr(retrieval, "lexical_language", "none"), fusion, retrieval.fusion_candidates)
-    depth = retrieval.rerank_candidates
+    first = FirstStage("hybrid", retrieval.lexical_language, fusion_settings(retrieval), retrieval.fusion_candidates)
     max_length = next(m.max_length for m in config.models if m.id == RERANKER)
-    rerank = Rerank(
-        getattr(retrieval, "rerank_fusion", "rrf"), getattr(retrieval, "rerank_weight", 0.5), depth, max_length
-    )
+    rerank = Rerank(retrieval.rerank_fusion, retrieval.rerank_weight, retrieval.rerank_candidates, max_length)
     return Pipeline(first, rerank)
 
 

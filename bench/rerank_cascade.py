@@ -14,11 +14,11 @@ the plans below rerank off on none of them.
 --latency-queries N also times each plan's cross-encoder passes in-process (the server's inference settings,
 plans interleaved query by query); --search D,T,H,W also times Search at top_k 10 through a sidecar configured
 with that plan (a cut pass of D documents to T tokens, none when D is 0, then H whole, at rerank_weight W;
-0,0,5,0.2 is the default) beside rerank off and 10 whole documents, interleaved.
+0,0,3,0.15 is the default) beside rerank off and 10 whole documents, interleaved.
 
     .venv/bin/python bench/rerank_cascade.py [--sets scifact,cranfield,med,npl,lisa] [--queries 40] [--depth 40]
                                              [--full-depth 20] [--caps 64,0] [--latency-queries 8]
-                                             [--search 0,0,5,0.2] [--search-sets cranfield,med,lisa]
+                                             [--search 0,0,3,0.15] [--search-sets cranfield,med,lisa]
 
 Writes bench/results/rerank_cascade.md (cap 0: the whole document, as far as the model's max_length holds).
 """
@@ -48,7 +48,7 @@ import beir  # noqa: E402 - importable once bench/ is on sys.path
 
 RESULTS = REPO / "bench" / "results"
 WEIGHTS = (0.1, 0.15, 0.2, 0.3)
-FULL_DEPTHS = (0, 5, 10, 20)
+FULL_DEPTHS = (0, 3, 5, 10, 20)
 CHEAP_DEPTHS = (0, 5, 10, 15, 20, 30, 40)
 
 
@@ -243,7 +243,9 @@ def main() -> None:
     args = parser.parse_args()
     config = beir.load_config(beir.REPO / "config" / "ragsidecar.toml")
     caps = [int(c) for c in args.caps.split(",")]
-    sets = [beir.Listed(beir.read_collection(name), None, config) for name in args.sets.split(",")]
+    embedder = beir.Embedder(config)  # the first stage's feedback: one cached vector per document
+    sets = [beir.Listed(beir.read_collection(name), None, config, embedder) for name in args.sets.split(",")]
+    embedder.close()
     samples = {s.data.name: beir.spread(list(s.data.queries), args.queries) for s in sets}
     depths = {cap: args.depth if cap else args.full_depth for cap in caps}
     score_all(sets, samples, depths, config)
@@ -304,7 +306,7 @@ def main() -> None:
         )
     if args.latency_queries:
         baseline = CascadePlan(0, 0, 10, 0.1)
-        singles = [CascadePlan(0, 0, d, 0.1) for d in (5, 10, 20)]
+        singles = [CascadePlan(0, 0, d, 0.1) for d in (3, 5, 10, 20)]
         cut = [CascadePlan(d, c, 0, 0.1) for d, c in itertools.product((20, 40), [c for c in caps if c])]
         best = [p for p in ranked_plans if p.cheap_depth and p.full_depth][:4]
         curve = list(dict.fromkeys([baseline, *singles, *cut, *best]))

@@ -81,6 +81,7 @@ from ragsidecar.knowledge.chunking import Chunk
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.knowledge.fusion import FusionSettings
 from ragsidecar.knowledge.index import Hit
+from ragsidecar.knowledge.ranking import fusion_settings
 from ragsidecar.knowledge.sources.units import Unit
 from ragsidecar.store.embedded import EmbeddedDocuments
 from ragsidecar.store.interface import DocumentStore, MemoryDocument, Prepared
@@ -231,7 +232,7 @@ class Searching:
         return Searching(
             r.lexical_language,
             r.fusion_candidates,
-            FusionSettings(r.fusion, r.dense_weight),
+            fusion_settings(r),
             r.index_threads,
             r.index_dtype,
             r.memory_cache_bytes,

@@ -143,7 +143,8 @@ def test_feedback_blends_scaled_fused_scores_with_scaled_similarity_to_the_best(
     assert blended == pytest.approx({"a": 1.0, "b": 0.5 * 0.5 + 0.5 * 0.2, "c": 0.5 * 0.375 + 0.5 * 0.8, "d": 0.0})
     assert sorted(blended, key=blended.get, reverse=True) == ["a", "c", "b", "d"]  # c resembles a: it passes b
     assert with_feedback(fused, similarity, 0.0) == pytest.approx(min_max(list(fused.items())))
-    assert with_feedback(fused, {"a": 1.0}, 0.5)["b"] == pytest.approx(0.5 * 0.5)  # no similarity: scaled 0
+    alike = with_feedback(fused, dict.fromkeys(fused, 0.3), 0.5)  # all alike: each similarity scales to 1
+    assert alike == pytest.approx({k: 0.5 * v + 0.5 for k, v in min_max(list(fused.items())).items()})
 
 
 def test_feedback_is_on_only_with_documents_and_weight() -> None:

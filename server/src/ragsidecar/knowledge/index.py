@@ -436,9 +436,9 @@ class HybridIndex:
         chunk, count = self._slots.live_chunk, fusion.feedback_documents
         best = sorted(_contenders(fused, count), key=lambda p: (-fused[p], chunk(p).id))[:count]
         centroid = self._slots.vectors[best].sum(axis=0)
-        keys = list(fused)
-        similarity = (self._slots.vectors[keys] @ centroid).tolist()
-        return with_feedback(fused, dict(zip(keys, similarity, strict=True)), fusion.feedback_weight)
+        keys = np.fromiter(fused, dtype=np.int64, count=len(fused))
+        similarity = dict(zip(keys.tolist(), (self._slots.vectors[keys] @ centroid).tolist(), strict=True))
+        return with_feedback(fused, similarity, fusion.feedback_weight)
 
     def _beyond(
         self, head: dict[int, float], query: np.ndarray, query_text: str, depth: int, use_dense: bool, use_lexical: bool

@@ -8,13 +8,25 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from ragsidecar import tracing
-from ragsidecar.config import Config
+from ragsidecar.config import Config, RetrievalConfig
 from ragsidecar.knowledge.catalog import LoadedSource
 from ragsidecar.knowledge.declarations import Entry, RerankOrder, RetrievalMode
 from ragsidecar.knowledge.fusion import FusionSettings, combine_reranked
 from ragsidecar.knowledge.index import HybridIndex
 from ragsidecar.knowledge.results import Hit, Work, document_of
 from ragsidecar.reranking import Candidate, Reranker, RerankQuery
+
+
+def fusion_settings(retrieval: RetrievalConfig) -> FusionSettings:
+    """How a hybrid search fuses its lists and weighs feedback, as [retrieval] says: the one place those keys
+    become FusionSettings (the benches measure through it too)."""
+    return FusionSettings(
+        retrieval.fusion,
+        retrieval.dense_weight,
+        spread_gain=retrieval.dense_spread_gain,
+        feedback_documents=retrieval.feedback_documents,
+        feedback_weight=retrieval.feedback_weight,
+    )
 
 
 @dataclass(frozen=True)
@@ -52,13 +64,7 @@ class Ranker:
         self._config = config
         self._reranker = reranker
         retrieval = config.retrieval
-        self._fusion = FusionSettings(
-            retrieval.fusion,
-            retrieval.dense_weight,
-            spread_gain=retrieval.dense_spread_gain,
-            feedback_documents=retrieval.feedback_documents,
-            feedback_weight=retrieval.feedback_weight,
-        )
+        self._fusion = fusion_settings(retrieval)
 
     async def search(
         self,
