@@ -83,6 +83,12 @@ def quality_sidecar(workdir: Path, knowledge: Path, data: Path, **retrieval: obj
     return Sidecar(workdir, config)
 
 
+def started_sidecar(tmp_path_factory: pytest.TempPathFactory, knowledge: Path, **retrieval: object) -> Sidecar:
+    """A running sidecar of its own over `knowledge`, with these [retrieval] settings."""
+    workdir, data = tmp_path_factory.mktemp("quality"), tmp_path_factory.mktemp("data")
+    return quality_sidecar(workdir, knowledge, data, **retrieval).start()
+
+
 @pytest.fixture(scope="module")
 def english(tmp_path_factory: pytest.TempPathFactory, knowledge: Path) -> Sidecar:
     sidecar = quality_sidecar(
@@ -189,14 +195,10 @@ def test_weighted_rrf_and_convex_weigh_the_lists_and_interpolation_weighs_the_re
     assert reranker != retrieval  # the reranker disagrees with the retrieval order: interpolation decides
 
     def started(**retrieval_settings: object) -> Sidecar:
-        return quality_sidecar(
-            tmp_path_factory.mktemp("fusion"),
-            knowledge,
-            tmp_path_factory.mktemp("data"),
-            lexical_language="english",
-            feedback_documents=0,  # each list's own order at the extreme weights
-            **retrieval_settings,
-        ).start()
+        # Without feedback: each list's own order at the extreme weights.
+        return started_sidecar(
+            tmp_path_factory, knowledge, lexical_language="english", feedback_documents=0, **retrieval_settings
+        )
 
     # All lexical weight: BM25's order first, then the dense-only candidates; the reranker alone orders the head.
     lexical_first = started(fusion="weighted_rrf", dense_weight=0.0, rerank_fusion="interpolate", rerank_weight=1.0)
@@ -242,14 +244,7 @@ def test_feedback_lifts_what_resembles_the_best_hits_over_what_only_shares_a_que
 
     def started(**feedback: object) -> Sidecar:
         # All lexical weight: without feedback BM25's order leads, so a word match outranks any meaning.
-        return quality_sidecar(
-            tmp_path_factory.mktemp("feedback"),
-            root,
-            tmp_path_factory.mktemp("data"),
-            fusion="weighted_rrf",
-            dense_weight=0.0,
-            **feedback,
-        ).start()
+        return started_sidecar(tmp_path_factory, root, fusion="weighted_rrf", dense_weight=0.0, **feedback)
 
     query = "volcano eruption"
     plain = started(feedback_documents=0)
