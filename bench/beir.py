@@ -369,7 +369,7 @@ def with_feedback_of(
     _with_feedback): the best `feedback_documents` candidates (ties: id) give their vectors' sum, every candidate
     its dot product with that sum as similarity, blended by fusion.with_feedback. `fused` as it is when the
     fusion has no feedback. `vectors`: one per document, at `position[document id]`."""
-    if not fusion.feedback or not fused:
+    if not fusion.feedback_on(len(fused)):
         return fused
     best = sorted(fused, key=lambda d: (-fused[d], d))[: fusion.feedback_documents]
     centroid = vectors[[position[d] for d in best]].sum(axis=0)

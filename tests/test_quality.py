@@ -15,6 +15,7 @@ from conftest import retrieval_config
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
 from sidecar import Sidecar
 
+from ragsidecar.knowledge.fusion import FEEDBACK_MIN_CANDIDATES
 from ragsidecar.v1 import retrieval_pb2 as pb
 from ragsidecar.v1 import retrieval_pb2_grpc
 
@@ -232,15 +233,21 @@ FEEDBACK_DOCUMENTS = {
     "chess.md": DOCUMENTS["chess.md"],
     "sailing.md": DOCUMENTS["sailing.md"],
 }
+PAPERWORK = ("ledger", "invoice", "spreadsheet", "payroll", "budget", "audit", "receipt", "tax form", "pension")
 
 
 def test_feedback_lifts_what_resembles_the_best_hits_over_what_only_shares_a_query_word(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     root = tmp_path_factory.mktemp("feedback-knowledge")
-    (root / "docs").mkdir()
-    for name, text in FEEDBACK_DOCUMENTS.items():
-        (root / "docs" / name).write_text(text + "\n", encoding="utf-8")
+    for folder in ("small", "large"):
+        (root / folder).mkdir()
+        for name, text in FEEDBACK_DOCUMENTS.items():
+            (root / folder / name).write_text(text + "\n", encoding="utf-8")
+    for i in range(FEEDBACK_MIN_CANDIDATES):  # a pool as deep as feedback needs
+        note = f"Filing note {i}: the {PAPERWORK[i % len(PAPERWORK)]} of account {1000 + i} sits in cabinet {i % 7}."
+        (root / "large" / f"note{i}.md").write_text(note + "\n", encoding="utf-8")
+    small, large = entry("small", "DIRECTORY", "SEARCH", "small"), entry("large", "DIRECTORY", "SEARCH", "large")
 
     def started(**feedback: object) -> Sidecar:
         # All lexical weight: without feedback BM25's order leads, so a word match outranks any meaning.
@@ -249,15 +256,17 @@ def test_feedback_lifts_what_resembles_the_best_hits_over_what_only_shares_a_que
     query = "volcano eruption"
     plain = started(feedback_documents=0)
     try:
-        assert files(search(plain, query))[:2] == ["eruption.md", "applause.md"]
+        assert files(search(plain, query, source=large))[:2] == ["eruption.md", "applause.md"]
     finally:
         plain.stop()
     # With all the weight on feedback the best hit leads and the rest follow by how much they resemble it.
     resembling = started(feedback_documents=1, feedback_weight=1.0)
     try:
-        hits = search(resembling, query)
+        hits = search(resembling, query, source=large)
         assert files(hits)[:2] == ["eruption.md", "magma.md"] and _descending(hits)
-        assert files(hits).index("applause.md") > 1
-        assert _order(search(resembling, query, top_k=3)) == _order(hits)[:3]  # the head whatever top_k is
+        assert "applause.md" not in files(hits)[:2]
+        assert _order(search(resembling, query, top_k=3, source=large)) == _order(hits)[:3]  # whatever top_k is
+        # Six documents are too few candidates for feedback: their order is the fusion's.
+        assert files(search(resembling, query, source=small))[:2] == ["eruption.md", "applause.md"]
     finally:
         resembling.stop()

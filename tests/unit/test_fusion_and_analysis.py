@@ -9,6 +9,7 @@ import pytest
 
 from ragsidecar.knowledge.fusion import (
     ADAPTIVE_WEIGHT_RANGE,
+    FEEDBACK_MIN_CANDIDATES,
     SPREAD_DEPTH,
     TYPICAL_DENSE_SPREAD,
     FusionSettings,
@@ -147,10 +148,11 @@ def test_feedback_blends_scaled_fused_scores_with_scaled_similarity_to_the_best(
     assert alike == pytest.approx({k: 0.5 * v + 0.5 for k, v in min_max(list(fused.items())).items()})
 
 
-def test_feedback_is_on_only_with_documents_and_weight() -> None:
-    assert FusionSettings(feedback_documents=2, feedback_weight=0.5).feedback
-    assert not FusionSettings(feedback_documents=0, feedback_weight=0.5).feedback
-    assert not FusionSettings(feedback_documents=2, feedback_weight=0.0).feedback
+def test_feedback_is_on_only_with_documents_and_weight_over_a_pool_of_candidates() -> None:
+    assert FusionSettings(feedback_documents=2, feedback_weight=0.5).feedback_on(FEEDBACK_MIN_CANDIDATES)
+    assert not FusionSettings(feedback_documents=2, feedback_weight=0.5).feedback_on(FEEDBACK_MIN_CANDIDATES - 1)
+    assert not FusionSettings(feedback_documents=0, feedback_weight=0.5).feedback_on(FEEDBACK_MIN_CANDIDATES)
+    assert not FusionSettings(feedback_documents=2, feedback_weight=0.0).feedback_on(FEEDBACK_MIN_CANDIDATES)
 
 
 def test_interpolation_scales_both_sides_over_the_head_and_keeps_the_tail_below() -> None:

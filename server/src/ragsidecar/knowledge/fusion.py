@@ -44,6 +44,11 @@ SPREAD_DEPTH = 100
 # The adaptive weight stays within these: neither list is ever dropped, so an exact term match can still rise
 # on a source whose dense list is widely spread (small sources are), and a cosine match on one whose is flat.
 ADAPTIVE_WEIGHT_RANGE = (0.1, 0.9)
+# Feedback needs a pool to separate. Over a handful of candidates the feedback documents are most of it, and
+# min-max scaling their similarities stretches differences of rounding over [0, 1] (two candidates, equally
+# similar to their own sum, scale to 0 and 1); a small source would reorder its hits at random and lose its lead
+# when a search merges sources by score. Feedback was measured over pools of 100 to 200 candidates.
+FEEDBACK_MIN_CANDIDATES = 100
 
 
 @dataclass(frozen=True)
@@ -75,8 +80,13 @@ class FusionSettings:
 
     @property
     def feedback(self) -> bool:
-        """Whether `with_feedback` applies: some documents give feedback with some weight."""
+        """Whether feedback is asked for: some documents give it with some weight."""
         return self.feedback_documents > 0 and self.feedback_weight > 0
+
+    def feedback_on(self, candidates: int) -> bool:
+        """Whether `with_feedback` applies to a search of this many fused candidates: asked for, and a pool of at
+        least FEEDBACK_MIN_CANDIDATES."""
+        return self.feedback and candidates >= FEEDBACK_MIN_CANDIDATES
 
 
 def fuse(

@@ -412,7 +412,7 @@ class HybridIndex:
             with tracing.span("fusion", dense_hits=len(dense), lexical_hits=len(lexical)) as span:
                 hybrid = use_dense and use_lexical
                 fused = fuse(dense, lexical, fusion if hybrid else _DEFAULT_FUSION)
-                if hybrid and fusion.feedback and fused:
+                if hybrid and fusion.feedback_on(len(fused)):
                     fused = self._with_feedback(fused, fusion)
                 span.set(hits=min(k, len(fused)))
             contenders = _contenders(fused, k)
