@@ -34,6 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+# onnxruntime is loaded before usearch's compiled extension, always: in the other order `import onnxruntime` kills
+# the process (SIGSEGV in its pybind module; usearch 2.26.6 with onnxruntime 1.31.1 on linux x86_64), so a tool or
+# bench that searched an index before loading a model crashed. Every process that searches also embeds, so this
+# loads nothing the process would not load anyway.
+import onnxruntime  # noqa: F401, I001 - imported for its load order, see above
 from usearch.index import Index
 
 from ragsidecar import metrics, tracing
