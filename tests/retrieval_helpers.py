@@ -77,6 +77,13 @@ def build_knowledge(root: Path) -> None:
     )
 
 
+def write_documents(folder: Path, documents: dict[str, str]) -> None:
+    """Each document a file of `folder` (made when missing): its name, its text and a newline."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in documents.items():
+        (folder / name).write_text(text + "\n", encoding="utf-8")
+
+
 def entry(name: str, type_: str, use: str, path: str = "", **fields: Any) -> pb.KnowledgeEntry:
     search = fields.pop("search", None)
     message = pb.KnowledgeEntry(

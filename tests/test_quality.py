@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, target, write_documents
 from sidecar import Sidecar
 
 from ragsidecar.knowledge.fusion import FEEDBACK_MIN_CANDIDATES
@@ -71,9 +71,7 @@ NOTES = entry("notes", "MEMORY", "SEARCH")
 @pytest.fixture(scope="module")
 def knowledge(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("quality-knowledge")
-    (root / "docs").mkdir()
-    for name, text in DOCUMENTS.items():
-        (root / "docs" / name).write_text(text + "\n", encoding="utf-8")
+    write_documents(root / "docs", DOCUMENTS)
     return root
 
 
@@ -240,13 +238,12 @@ def test_feedback_lifts_what_resembles_the_best_hits_over_what_only_shares_a_que
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     root = tmp_path_factory.mktemp("feedback-knowledge")
-    for folder in ("small", "large"):
-        (root / folder).mkdir()
-        for name, text in FEEDBACK_DOCUMENTS.items():
-            (root / folder / name).write_text(text + "\n", encoding="utf-8")
-    for i in range(FEEDBACK_MIN_CANDIDATES):  # a pool as deep as feedback needs
-        note = f"Filing note {i}: the {PAPERWORK[i % len(PAPERWORK)]} of account {1000 + i} sits in cabinet {i % 7}."
-        (root / "large" / f"note{i}.md").write_text(note + "\n", encoding="utf-8")
+    write_documents(root / "small", FEEDBACK_DOCUMENTS)
+    notes = {  # a pool as deep as feedback needs
+        f"note{i}.md": f"Filing note {i}: the {PAPERWORK[i % len(PAPERWORK)]} of account {1000 + i}, cabinet {i % 7}."
+        for i in range(FEEDBACK_MIN_CANDIDATES)
+    }
+    write_documents(root / "large", FEEDBACK_DOCUMENTS | notes)
     small, large = entry("small", "DIRECTORY", "SEARCH", "small"), entry("large", "DIRECTORY", "SEARCH", "large")
 
     def started(**feedback: object) -> Sidecar:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, target, write_documents
 from sidecar import Sidecar
 
 from ragsidecar.v1 import reranker_pb2, retrieval_pb2_grpc
@@ -34,9 +34,7 @@ DOCS = entry("docs", "DIRECTORY", "SEARCH", "docs")
 @pytest.fixture(scope="module")
 def cascading(tmp_path_factory: pytest.TempPathFactory) -> Sidecar:
     root = tmp_path_factory.mktemp("cascade-knowledge")
-    (root / "docs").mkdir()
-    for name, text in DOCUMENTS.items():
-        (root / "docs" / name).write_text(text + "\n", encoding="utf-8")
+    write_documents(root / "docs", DOCUMENTS)
     config = retrieval_config(root, tmp_path_factory.mktemp("data"))
     config["retrieval"].update(
         rerank_candidates=POOL, rerank_document_tokens=CUT, rerank_head_candidates=HEAD, rerank_weight=0.5
