@@ -136,8 +136,9 @@ class RetrievalConfig(_Section, frozen=True):
     dense_spread_gain: Annotated[float, msgspec.Meta(ge=0, le=100)] = 30.0
     # Pseudo-relevance feedback in a hybrid search (knowledge/fusion.py with_feedback): the best this many fused
     # candidates stand for what the query means (0: off), and each candidate's similarity to them weighs
-    # feedback_weight against its fused score. 2 at 0.5: picked by leave-one-set-out cross-validation over the five
-    # sets (bench/beir.py), +0.010 nDCG@10 on their mean, no set lower; it costs a few hundred dot products.
+    # feedback_weight against its fused score. 2 at 0.5: every leave-one-set-out fold over the five sets picked 2
+    # documents, at 0.5 or 0.6 (bench/beir.py); 0.5 lowers no set and adds 0.010 nDCG@10 to their mean. It costs a
+    # few hundred dot products, and applies over at least 100 fused candidates (fusion.FEEDBACK_MIN_CANDIDATES).
     feedback_documents: Annotated[int, msgspec.Meta(ge=0, le=100)] = 2
     feedback_weight: Fraction = 0.5
     # How a rerank with rerank_order FUSED combines the reranker's relevance with the retrieval order: "rrf"
