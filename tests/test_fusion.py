@@ -33,6 +33,12 @@ def test_a_candidate_one_list_lacks_gets_that_lists_lowest_scaled_score() -> Non
     assert weighted_sum({"a": 0.5}, {}, 0.5) == {"a": 0.25}
 
 
+def test_a_candidate_missing_from_a_list_of_one_score_counts_below_its_members() -> None:
+    # min_max scales a one-hit list to 1: the others, absent from it, get 0 there, not its lowest (1).
+    fused = fuse([("a", 0.9), ("b", 0.85), ("c", 0.8)], [("b", 4.0)], FusionSettings("minmax", 0.5))
+    assert fused == pytest.approx({"a": 0.5, "b": 0.5 * 0.5 + 0.5, "c": 0.0})
+
+
 @pytest.mark.parametrize("method", ["minmax", "zscore"])
 def test_scaled_fusions_let_a_strong_lexical_match_lead_and_agreement_win(method: str) -> None:
     fused = fuse(DENSE, LEXICAL, FusionSettings(method, 0.5))

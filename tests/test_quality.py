@@ -267,3 +267,22 @@ def test_feedback_lifts_what_resembles_the_best_hits_over_what_only_shares_a_que
         assert files(search(resembling, query, source=small))[:2] == ["eruption.md", "applause.md"]
     finally:
         resembling.stop()
+
+
+def test_an_identifier_finds_its_note_among_near_identical_notes(
+    tmp_path_factory: pytest.TempPathFactory, knowledge: Path
+) -> None:
+    # The default fusion. Dense retrieval barely tells these notes apart; BM25 finds the identifier in one note
+    # alone, and that single hit must outweigh a cosine a hair higher.
+    server = started_sidecar(tmp_path_factory, knowledge)
+    try:
+        notes = {f"w{w}-{n}": f"Burst note: parcel zq{w}x{n} shipped from Leeds." for w in range(4) for n in range(6)}
+        documents = [pb.MemoryDocument(id=doc_id, text=text) for doc_id, text in notes.items()]
+        retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).UpsertDocuments(
+            pb.UpsertDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes", documents=documents),
+            timeout=120,
+        )
+        first = {doc_id: search(server, text.split()[3], top_k=3, source=NOTES)[0] for doc_id, text in notes.items()}
+        assert {doc_id: hit.provenance.document_id for doc_id, hit in first.items()} == {d: d for d in notes}
+    finally:
+        server.stop()

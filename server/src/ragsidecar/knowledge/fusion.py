@@ -164,13 +164,24 @@ def convex_combination(
 
 def weighted_sum(dense: Mapping[K, float], lexical: Mapping[K, float], dense_weight: float) -> dict[K, float]:
     """dense_weight * dense + (1 - dense_weight) * lexical over scaled scores; a candidate one list lacks gets
-    that list's lowest scaled score (a list with none gives 0)."""
-    dense_floor, lexical_floor = min(dense.values(), default=0.0), min(lexical.values(), default=0.0)
+    that list's `_absent` score."""
+    dense_floor, lexical_floor = _absent(dense), _absent(lexical)
     lexical_weight, dense_score, lexical_score = 1.0 - dense_weight, dense.get, lexical.get
     return {
         k: dense_weight * dense_score(k, dense_floor) + lexical_weight * lexical_score(k, lexical_floor)
         for k in [*dense, *lexical]
     }
+
+
+def _absent(scaled: Mapping[Any, float]) -> float:
+    """The scaled score of a candidate a list lacks: the list's lowest, or 0 when its candidates all share one
+    score (none, or one: min_max scales each to 1). Ranked below every candidate of the list, it must not tie
+    with them: a memory of near-identical notes searched for one note's identifier ("parcel zq3x1") found that note
+    alone in the BM25 list, and when its lowest counted for the others too the identifier weighed nothing."""
+    if not scaled:
+        return 0.0
+    low, high = min(scaled.values()), max(scaled.values())
+    return low if low < high else 0.0
 
 
 def min_max(scored: Sequence[tuple[K, float]]) -> dict[K, float]:
