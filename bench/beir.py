@@ -111,7 +111,7 @@ from ragsidecar.config_loading import load_config
 from ragsidecar.inference.models import load_model
 from ragsidecar.knowledge import lexical
 from ragsidecar.knowledge.chunking import chunk_units
-from ragsidecar.knowledge.fusion import FUSIONS, FusionSettings, alternate, combine_reranked, fuse, with_feedback
+from ragsidecar.knowledge.fusion import FUSIONS, FusionSettings, alternate, combine_reranked, fed_back, fuse
 from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
 from ragsidecar.knowledge.ranking import fusion_settings
 from ragsidecar.knowledge.sources.files import read_units
@@ -365,17 +365,15 @@ class FirstStages:
 def with_feedback_of(
     fused: dict[str, float], fusion: FusionSettings, vectors: np.ndarray, position: dict[str, int]
 ) -> dict[str, float]:
-    """`fused` with pseudo-relevance feedback as HybridIndex.search applies it to a hybrid fusion (its
-    _with_feedback): the best `feedback_documents` candidates (ties: id) give their vectors' sum, every candidate
-    its dot product with that sum as similarity, blended by fusion.with_feedback. `fused` as it is when the
-    fusion has no feedback. `vectors`: one per document, at `position[document id]`."""
-    if not fusion.feedback_on(len(fused)):
-        return fused
-    best = sorted(fused, key=lambda d: (-fused[d], d))[: fusion.feedback_documents]
-    centroid = vectors[[position[d] for d in best]].sum(axis=0)
-    keys = list(fused)
-    similarity = (vectors[[position[d] for d in keys]] @ centroid).tolist()
-    return with_feedback(fused, dict(zip(keys, similarity, strict=True)), fusion.feedback_weight)
+    """`fused` with pseudo-relevance feedback as HybridIndex.search applies it (fusion.fed_back; ties: document
+    id), the likeness of a document its vector's dot product with the feedback's sum. `vectors`: one per
+    document, at `position[document id]`."""
+
+    def similarity(best: list[str], keys: list[str]) -> list[float]:
+        centroid = vectors[[position[d] for d in best]].sum(axis=0)
+        return (vectors[[position[d] for d in keys]] @ centroid).tolist()
+
+    return fed_back(fused, fusion, lambda d: d, similarity)
 
 
 class Prepared(FirstStages):

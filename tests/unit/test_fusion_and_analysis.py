@@ -15,6 +15,7 @@ from ragsidecar.knowledge.fusion import (
     FusionSettings,
     adaptive_dense_weight,
     combine_reranked,
+    fed_back,
     fuse,
     interpolate,
     min_max,
@@ -146,6 +147,22 @@ def test_feedback_blends_scaled_fused_scores_with_scaled_similarity_to_the_best(
     assert with_feedback(fused, similarity, 0.0) == pytest.approx(min_max(list(fused.items())))
     alike = with_feedback(fused, dict.fromkeys(fused, 0.3), 0.5)  # all alike: each similarity scales to 1
     assert alike == pytest.approx({k: 0.5 * v + 0.5 for k, v in min_max(list(fused.items())).items()})
+
+
+def test_fed_back_takes_the_best_candidates_ties_by_tiebreak_and_leaves_a_small_pool_alone() -> None:
+    fused = {f"d{i:03}": 1.0 - i / 1000 for i in range(FEEDBACK_MIN_CANDIDATES)} | {"a": 1.0}
+    asked: list[list[str]] = []
+
+    def similarity(best: list[str], keys: list[str]) -> list[float]:
+        asked.append(best)
+        return [1.0 if k == "d050" else 0.0 for k in keys]
+
+    settings = FusionSettings("minmax", feedback_documents=2, feedback_weight=0.5)
+    blended = fed_back(fused, settings, lambda k: k, similarity)
+    assert asked == [["a", "d000"]]  # tied at 1.0: "a" before "d000"
+    assert blended == pytest.approx(with_feedback(fused, {k: float(k == "d050") for k in fused}, 0.5))
+    small = dict(list(fused.items())[:10])
+    assert fed_back(small, settings, lambda k: k, similarity) is small and len(asked) == 1
 
 
 def test_feedback_is_on_only_with_documents_and_weight_over_a_pool_of_candidates() -> None:

@@ -23,6 +23,7 @@ Pure functions: the embedded index and the PostgreSQL store fuse alike.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -120,6 +121,24 @@ def with_feedback(fused: Mapping[K, float], similarity: Mapping[K, float], weigh
         k: base + fused_factor * (score - fused_low) + similarity_factor * (similarity[k] - similarity_low)
         for k, score in fused.items()
     }
+
+
+def fed_back(
+    fused: dict[K, float],
+    settings: FusionSettings,
+    tiebreak: Callable[[K], Any],
+    similarity: Callable[[list[K], list[K]], Sequence[float]],
+) -> dict[K, float]:
+    """`fused` with pseudo-relevance feedback when `settings.feedback_on` its candidates (else `fused` itself): the
+    best `feedback_documents` candidates (ties: `tiebreak` ascending) are the feedback, and `similarity(best,
+    keys)` gives each of `keys` its likeness to them (the index: the dot product with the sum of their vectors)."""
+    if not settings.feedback_on(len(fused)):
+        return fused
+    count = settings.feedback_documents
+    kth = heapq.nlargest(count, fused.values())[-1]  # only those that can be among the best meet `tiebreak`
+    best = sorted((k for k, score in fused.items() if score >= kth), key=lambda k: (-fused[k], tiebreak(k)))[:count]
+    keys = list(fused)
+    return with_feedback(fused, dict(zip(keys, similarity(best, keys), strict=True)), settings.feedback_weight)
 
 
 def _scaling(values: Collection[float], weight: float) -> tuple[float, float, float]:

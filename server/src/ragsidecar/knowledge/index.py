@@ -44,7 +44,7 @@ from usearch.index import Index
 
 from ragsidecar import metrics, tracing
 from ragsidecar.knowledge import leftovers
-from ragsidecar.knowledge.fusion import FusionSettings, alternate, fuse, with_feedback
+from ragsidecar.knowledge.fusion import FusionSettings, alternate, fed_back, fuse
 from ragsidecar.knowledge.lexical import NO_STEMMING, Lexical
 
 log = logging.getLogger(__name__)
@@ -418,8 +418,8 @@ class HybridIndex:
             with tracing.span("fusion", dense_hits=len(dense), lexical_hits=len(lexical)) as span:
                 hybrid = use_dense and use_lexical
                 fused = fuse(dense, lexical, fusion if hybrid else _DEFAULT_FUSION)
-                if hybrid and fusion.feedback_on(len(fused)):
-                    fused = self._with_feedback(fused, fusion)
+                if hybrid:  # only the candidates are fed back (fusion_candidates per list): the head stays the same
+                    fused = fed_back(fused, fusion, lambda p: self._slots.live_chunk(p).id, self._similarity_to_sum)
                 span.set(hits=min(k, len(fused)))
             contenders = _contenders(fused, k)
             cosines = dict(dense)
@@ -434,17 +434,12 @@ class HybridIndex:
                 hits += self._beyond(fused, query, query_text, min(k, live), use_dense, use_lexical)[: k - len(hits)]
             return hits
 
-    def _with_feedback(self, fused: dict[int, float], fusion: FusionSettings) -> dict[int, float]:
-        """`fused` with pseudo-relevance feedback (fusion.with_feedback): the best `feedback_documents` candidates
-        (ties: chunk id) give their vectors' sum, and every candidate its similarity to that sum. The sum's norm
-        does not matter: the similarities are min-max scaled. Only the candidates are scored (fusion_candidates
-        per list), so the head stays the same for every k."""
-        chunk, count = self._slots.live_chunk, fusion.feedback_documents
-        best = sorted(_contenders(fused, count), key=lambda p: (-fused[p], chunk(p).id))[:count]
-        centroid = self._slots.vectors[best].sum(axis=0)
-        keys = np.fromiter(fused, dtype=np.int64, count=len(fused))
-        similarity = dict(zip(keys.tolist(), (self._slots.vectors[keys] @ centroid).tolist(), strict=True))
-        return with_feedback(fused, similarity, fusion.feedback_weight)
+    def _similarity_to_sum(self, best: list[int], keys: list[int]) -> list[float]:
+        """Each of `keys`' dot product with the sum of `best`'s vectors: pseudo-relevance feedback's likeness
+        (fusion.fed_back; the sum's norm does not matter, the similarities are min-max scaled)."""
+        vectors = self._slots.vectors
+        centroid = vectors[best].sum(axis=0)
+        return (vectors[np.fromiter(keys, dtype=np.int64, count=len(keys))] @ centroid).tolist()
 
     def _beyond(
         self, head: dict[int, float], query: np.ndarray, query_text: str, depth: int, use_dense: bool, use_lexical: bool
