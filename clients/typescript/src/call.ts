@@ -1,4 +1,4 @@
-import { CancelledError, DeadlineExceededError } from "./errors.js";
+import { CancelledError, DeadlineExceededError, toRagSidecarError } from "./errors.js";
 
 /** Options every call accepts. */
 export interface CallOptions {
@@ -17,6 +17,19 @@ export function callOptions(options: CallOptions): { signal?: AbortSignal; timeo
     ...(options.signal ? { signal: options.signal } : {}),
     ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
   };
+}
+
+/** Calls a connect method with our options; a failure rejects with the typed RagSidecarError it maps to. */
+export async function callMapped<Req, Res>(
+  rpc: (request: Req, options: object) => Promise<Res>,
+  request: Req,
+  options: CallOptions,
+): Promise<Res> {
+  try {
+    return await rpc(request, callOptions(options));
+  } catch (error) {
+    throw toRagSidecarError(error);
+  }
 }
 
 /** Races a promise with a caller's signal and timeout, mapping both to typed errors. */

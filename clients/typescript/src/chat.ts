@@ -13,12 +13,11 @@ import {
   type ChatMessage as ChatMessageMessage,
   type OwnerOutcome as OwnerOutcomeMessage,
 } from "./gen/ragsidecar/v1/chat_knowledge_pb.js";
-import type { CallOptions } from "./call.js";
+import { callMapped, type CallOptions } from "./call.js";
 import {
   enumName,
   enumValue,
   fromStale,
-  send,
   toCaller,
   toEntry,
   toLlm,
@@ -32,9 +31,11 @@ import {
   type RetrievalUsage,
   type ScopeInit,
   type StaleFallback,
-} from "./knowledge.js";
+} from "./retrieval.js";
 import { toTiming, toUsage } from "./reranker.js";
-import { CHAT_DEFAULT_TOP_K, type ChatTurn } from "./turn.js";
+
+/** The top_k of a binding opened without one, and of a SEARCH entry that declares none. */
+export const CHAT_DEFAULT_TOP_K = 5;
 
 // ---------------------------------------------------------------------------------------------------------
 // Requests
@@ -302,7 +303,7 @@ export interface ChatClient {
    * Builds the outbound conversation of one turn; the input is never changed. The sidecar checks the turn (a
    * chatTurn() or a plain input alike) and a malformed one rejects with its ValidationError and violations.
    */
-  groundTurn(request: GroundTurnInput | ChatTurn, options?: CallOptions): Promise<GroundTurnResult>;
+  groundTurn(request: GroundTurnInput, options?: CallOptions): Promise<GroundTurnResult>;
   /** Opens a binding with an empty corpus and returns its handle. */
   openBinding(request: OpenBindingInput, options?: CallOptions): Promise<ChatBinding>;
   /**
@@ -506,7 +507,7 @@ export function chatClient(rpc: Client<typeof ChatKnowledgeService>): ChatClient
         ...(request.activity ? { activity: toActivity(request.activity) } : {}),
         ...toLlm(request.llm),
       };
-      const response = await send(rpc.groundTurn, message, options);
+      const response = await callMapped(rpc.groundTurn, message, options);
       return {
         conversation: response.conversation.map(fromMessage),
         grounding: enumName(TurnGrounding, response.grounding) as TurnGroundingName,
@@ -526,7 +527,7 @@ export function chatClient(rpc: Client<typeof ChatKnowledgeService>): ChatClient
         ...(request.topK !== undefined ? { topK: request.topK } : {}),
         declared: request.declared ?? true,
       };
-      const { bindingId, bindingHandle } = await send(rpc.openBinding, message, options);
+      const { bindingId, bindingHandle } = await callMapped(rpc.openBinding, message, options);
       return new Binding(chat, { ...request, bindingId, bindingHandle }, {
         source: request.source,
         topK: request.topK ?? CHAT_DEFAULT_TOP_K,
@@ -540,18 +541,18 @@ export function chatClient(rpc: Client<typeof ChatKnowledgeService>): ChatClient
 
     async appendToBinding(request, options = {}) {
       const message = { ...toRef(request), documents: toDocuments(request.documents) };
-      const response = await send(rpc.appendToBinding, message, options);
+      const response = await callMapped(rpc.appendToBinding, message, options);
       return { appended: response.appended, replaced: response.replaced, documentCount: response.documentCount };
     },
 
     async invalidateBinding(request, options = {}) {
       const message = { ...toRef(request), reset: request.reset ?? false };
-      const response = await send(rpc.invalidateBinding, message, options);
+      const response = await callMapped(rpc.invalidateBinding, message, options);
       return { documentCount: response.documentCount };
     },
 
     async closeBinding(request, options = {}) {
-      const response = await send(rpc.closeBinding, toRef(request), options);
+      const response = await callMapped(rpc.closeBinding, toRef(request), options);
       return { wasOpen: response.wasOpen };
     },
   };

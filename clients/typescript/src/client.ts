@@ -6,7 +6,7 @@ import { ChatKnowledgeService } from "./gen/ragsidecar/v1/chat_knowledge_pb.js";
 import { CancelledError, DeadlineExceededError, toRagSidecarError } from "./errors.js";
 import { callOptions, type CallOptions } from "./call.js";
 import { SidecarReranker, type ModelSnapshot, type Reranker, type SnapshotOptions } from "./reranker.js";
-import { retrievalClient, type RetrievalClient } from "./knowledge.js";
+import { retrievalClient, type RetrievalClient } from "./retrieval.js";
 import { chatClient, type ChatClient } from "./chat.js";
 import { openTransport, type ConnectionOptions } from "./transport.js";
 

@@ -94,7 +94,7 @@ export type {
   UpsertResult,
   ValidateConfigurationInput,
   ValidationResult,
-} from "./knowledge.js";
+} from "./retrieval.js";
 export {
   CancelledError,
   DeadlineExceededError,
@@ -120,7 +120,7 @@ export {
   RetrievalRejectedError,
   canonicalKey,
   defineSidecarRetrieval,
-} from "./retrieval.js";
+} from "./lifecycle.js";
 export type {
   OperationContext,
   RetrievalEffect,
@@ -134,7 +134,7 @@ export type {
   SidecarRetrievalRunner,
   SidecarSearchResult,
   SidecarSource,
-} from "./retrieval.js";
+} from "./lifecycle.js";
 /** The generated messages and service descriptors of the sidecar's contracts. */
 export * as reranker_pb from "./gen/ragsidecar/v1/reranker_pb.js";
 export * as retrieval_pb from "./gen/ragsidecar/v1/retrieval_pb.js";

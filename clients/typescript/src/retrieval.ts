@@ -1,303 +1,622 @@
-import { CancelledError } from "./errors.js";
-import type { RagSidecarClient } from "./client.js";
-import type { RetrievedChunk, SearchInput, SearchResult } from "./knowledge.js";
+// The RetrievalService facade: plain typed objects in, plain typed objects out, typed errors.
+import { fromJson, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampDate, ValueSchema } from "@bufbuild/protobuf/wkt";
+import type { Client } from "@connectrpc/connect";
+import { ErrorReason } from "./gen/ragsidecar/v1/common_pb.js";
+import {
+  KnowledgeOnFailure,
+  KnowledgeReadiness,
+  KnowledgeType,
+  KnowledgeUse,
+  RerankOrder,
+  RetrievalMode,
+  RetrievalService,
+  type ContextBlock as ContextBlockMessage,
+  type KnowledgeEntrySchema,
+  type RetrievedChunk as RetrievedChunkMessage,
+  type SourceCount as SourceCountMessage,
+  type StaleFallback as StaleFallbackMessage,
+  type TargetSchema,
+} from "./gen/ragsidecar/v1/retrieval_pb.js";
+import { callMapped, type CallOptions } from "./call.js";
+import { toTiming, toUsage, type RerankTiming, type RerankUsage } from "./reranker.js";
 
-/** What a run is given besides the query: the host's application state and the run's AbortSignal. */
-export interface OperationContext<App> {
-  readonly app: App;
-  readonly signal: AbortSignal;
-}
+// ---------------------------------------------------------------------------------------------------------
+// Declarations (request side)
 
-/** A retrieved source; `sourceId` is replaced by the definition's sourceId() in the receipt. */
-export interface RetrievalSource {
-  readonly sourceId: string;
-}
+/** Where a knowledge source's content comes from. */
+export type KnowledgeTypeName = "FILE" | "DIRECTORY" | "MEMORY" | "INLINE";
+/** How an action or chat turn consumes a source. */
+export type KnowledgeUseName = "DIRECT" | "SEARCH" | "SEQUENTIAL";
+/** When a source must hold content; unset means MUST_LOAD. */
+export type KnowledgeReadinessName = "MUST_LOAD" | "WHEN_CONFIGURED";
+/** What a dispatch does when the source fails; unset means FAIL. */
+export type KnowledgeOnFailureName = "FAIL" | "CONTINUE";
+/**
+ * The order of a reranked SEARCH entry's hits. FUSED (the default, measured best): the reranker's order fused
+ * with the retrieval order, so a hit in the reranker's top k can be pushed out. RERANKER: the reranker's own
+ * relevance order cut to topK, as the host's Reranker SPI gives it.
+ */
+export type RerankOrderName = "FUSED" | "RERANKER";
+/**
+ * Which lists a SEARCH source's retrieval ranks by; unset means HYBRID. HYBRID: dense and BM25 fused as the
+ * sidecar's `[retrieval] fusion` says. DENSE: the dense list alone (no hit has `scores.bm25`). LEXICAL: the
+ * BM25 list alone (only chunks holding a query term are found; `scores.dense` still holds each hit's cosine).
+ */
+export type RetrievalModeName = "HYBRID" | "DENSE" | "LEXICAL";
 
-export interface RetrievalResult<Source extends RetrievalSource> {
-  readonly sources: readonly Source[];
-}
-
-/** Request-owned state: the counters and sources of one conversation turn, task or request. */
-export interface RetrievalState<Source extends RetrievalSource> {
-  /** Successful queries so far; also the sequence of the latest receipt. */
-  queryCount: number;
-  /** Keys of every query that reached execute, successful or not. */
-  readonly seen: Set<string>;
-  /** Every source of every successful query, with its assigned sourceId, in order. */
-  readonly sources: Source[];
-}
-
-/** The message (or the error) of a duplicate or budget rejection. */
-export type RetrievalReason<Query, Context> = string | ((query: Query, context: Context) => string | Error);
-
-export interface RetrievalReceipt<Query, Source extends RetrievalSource, Result extends RetrievalResult<Source>> {
-  /** The runner's id. */
-  readonly retrievalId: string;
-  /** The prepared query. */
-  readonly query: Query;
-  /** Its deduplication key. */
-  readonly key: string;
-  /** The result, its sources carrying their assigned sourceId. */
-  readonly result: Result;
-  /** 1 for the state's first successful query, then 2, ... (the state's queryCount after this one). */
-  readonly sequence: number;
-  /** Clock (`now()`) when run() began and when the result was accepted. */
-  readonly startedAt: number;
-  readonly completedAt: number;
-  /** Free slot for effects to annotate the receipt. */
-  readonly extensions: Record<string, unknown>;
-}
-
-export interface RetrievalEffect<Query, Source extends RetrievalSource, Result extends RetrievalResult<Source>, Context> {
+/** The caller of a RetrievalService RPC. An empty id is refused with PermissionDeniedError. */
+export interface PrincipalInit {
   readonly id: string;
-  readonly description: string;
-  handle(receipt: RetrievalReceipt<Query, Source, Result>, context: Context): void | Promise<void>;
+  readonly roles?: readonly string[];
 }
 
-/** A source of the sidecar's Search: one retrieved chunk. */
-export interface SidecarSource extends RetrievalSource {
-  /** The knowledge source's name. */
-  readonly source: string;
-  readonly text: string;
+/** The partition a call reads and writes. An empty tenant is refused with ValidationError. */
+export interface ScopeInit {
+  readonly tenant: string;
+  /** Empty or unset: tenant-wide (its own partition, not visible to session-scoped reads). */
+  readonly session?: string;
+}
+
+/** How a SEARCH source is searched. */
+export interface SearchOptionsInit {
+  readonly rerank?: boolean;
+  /** Reranker model id; unset means the configured default reranker. */
+  readonly rerankerModel?: string;
+  /** Fused candidates reranked; at least the entry's topK. Superseded by rerankDepth (not both). */
+  readonly candidates?: number;
+  /** The order of the reranked hits (and what their `score` is); unset means FUSED. */
+  readonly rerankOrder?: RerankOrderName | RerankOrder;
   /**
-   * The score the hits are ranked by (`chunk.score`): the fused retrieval score, or when the entry reranks, by
-   * default the fusion of the reranker's order with the retrieval order; the rerank relevance only with
-   * `rerankOrder: "RERANKER"`. Undefined when not ranked.
+   * Hits (documents when groupByDocument) reranked, independently of topK: the reranked head, then the rest in
+   * retrieval order, cut to topK. Below topK it needs rerankOrder FUSED. Unset: candidates, as before.
    */
-  readonly score: number | undefined;
-  /** The reranker's relevance (0..1, `chunk.scores.rerank`) whatever the order; undefined when not reranked. */
-  readonly relevance: number | undefined;
-  readonly chunk: RetrievedChunk;
+  readonly rerankDepth?: number;
+  /** One hit per document (its best chunk), and topK counts documents. */
+  readonly groupByDocument?: boolean;
+  /** Which lists the retrieval ranks by; unset means HYBRID. */
+  readonly retrievalMode?: RetrievalModeName | RetrievalMode;
 }
 
-export interface SidecarSearchResult extends RetrievalResult<SidecarSource> {
-  /** The whole Search result (hits, stale fallbacks, usage, timing). */
-  readonly response: SearchResult;
+/** One knowledge declaration (the host's @Knowledge). Enums take their short name or the generated enum. */
+export interface KnowledgeEntryInit {
+  readonly name: string;
+  readonly type: KnowledgeTypeName | KnowledgeType;
+  readonly use: KnowledgeUseName | KnowledgeUse;
+  /** FILE: a file; DIRECTORY: a folder or glob; relative to the sidecar's first knowledge root. */
+  readonly path?: string;
+  /** The text of an INLINE entry. */
+  readonly inlineText?: string;
+  readonly topK?: number;
+  readonly minScore?: number;
+  readonly maxTokens?: number;
+  readonly readiness?: KnowledgeReadinessName | KnowledgeReadiness;
+  readonly enabled?: boolean;
+  readonly onFailure?: KnowledgeOnFailureName | KnowledgeOnFailure;
+  readonly search?: SearchOptionsInit;
 }
 
-/** The Search request of the default read: `client.retrieval.search`'s input. */
-export type SearchRequestInit = SearchInput;
-
-export interface SidecarRetrievalDefinition<Query, Source extends RetrievalSource, Result extends RetrievalResult<Source>, App> {
-  readonly id: string;
-  readonly description: string;
-  readonly tags?: readonly string[];
-  /** Normalizes the query before the assertions run. */
-  readonly prepare?: (query: Query, context: OperationContext<App>) => Query | Promise<Query>;
-  /** Rejects a malformed query by throwing. Nothing is counted or reserved. */
-  readonly assertInput: (query: Query, context: OperationContext<App>) => void | Promise<void>;
-  /** The request-owned state holding counters, the seen set and sources. */
-  readonly state: (context: OperationContext<App>) => RetrievalState<Source>;
-  /** Most accepted queries for the current state (successful ones plus those in flight). */
-  readonly limit: (context: OperationContext<App>) => number;
-  /** Deduplication key; defaults to a canonical serialization of the query. */
-  readonly key?: (query: Query) => string;
-  readonly errors?: {
-    readonly duplicate?: RetrievalReason<Query, OperationContext<App>>;
-    readonly budget?: RetrievalReason<Query, OperationContext<App>>;
-  };
-  /** Resource authorization: after the duplicate and budget checks, before the key is reserved. */
-  readonly authorize?: (query: Query, context: OperationContext<App>) => void | Promise<void>;
-  /**
-   * The read (the lifecycle's execute step). Throwing does not refund the key. When omitted, the read is
-   * the sidecar's RetrievalService.Search on `client` with `request(query)`, mapped to SidecarSearchResult.
-   */
-  readonly search?: (query: Query, context: OperationContext<App>) => Result | Promise<Result>;
-  readonly client?: RagSidecarClient;
-  /** Builds the Search request of a query (default read only). */
-  readonly request?: (query: Query, context: OperationContext<App>) => SearchRequestInit;
-  /** Validates the result; a throw leaves the query seen but not successful (not counted). */
-  readonly assertResult?: (result: Result, query: Query, context: OperationContext<App>) => void | Promise<void>;
-  /** Names a source; the value replaces sourceId in the receipt's result and in state.sources. */
-  readonly sourceId?: (source: Source, query: Query, sequence: number, context: OperationContext<App>) => string;
-  /** Run in order after every accepted (successful) query, with its receipt. */
-  readonly effects?: readonly RetrievalEffect<Query, Source, Result, OperationContext<App>>[];
-  /** Clock for receipt timestamps; defaults to Date.now. */
-  readonly now?: () => number;
+/** One action of a target (the host's @ActionSpec). */
+export interface ActionInit {
+  readonly name: string;
+  /** Knowledge names the action uses, in order. */
+  readonly knowledge?: readonly string[];
+  /** The parameter whose string value is the query; unset means the first string parameter. */
+  readonly queryParameter?: string;
 }
 
-export interface SidecarRetrievalRunner<Query, Source extends RetrievalSource, Result extends RetrievalResult<Source>, App> {
-  readonly id: string;
-  readonly description: string;
-  readonly tags: readonly string[];
-  /** Effects that run after every accepted query. */
-  readonly effects: readonly RetrievalEffect<Query, Source, Result, OperationContext<App>>[];
-  /** Runs one query through the fixed lifecycle and resolves with its receipt. */
-  run(input: Query, context: OperationContext<App>): Promise<RetrievalReceipt<Query, Source, Result>>;
+/** A Role or plain class that hosts actions and declares knowledge. */
+export interface TargetInit {
+  readonly name: string;
+  readonly knowledge?: readonly KnowledgeEntryInit[];
+  readonly actions?: readonly ActionInit[];
 }
 
-/** A query refused by the duplicate or budget check; nothing was reserved or read. */
-export class RetrievalRejectedError extends Error {
-  constructor(
-    message: string,
-    readonly kind: "duplicate" | "budget",
-    readonly retrievalId: string,
-    readonly key: string,
-  ) {
-    super(message);
-    this.name = new.target.name;
-  }
+/** The model the knowledge is sized for; unset inputWindowTokens means the sidecar's model-window table. */
+export interface LlmInit {
+  readonly model?: string;
+  readonly inputWindowTokens?: number;
 }
-/** The query's key is already in the state's seen set (including queries that failed after reserving it). */
-export class RetrievalDuplicateError extends RetrievalRejectedError {}
-/** The state's budget (limit) is spent. */
-export class RetrievalBudgetError extends RetrievalRejectedError {}
-
-/** Queries reserved but not finished yet, per state object: they count against the budget. */
-const pending = new WeakMap<object, number>();
 
 /**
- * Compiles an async retrieval runner whose read is the sidecar's Search (or an injected `search`).
- *
- * Lifecycle of run(input, context), in this fixed order:
- * prepare -> assertInput -> duplicate check -> budget check -> authorize -> reserve key (seen.add) ->
- * execute (search) -> assertResult -> count (queryCount += 1, sequence) -> sourceId -> receipt -> effects.
- *
- * Rejected queries stay in the caller's seen set once their key is reserved, so a retry is reported as a
- * duplicate; a throwing execute does not refund the key; only successful results increment the query count;
- * effects run after every accepted query.
+ * An action's working parameters, in declaration order: an object (`{ question: "...", limit: 3 }`, in
+ * property order, which JavaScript keeps except for integer-like names) or an explicit list.
  */
-export function defineSidecarRetrieval<Query, App = unknown>(
-  definition: SidecarRetrievalDefinition<Query, SidecarSource, SidecarSearchResult, App> & {
-    readonly client: RagSidecarClient;
-    readonly request: (query: Query, context: OperationContext<App>) => SearchRequestInit;
-  },
-): SidecarRetrievalRunner<Query, SidecarSource, SidecarSearchResult, App>;
-export function defineSidecarRetrieval<Query, Source extends RetrievalSource, Result extends RetrievalResult<Source>, App = unknown>(
-  definition: SidecarRetrievalDefinition<Query, Source, Result, App> & {
-    readonly search: (query: Query, context: OperationContext<App>) => Result | Promise<Result>;
-  },
-): SidecarRetrievalRunner<Query, Source, Result, App>;
-export function defineSidecarRetrieval<Query, Source extends RetrievalSource, Result extends RetrievalResult<Source>, App>(
-  definition: SidecarRetrievalDefinition<Query, Source, Result, App>,
-): SidecarRetrievalRunner<Query, Source, Result, App> {
-  type Context = OperationContext<App>;
-  const execute = definition.search ?? defaultSearch(definition);
-  const keyOf = definition.key ?? canonicalKey;
-  const now = definition.now ?? Date.now;
-  const effects = Object.freeze([...(definition.effects ?? [])]);
-  const id = definition.id;
+export type ParamsInit = Readonly<Record<string, JsonValue>> | readonly { readonly name: string; readonly value: JsonValue }[];
 
-  const reject = (
-    kind: "duplicate" | "budget",
-    reason: RetrievalReason<Query, Context> | undefined,
-    query: Query,
-    key: string,
-    context: Context,
-    fallback: string,
-  ): never => {
-    const made = typeof reason === "function" ? reason(query, context) : reason;
-    if (made instanceof Error) throw made;
-    const ErrorClass = kind === "duplicate" ? RetrievalDuplicateError : RetrievalBudgetError;
-    throw new ErrorClass(made ?? fallback, kind, id, key);
-  };
+/** Fields every RetrievalService request carries. */
+export interface CallerInit {
+  readonly principal: PrincipalInit;
+  readonly scope: ScopeInit;
+}
 
-  const check = (state: RetrievalState<Source>, query: Query, key: string, context: Context): void => {
-    if (state.seen.has(key)) {
-      reject("duplicate", definition.errors?.duplicate, query, key, context, `${id}: query already run (key ${key})`);
-    }
-    const limit = definition.limit(context);
-    if (state.queryCount + (pending.get(state) ?? 0) >= limit) {
-      reject("budget", definition.errors?.budget, query, key, context, `${id}: retrieval budget of ${limit} queries spent`);
-    }
-  };
+/** Fields of every request that resolves a target's knowledge. */
+export interface TargetRequestInit extends CallerInit {
+  readonly target: TargetInit;
+  /** Knowledge in reach beyond the target's own; replaces a target entry of the same name. */
+  readonly outer?: readonly KnowledgeEntryInit[];
+  /** Per-call locations of FILE and DIRECTORY entries in reach, by name (host input only). */
+  readonly resolvedPaths?: Readonly<Record<string, string>>;
+}
 
-  const throwIfAborted = (context: Context): void => {
-    if (context.signal.aborted) {
-      throw new CancelledError(`${id}: retrieval cancelled`, { code: "CANCELLED", cause: context.signal.reason });
-    }
-  };
+export interface ValidateConfigurationInput extends CallerInit {
+  readonly target: TargetInit;
+  readonly outer?: readonly KnowledgeEntryInit[];
+  readonly llm?: LlmInit;
+  /** Knowledge names by action name, replacing what each listed action declares. */
+  readonly actionKnowledge?: Readonly<Record<string, readonly string[]>>;
+  /** The host resolves FILE paths per run: a FILE entry without a path is not a violation. */
+  readonly pathsPerRun?: boolean;
+  /**
+   * Check the declarations only (the SPI's one-argument validateConfiguration): no source is read or measured,
+   * so no model is needed. Otherwise DIRECT sources are measured against the llm's input window.
+   */
+  readonly declarationsOnly?: boolean;
+}
 
+export interface EnforceInput extends TargetRequestInit {
+  /** The action being dispatched; one of target.actions. */
+  readonly action: string;
+  readonly params?: ParamsInit;
+  readonly llm?: LlmInit;
+  /** Knowledge names this action sees instead of the ones it declares. */
+  readonly actionKnowledge?: readonly string[];
+  /** Most tokens the whole context may take; unset means the sidecar's configured window. */
+  readonly maxContextTokens?: number;
+}
+
+export interface RequireLoadedInput extends TargetRequestInit {
+  /** Enabled SEARCH entries in reach to load; at least one. */
+  readonly names: readonly string[];
+}
+
+export type RequireReadyInput = TargetRequestInit;
+
+export interface PrepareChatKnowledgeInput extends CallerInit {
+  readonly agentId: string;
+  /** The agent's chat knowledge in declaration order (SEARCH entries keep the blocks' places). */
+  readonly entries: readonly KnowledgeEntryInit[];
+  readonly llm?: LlmInit;
+}
+
+export interface SearchInput extends TargetRequestInit {
+  readonly query: string;
+  /** Entries to search, whatever their use; unset or empty means every enabled SEARCH entry in reach. */
+  readonly knowledge?: readonly string[];
+  readonly topK?: number;
+  readonly minScore?: number;
+  /** Replaces each entry's search options. */
+  readonly search?: SearchOptionsInit;
+}
+
+export interface MemoryDocumentInit {
+  readonly id: string;
+  readonly text: string;
+  readonly metadata?: Readonly<Record<string, string>>;
+}
+
+export interface UpsertDocumentsInput extends CallerInit {
+  /** The MEMORY source's name. */
+  readonly knowledge: string;
+  readonly documents: readonly MemoryDocumentInit[];
+}
+
+export interface DeleteDocumentsInput extends CallerInit {
+  readonly knowledge: string;
+  readonly ids: readonly string[];
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Results (response side)
+
+/** Embedding and rerank work a call spent (the same figures as a rerank's). */
+export type RetrievalUsage = RerankUsage;
+/** Server-side timings in microseconds. */
+export type RetrievalTiming = RerankTiming;
+
+/** One configuration problem; `reason` is the ErrorReason name, e.g. "DIRECT_BUDGET_EXCEEDED". */
+export interface ConfigurationViolation {
+  /** Request field path, e.g. "target.knowledge[2].max_tokens". */
+  readonly field: string;
+  readonly reason: string;
+  readonly description: string;
+}
+
+export interface ValidationResult {
+  /** True exactly when violations is empty. */
+  readonly valid: boolean;
+  /** Every problem found, all at once, in request field order. */
+  readonly violations: readonly ConfigurationViolation[];
+}
+
+export interface Provenance {
+  readonly source: string;
+  /** Path relative to the knowledge root holding it; "" for INLINE and MEMORY. */
+  readonly file: string;
+  /** MEMORY document id or record key; "" otherwise. */
+  readonly documentId: string;
+  readonly lineStart: number | undefined;
+  readonly lineEnd: number | undefined;
+  readonly page: number | undefined;
+  readonly charStart: number;
+  readonly charEnd: number;
+}
+
+export interface HitScores {
+  readonly dense: number;
+  readonly bm25: number | undefined;
+  readonly fused: number;
+  readonly rerank: number | undefined;
+}
+
+export interface RetrievedChunk {
+  readonly chunkId: string;
+  readonly source: string;
+  readonly text: string;
+  readonly provenance: Provenance;
+  /**
+   * The score hits are ranked by: the fused score (the dense and BM25 lists fused as the sidecar's `[retrieval]
+   * fusion` says); when the entry reranks, by default (rerankOrder FUSED) the reranker's relevance combined
+   * with that retrieval score (`[retrieval] rerank_fusion`), and with rerankOrder RERANKER the rerank relevance
+   * (0..1) itself. The reranker's own relevance is always `scores.rerank`. Undefined for DIRECT and SEQUENTIAL
+   * text.
+   */
+  readonly score: number | undefined;
+  /** Pipeline scores; undefined for DIRECT and SEQUENTIAL text. */
+  readonly scores: HitScores | undefined;
+}
+
+export interface StaleFallback {
+  readonly source: string;
+  readonly reason: string;
+  readonly lastGoodBuiltAt: Date | undefined;
+}
+
+export interface ContextBlock {
+  readonly source: string;
+  readonly use: KnowledgeUseName | "UNSPECIFIED";
+  readonly chunks: readonly RetrievedChunk[];
+  readonly tokens: number;
+  readonly truncated: boolean;
+}
+
+/** Enforce's result: the seed's context keys as typed fields, plus the blocks and the query used. */
+export interface EnforceResult {
+  /** RETRIEVED_CONTEXT_KEY: the formatted context; "" when nothing was retrieved. */
+  readonly retrievedContext: string;
+  /** RETRIEVED_DOCUMENT_COUNT_KEY. */
+  readonly documentCount: number;
+  /** RETRIEVED_STALE_FALLBACK_KEY. */
+  readonly staleFallbacks: readonly StaleFallback[];
+  /** RETRIEVED_CONTEXT_TRUNCATED_KEY. */
+  readonly truncated: boolean;
+  readonly blocks: readonly ContextBlock[];
+  /** The query SEARCH entries ran with; "" when blank or unpickable. */
+  readonly query: string;
+  readonly usage: RetrievalUsage;
+  readonly timing: RetrievalTiming;
+}
+
+/** A source's unit count. */
+export interface SourceCount {
+  readonly name: string;
+  readonly count: number;
+}
+
+export interface DirectKnowledgeBlock {
+  readonly source: string;
+  /** Index of the entry in the request's entries. */
+  readonly position: number;
+  readonly text: string;
+  readonly tokens: number;
+  readonly budgetTokens: number;
+  readonly sharedBudget: boolean;
+  readonly documentCount: number;
+}
+
+export interface ChatKnowledgePreparation {
+  readonly blocks: readonly DirectKnowledgeBlock[];
+  readonly inputWindowTokens: number;
+  readonly defaultBudgetTokens: number;
+  readonly defaultBudgetUsedTokens: number;
+}
+
+export interface SearchResult {
+  /** Hits of every searched source, in descending score. */
+  readonly hits: readonly RetrievedChunk[];
+  readonly staleFallbacks: readonly StaleFallback[];
+  readonly usage: RetrievalUsage;
+  readonly timing: RetrievalTiming;
+}
+
+export interface UpsertResult {
+  readonly inserted: number;
+  readonly replaced: number;
+  readonly unchanged: number;
+  /** Documents the source holds in this scope after the call. */
+  readonly documentCount: number;
+}
+
+export interface DeleteResult {
+  readonly deleted: number;
+  readonly notFound: number;
+  readonly documentCount: number;
+}
+
+/**
+ * RetrievalService: knowledge-context injection at action dispatch (the host's RetrievalSpi), Search, and
+ * the write side of MEMORY knowledge. Every call takes `{ signal, timeoutMs }` and rejects with a typed
+ * RagSidecarError (see the README's error table).
+ */
+export interface RetrievalClient {
+  /** Every violation at once; configuration problems resolve with valid = false, never reject. */
+  validateConfiguration(request: ValidateConfigurationInput, options?: CallOptions): Promise<ValidationResult>;
+  enforce(request: EnforceInput, options?: CallOptions): Promise<EnforceResult>;
+  /** Each named SEARCH source's document count, in sorted name order. */
+  requireLoaded(request: RequireLoadedInput, options?: CallOptions): Promise<readonly SourceCount[]>;
+  /** Each checked source's unit count, in sorted name order; KnowledgeNotReadyError when one is empty. */
+  requireReady(request: RequireReadyInput, options?: CallOptions): Promise<readonly SourceCount[]>;
+  prepareChatKnowledge(request: PrepareChatKnowledgeInput, options?: CallOptions): Promise<ChatKnowledgePreparation>;
+  search(request: SearchInput, options?: CallOptions): Promise<SearchResult>;
+  upsertDocuments(request: UpsertDocumentsInput, options?: CallOptions): Promise<UpsertResult>;
+  deleteDocuments(request: DeleteDocumentsInput, options?: CallOptions): Promise<DeleteResult>;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Conversions
+
+export function enumValue<E extends number>(
+  enumObject: Record<string, string | number>,
+  value: string | E | undefined,
+  what: string,
+): E | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value === "number") return value;
+  const found = enumObject[value];
+  if (typeof found !== "number") throw new TypeError(`unknown ${what} ${JSON.stringify(value)}`);
+  return found as E;
+}
+
+export function enumName(enumObject: Record<string | number, string | number>, value: number): string {
+  const name = enumObject[value];
+  return typeof name === "string" ? name : "UNSPECIFIED";
+}
+
+type EntryInitShape = MessageInitShape<typeof KnowledgeEntrySchema>;
+
+export function toEntry(entry: KnowledgeEntryInit): EntryInitShape {
   return {
-    id,
-    description: definition.description,
-    tags: Object.freeze([...(definition.tags ?? [])]),
-    effects,
-    async run(input, context) {
-      const startedAt = now();
-      const query = definition.prepare ? await definition.prepare(input, context) : input;
-      await definition.assertInput(query, context);
-      const state = definition.state(context);
-      const key = keyOf(query);
-      check(state, query, key, context);
-      if (definition.authorize) {
-        await definition.authorize(query, context);
-        // authorize may await: a concurrent run may have reserved the key or the last budget slot meanwhile.
-        check(state, query, key, context);
-      }
-      throwIfAborted(context);
-      state.seen.add(key);
-      pending.set(state, (pending.get(state) ?? 0) + 1);
-      let result: Result;
-      try {
-        result = await execute(query, context);
-        if (definition.assertResult) await definition.assertResult(result, query, context);
-      } finally {
-        pending.set(state, (pending.get(state) ?? 1) - 1);
-      }
-      state.queryCount += 1;
-      const sequence = state.queryCount;
-      const sources = result.sources.map((source) =>
-        definition.sourceId ? { ...source, sourceId: definition.sourceId(source, query, sequence, context) } : source,
-      );
-      state.sources.push(...sources);
-      const receipt: RetrievalReceipt<Query, Source, Result> = {
-        retrievalId: id,
-        query,
-        key,
-        result: { ...result, sources },
-        sequence,
-        startedAt,
-        completedAt: now(),
-        extensions: {},
-      };
-      for (const effect of effects) {
-        await effect.handle(receipt, context);
-      }
-      return receipt;
+    name: entry.name,
+    type: enumValue<KnowledgeType>(KnowledgeType, entry.type, "knowledge type") ?? KnowledgeType.UNSPECIFIED,
+    use: enumValue<KnowledgeUse>(KnowledgeUse, entry.use, "knowledge use") ?? KnowledgeUse.UNSPECIFIED,
+    path: entry.path ?? "",
+    inlineText: entry.inlineText ?? "",
+    ...(entry.topK !== undefined ? { topK: entry.topK } : {}),
+    ...(entry.minScore !== undefined ? { minScore: entry.minScore } : {}),
+    ...(entry.maxTokens !== undefined ? { maxTokens: entry.maxTokens } : {}),
+    readiness: enumValue<KnowledgeReadiness>(KnowledgeReadiness, entry.readiness, "readiness") ?? KnowledgeReadiness.UNSPECIFIED,
+    ...(entry.enabled !== undefined ? { enabled: entry.enabled } : {}),
+    onFailure: enumValue<KnowledgeOnFailure>(KnowledgeOnFailure, entry.onFailure, "onFailure") ?? KnowledgeOnFailure.UNSPECIFIED,
+    ...(entry.search ? { search: toSearchOptions(entry.search) } : {}),
+  };
+}
+
+function toSearchOptions(options: SearchOptionsInit) {
+  return {
+    rerank: options.rerank ?? false,
+    rerankerModel: options.rerankerModel ?? "",
+    ...(options.candidates !== undefined ? { candidates: options.candidates } : {}),
+    rerankOrder: enumValue<RerankOrder>(RerankOrder, options.rerankOrder, "rerank order") ?? RerankOrder.UNSPECIFIED,
+    ...(options.rerankDepth !== undefined ? { rerankDepth: options.rerankDepth } : {}),
+    groupByDocument: options.groupByDocument ?? false,
+    retrievalMode: enumValue<RetrievalMode>(RetrievalMode, options.retrievalMode, "retrieval mode") ?? RetrievalMode.UNSPECIFIED,
+  };
+}
+
+function toTarget(target: TargetInit): MessageInitShape<typeof TargetSchema> {
+  return {
+    name: target.name,
+    knowledge: (target.knowledge ?? []).map(toEntry),
+    actions: (target.actions ?? []).map((action) => ({
+      name: action.name,
+      knowledge: [...(action.knowledge ?? [])],
+      ...(action.queryParameter !== undefined ? { queryParameter: action.queryParameter } : {}),
+    })),
+  };
+}
+
+export function toLlm(llm: LlmInit | undefined) {
+  if (!llm) return {};
+  return {
+    llm: {
+      model: llm.model ?? "",
+      ...(llm.inputWindowTokens !== undefined ? { inputWindowTokens: llm.inputWindowTokens } : {}),
     },
   };
 }
 
-function defaultSearch<Query, Source extends RetrievalSource, Result extends RetrievalResult<Source>, App>(
-  definition: SidecarRetrievalDefinition<Query, Source, Result, App>,
-): (query: Query, context: OperationContext<App>) => Promise<Result> {
-  const { client, request } = definition;
-  if (!client || !request) {
-    throw new TypeError(`retrieval ${definition.id}: give either search, or client and request`);
-  }
-  return async (query, context) => {
-    const response = await client.retrieval.search(request(query, context), { signal: context.signal });
-    const sources: SidecarSource[] = response.hits.map((chunk) => ({
-      sourceId: chunk.chunkId,
-      source: chunk.source,
-      text: chunk.text,
-      score: chunk.score,
-      relevance: chunk.scores?.rerank,
-      chunk,
-    }));
-    return { sources, response } as unknown as Result;
+export function toCaller(request: CallerInit) {
+  return {
+    principal: { id: request.principal.id, roles: [...(request.principal.roles ?? [])] },
+    scope: { tenant: request.scope.tenant, session: request.scope.session ?? "" },
   };
 }
 
-/** A stable serialization: object keys sorted, undefined members dropped, bigints as strings. */
-export function canonicalKey(value: unknown): string {
-  return JSON.stringify(canonical(value)) ?? "undefined";
+function toTargetRequest(request: TargetRequestInit) {
+  return {
+    ...toCaller(request),
+    target: toTarget(request.target),
+    outer: (request.outer ?? []).map(toEntry),
+    resolvedPaths: { ...(request.resolvedPaths ?? {}) },
+  };
 }
 
-function canonical(value: unknown): unknown {
-  if (typeof value === "bigint") return `${value}n`;
-  if (Array.isArray(value)) return value.map(canonical);
-  if (value instanceof Date) return value.toISOString();
-  if (value instanceof Set) return { $set: [...value].map((v) => JSON.stringify(canonical(v))).sort() };
-  if (value instanceof Map) return { $map: [...value.entries()].map(([k, v]) => [canonical(k), canonical(v)]) };
-  if (value !== null && typeof value === "object") {
-    const out: Record<string, unknown> = {};
-    for (const key of Object.keys(value).sort()) {
-      const member = (value as Record<string, unknown>)[key];
-      if (member !== undefined) out[key] = canonical(member);
-    }
-    return out;
-  }
-  return value;
+function toParams(params: ParamsInit | undefined) {
+  if (!params) return [];
+  const list = Array.isArray(params)
+    ? (params as readonly { readonly name: string; readonly value: JsonValue }[])
+    : Object.entries(params as Readonly<Record<string, JsonValue>>).map(([name, value]) => ({ name, value }));
+  return list.map(({ name, value }) => ({ name, value: fromJson(ValueSchema, value) }));
+}
+
+function fromChunk(chunk: RetrievedChunkMessage): RetrievedChunk {
+  const p = chunk.provenance;
+  return {
+    chunkId: chunk.chunkId,
+    source: chunk.source,
+    text: chunk.text,
+    provenance: {
+      source: p?.source ?? chunk.source,
+      file: p?.file ?? "",
+      documentId: p?.documentId ?? "",
+      lineStart: p?.lineStart,
+      lineEnd: p?.lineEnd,
+      page: p?.page,
+      charStart: p?.charStart ?? 0,
+      charEnd: p?.charEnd ?? 0,
+    },
+    score: chunk.score,
+    scores: chunk.scores
+      ? { dense: chunk.scores.dense, bm25: chunk.scores.bm25, fused: chunk.scores.fused, rerank: chunk.scores.rerank }
+      : undefined,
+  };
+}
+
+export function fromStale(stale: StaleFallbackMessage): StaleFallback {
+  return {
+    source: stale.source,
+    reason: stale.reason,
+    lastGoodBuiltAt: stale.lastGoodBuiltAt ? timestampDate(stale.lastGoodBuiltAt) : undefined,
+  };
+}
+
+function fromBlock(block: ContextBlockMessage): ContextBlock {
+  return {
+    source: block.source,
+    use: enumName(KnowledgeUse, block.use) as ContextBlock["use"],
+    chunks: block.chunks.map(fromChunk),
+    tokens: block.tokens,
+    truncated: block.truncated,
+  };
+}
+
+function fromCounts(counts: readonly SourceCountMessage[]): SourceCount[] {
+  return counts.map((c) => ({ name: c.name, count: c.count }));
+}
+
+/** Sends a request built beforehand (a malformed init throws its TypeError, unwrapped); maps the failure. */
+export function retrievalClient(rpc: Client<typeof RetrievalService>): RetrievalClient {
+  return {
+    async validateConfiguration(request, options = {}) {
+      const actionKnowledge: Record<string, { names: string[] }> = {};
+      for (const [action, names] of Object.entries(request.actionKnowledge ?? {})) actionKnowledge[action] = { names: [...names] };
+      const message = {
+        ...toCaller(request),
+        target: toTarget(request.target),
+        outer: (request.outer ?? []).map(toEntry),
+        ...toLlm(request.llm),
+        actionKnowledge,
+        pathsPerRun: request.pathsPerRun ?? false,
+        declarationsOnly: request.declarationsOnly ?? false,
+      };
+      const response = await callMapped(rpc.validateConfiguration, message, options);
+      return {
+        valid: response.valid,
+        violations: response.violations.map((v) => ({
+          field: v.field,
+          reason: enumName(ErrorReason, v.reason),
+          description: v.description,
+        })),
+      };
+    },
+
+    async enforce(request, options = {}) {
+      const message = {
+        ...toTargetRequest(request),
+        action: request.action,
+        params: toParams(request.params),
+        ...toLlm(request.llm),
+        ...(request.actionKnowledge ? { actionKnowledge: { names: [...request.actionKnowledge] } } : {}),
+        ...(request.maxContextTokens !== undefined ? { maxContextTokens: request.maxContextTokens } : {}),
+      };
+      const response = await callMapped(rpc.enforce, message, options);
+      return {
+        retrievedContext: response.retrievedContext,
+        documentCount: response.documentCount,
+        staleFallbacks: response.staleFallbacks.map(fromStale),
+        truncated: response.truncated,
+        blocks: response.blocks.map(fromBlock),
+        query: response.query,
+        usage: toUsage(response.usage),
+        timing: toTiming(response.timing),
+      };
+    },
+
+    async requireLoaded(request, options = {}) {
+      const message = { ...toTargetRequest(request), names: [...request.names] };
+      return fromCounts((await callMapped(rpc.requireLoaded, message, options)).counts);
+    },
+
+    async requireReady(request, options = {}) {
+      return fromCounts((await callMapped(rpc.requireReady, toTargetRequest(request), options)).counts);
+    },
+
+    async prepareChatKnowledge(request, options = {}) {
+      const message = { ...toCaller(request), agentId: request.agentId, entries: request.entries.map(toEntry), ...toLlm(request.llm) };
+      const response = await callMapped(rpc.prepareChatKnowledge, message, options);
+      return {
+        blocks: response.blocks.map((b) => ({
+          source: b.source,
+          position: b.position,
+          text: b.text,
+          tokens: b.tokens,
+          budgetTokens: b.budgetTokens,
+          sharedBudget: b.sharedBudget,
+          documentCount: b.documentCount,
+        })),
+        inputWindowTokens: response.inputWindowTokens,
+        defaultBudgetTokens: response.defaultBudgetTokens,
+        defaultBudgetUsedTokens: response.defaultBudgetUsedTokens,
+      };
+    },
+
+    async search(request, options = {}) {
+      const message = {
+        ...toTargetRequest(request),
+        query: request.query,
+        knowledge: [...(request.knowledge ?? [])],
+        ...(request.topK !== undefined ? { topK: request.topK } : {}),
+        ...(request.minScore !== undefined ? { minScore: request.minScore } : {}),
+        ...(request.search ? { search: toSearchOptions(request.search) } : {}),
+      };
+      const response = await callMapped(rpc.search, message, options);
+      return {
+        hits: response.hits.map(fromChunk),
+        staleFallbacks: response.staleFallbacks.map(fromStale),
+        usage: toUsage(response.usage),
+        timing: toTiming(response.timing),
+      };
+    },
+
+    async upsertDocuments(request, options = {}) {
+      const message = {
+        ...toCaller(request),
+        knowledge: request.knowledge,
+        documents: request.documents.map((d) => ({ id: d.id, text: d.text, metadata: { ...(d.metadata ?? {}) } })),
+      };
+      const response = await callMapped(rpc.upsertDocuments, message, options);
+      return {
+        inserted: response.inserted,
+        replaced: response.replaced,
+        unchanged: response.unchanged,
+        documentCount: response.documentCount,
+      };
+    },
+
+    async deleteDocuments(request, options = {}) {
+      const message = { ...toCaller(request), knowledge: request.knowledge, ids: [...request.ids] };
+      const response = await callMapped(rpc.deleteDocuments, message, options);
+      return { deleted: response.deleted, notFound: response.notFound, documentCount: response.documentCount };
+    },
+  };
 }

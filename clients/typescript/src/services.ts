@@ -1,7 +1,6 @@
 import type { DescService } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
-import { toRagSidecarError } from "./errors.js";
-import { callOptions, type CallOptions } from "./call.js";
+import { callMapped, type CallOptions } from "./call.js";
 
 type UnaryMethods<C> = {
   [K in keyof C as C[K] extends (request: never, options?: never) => Promise<unknown> ? K : never]: C[K];
@@ -23,13 +22,7 @@ export function typedServiceClient<S extends DescService>(service: S, client: Cl
     if (method.methodKind !== "unary") continue;
     const call = (client as unknown as Record<string, (request: unknown, options: object) => Promise<unknown>>)[method.localName];
     if (!call) continue;
-    typed[method.localName] = async (request: unknown, options: CallOptions = {}) => {
-      try {
-        return await call(request, callOptions(options));
-      } catch (error) {
-        throw toRagSidecarError(error);
-      }
-    };
+    typed[method.localName] = (request: unknown, options: CallOptions = {}) => callMapped(call, request, options);
   }
   return typed as TypedServiceClient<S>;
 }

@@ -3,9 +3,6 @@
 // the sidecar's ValidationError and its violations, unchanged.
 import type { GroundTurnInput } from "./chat.js";
 
-/** The top_k of a binding opened without one, and of a SEARCH entry that declares none. */
-export const CHAT_DEFAULT_TOP_K = 5;
-
 declare const frozen: unique symbol;
 
 /** A GroundTurnInput that chatTurn() froze. Pass it to `client.chat.groundTurn` as it is. */
