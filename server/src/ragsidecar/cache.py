@@ -46,17 +46,6 @@ class ByteLRU(Generic[K, V]):
                 _, (_, evicted) = self._entries.popitem(last=False)
                 self.bytes -= evicted
 
-    def put_within_bound(self, key: K, value: V, value_bytes: int = 0) -> bool:
-        """Stores the value only if everything then fits the bound, evicting nothing (a store of record,
-        whose entries cannot be read back elsewhere); False, and nothing changed, when it would not fit."""
-        size = sys.getsizeof(key) + _ENTRY_OVERHEAD + value_bytes
-        with self._lock:
-            current = self._entries[key][1] if key in self._entries else 0
-            if self.bytes - current + size > self._max_bytes:
-                return False
-            self._replace(key, value, size)
-            return True
-
     def pop(self, key: K) -> V | None:
         with self._lock:
             entry = self._entries.pop(key, None)

@@ -165,7 +165,6 @@ def _config_option(command: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
-    logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG otherwise
     commands = {
         "serve": _serve,
         "models": _install_models,

@@ -1,5 +1,4 @@
-"""Shared knowledge state on PostgreSQL + pgvector (`[store] backend = "postgres"`), for replicated hosts.
-
-`database.Database` is the connection pool and its health, `migrate` the versioned schema (`migrations/`).
-psycopg is an optional dependency (`pip install "ragsidecar[postgres]"`), imported only when the backend is on.
+"""Storage backends behind one interface (`interface.py`): `embedded` (SQLite in WAL mode, this process only) and
+`postgres` (PostgreSQL shared by every replica, each replica searching a local index caught up from its change log).
+`factory.py` is the one place that picks a backend; psycopg is imported only when the PostgreSQL backend is on.
 """
