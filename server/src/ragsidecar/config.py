@@ -42,8 +42,13 @@ class ServerConfig(_Section, frozen=True):
     port: Port = 50151
     # Optional Unix domain socket path served beside TCP; empty disables it.
     unix_socket: str = ""
-    # gRPC's own default is 4 MiB, too small for batches of long documents; gRPC counts in a C int.
-    max_message_bytes: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] = 64 * 1024 * 1024
+    # gRPC's own default is 4 MiB, too small for batches of long documents; gRPC counts in a C int. A request
+    # is held about three times while it is received (gRPC's buffers, its copy into Python, the copy's bytes),
+    # so 48 MiB keeps the largest one under 200 MiB of memory.
+    max_message_bytes: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] = 48 * 1024 * 1024
+    # Fields one gRPC request may hold, each item of a repeated field counted, at any depth. They are counted on
+    # the wire before the request is parsed, since parsing costs per field (about 60 bytes and 0.3 us each).
+    max_message_fields: Annotated[int, msgspec.Meta(ge=1)] = 262144
     # Seconds that in-flight calls get to finish after SIGTERM/SIGINT.
     shutdown_grace_s: Annotated[float, msgspec.Meta(ge=0)] = 10.0
     # Seconds between checks of the config file's modification time; 0 disables the watch.

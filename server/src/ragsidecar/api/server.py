@@ -92,7 +92,7 @@ class Sidecar:
         if token:
             interceptors.append(AuthInterceptor(token))
         # Innermost: authentication, when it refuses a call, replaces the decoder this one installs.
-        interceptors.append(DecodeGuardInterceptor())
+        interceptors.append(DecodeGuardInterceptor(config.server.max_message_fields))
         limit = config.server.max_message_bytes
         server = grpc.aio.server(
             interceptors=interceptors,
@@ -144,6 +144,7 @@ class Sidecar:
     def _build_http(self) -> HttpListener:
         # The HTTP stack loads only when it serves.
         from ragsidecar.http.app import Services
+        from ragsidecar.http.body import JsonCaps
         from ragsidecar.http.listener import HttpListener
 
         token = self._config.bearer_token()
@@ -153,7 +154,7 @@ class Sidecar:
             self.reranker,
             embedder,
             BearerToken(token) if token else None,
-            self._config.server.max_message_bytes,
+            JsonCaps(self._config.server.max_message_bytes, self._config.inference.max_documents_per_request),
             lambda: self.serving,
         )
         return HttpListener(self._config, services)

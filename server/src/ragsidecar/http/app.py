@@ -29,6 +29,7 @@ from ragsidecar import metrics, tracing
 from ragsidecar.auth import BearerToken
 from ragsidecar.embedding import Embedder, EmbedOutcome, EmbedQuery
 from ragsidecar.errors import ErrorKind, SidecarError, Violation
+from ragsidecar.http.body import JsonCaps, read_json_body
 from ragsidecar.http.fields import Fields, decode_object
 from ragsidecar.http.http_errors import (
     COHERE,
@@ -43,7 +44,7 @@ from ragsidecar.http.http_errors import (
     route_fault,
 )
 from ragsidecar.inference.registry import ModelRegistry
-from ragsidecar.reranking import LIMIT_EXCEEDED, Candidate, Reranker, RerankOutcome, RerankQuery
+from ragsidecar.reranking import Candidate, Reranker, RerankOutcome, RerankQuery
 
 log = logging.getLogger("ragsidecar.requests")
 
@@ -66,7 +67,8 @@ class Services:
     reranker: Reranker
     embedder: Embedder
     token: BearerToken | None
-    max_body_bytes: int
+    # What a request body may hold (bytes, items per array, string sizes), checked as it arrives.
+    caps: JsonCaps
     # The sidecar's overall health, as the gRPC health service's "" entry says it.
     serving: Callable[[], bool]
 
@@ -115,8 +117,8 @@ def _post(services: Services, path: str, call: JsonCall) -> Route:
     async def endpoint(request: Request) -> Response:
         async def produce() -> Answer:
             services.authenticate(request)
-            chunks = await _read_body(request, services.max_body_bytes)
-            query = await asyncio.to_thread(lambda: call.read(decode_object(b"".join(chunks))))
+            body = await read_json_body(request.stream(), request.headers.get("content-length", ""), services.caps)
+            query = await asyncio.to_thread(lambda: call.read(decode_object(body)))
             outcome = await _unless_disconnected(request, call.run(services, query))
             return 200, {}, await asyncio.to_thread(lambda: json.dumps(call.write(query, outcome)).encode())
 
@@ -197,30 +199,6 @@ async def _answered(path: str, dialect: Dialect, produce: Callable[[], Awaitable
         # Orchestrators probe health every few seconds: keep the answered probes out of the INFO log.
         level = logging.DEBUG if path == HEALTH and status == 200 else logging.INFO
         log.log(level, "method=%s code=%d duration_ms=%.1f", path, status, elapsed * 1000)
-
-
-async def _read_body(request: Request, limit: int) -> list[bytes]:
-    """The body's chunks, refused (413) as soon as it is known to pass the limit: declared, or counted as it
-    arrives."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(int(declared), limit)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(size, limit)
-        chunks.append(chunk)
-    return chunks
-
-
-def _too_large(size: int, limit: int) -> SidecarError:
-    return SidecarError(
-        ErrorKind.INVALID_ARGUMENT,
-        LIMIT_EXCEEDED,
-        f"the request body ({size} bytes or more) exceeds the limit of {limit} bytes (server.max_message_bytes)",
-        metadata={"max_body_bytes": str(limit)},
-    )
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[Outcome]) -> Outcome:
