@@ -53,6 +53,11 @@ class ServerConfig(_Section, frozen=True):
     shutdown_grace_s: Annotated[float, msgspec.Meta(ge=0)] = 10.0
     # Seconds between checks of the config file's modification time; 0 disables the watch.
     config_poll_s: Annotated[float, msgspec.Meta(ge=0)] = 2.0
+    # Seconds an idle gRPC connection stays open (its client reconnects when it next calls); 0: no limit.
+    max_connection_idle_s: Annotated[float, msgspec.Meta(ge=0)] = 600.0
+    # Seconds a gRPC connection lives at most, after which its calls in flight get shutdown_grace_s to finish
+    # and its client reconnects; 0: no limit.
+    max_connection_age_s: Annotated[float, msgspec.Meta(ge=0)] = 3600.0
     # Serve a host beyond loopback with neither a bearer token nor TLS. Off by default: such a config refuses
     # to start, since whoever reaches the address could read every tenant's knowledge.
     allow_unprotected_remote: bool = False
@@ -85,6 +90,14 @@ class HttpConfig(_Section, frozen=True):
     host: str = "127.0.0.1"
     # 0 disables the listener (the default).
     port: Port = 0
+    # Seconds a connection with no request in flight stays open: new, idle after a response, or partway
+    # through a request head.
+    idle_timeout_s: Seconds = 5.0
+    # Seconds a request's head and body have, from its first byte, to arrive in full; a slower one is dropped.
+    request_timeout_s: Seconds = 30.0
+    # Connections open at once, and at most a quarter of the process's file descriptors. A connection past the cap
+    # closes the longest-idle one with no request in flight, or is refused when every one has a request.
+    max_connections: Positive = 512
 
 
 class InferenceConfig(_Section, frozen=True):
