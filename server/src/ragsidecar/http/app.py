@@ -12,6 +12,8 @@ import asyncio
 import base64
 import json
 import logging
+import math
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -24,6 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ragsidecar import metrics, tracing
 from ragsidecar.auth import BearerToken
@@ -52,6 +55,7 @@ JSON = "application/json"
 HEALTH = "/health"
 # The metrics label of requests to no route: the path a caller sends must not become a label (unbounded).
 UNMATCHED = "unmatched"
+_SLASHES = re.compile("/{2,}")
 
 # What an endpoint answers: status, headers and the JSON body.
 Answer = tuple[int, dict[str, str], bytes]
@@ -92,13 +96,18 @@ class JsonCall(Generic[Query, Outcome]):
     write: Callable[[Query, Outcome], Any]
 
 
-def build_app(services: Services) -> Starlette:
+def build_app(services: Services) -> ASGIApp:
+    cohere_v2 = JsonCall(COHERE, _read_rerank, _run_rerank, _rerank_writer("2"))
+    openai_embeddings = JsonCall(OPENAI, _read_embeddings, _run_embeddings, _write_embeddings)
     routes = [
-        _post(services, "/v2/rerank", JsonCall(COHERE, _read_rerank, _run_rerank, _rerank_writer("2"))),
+        _post(services, "/v2/rerank", cohere_v2),
         _post(services, "/v1/rerank", JsonCall(COHERE, _read_rerank, _run_rerank, _rerank_writer("1"))),
-        _post(services, "/rerank", JsonCall(TEI, _read_tei_rerank, _run_rerank, _write_tei_rerank)),
-        _post(services, "/v1/embeddings", JsonCall(OPENAI, _read_embeddings, _run_embeddings, _write_embeddings)),
-        Route("/v1/models", _models_endpoint(services), methods=["GET"]),
+        # A client given the bare base URL for Cohere (LangChain4j, the AI SDK) posts here too: its body has
+        # `documents` where TEI's has `texts`.
+        _post(services, "/rerank", JsonCall(TEI, _read_tei_rerank, _run_rerank, _write_tei_rerank), cohere_v2),
+        # OpenAI's SDKs take a base URL ending in /v1 and add /embeddings: the bare base reaches /embeddings.
+        *(_post(services, path, openai_embeddings) for path in ("/v1/embeddings", "/embeddings")),
+        *(Route(path, _models_endpoint(services, path), methods=["GET"]) for path in ("/v1/models", "/models")),
         Route(HEALTH, _health_endpoint(services), methods=["GET"]),
     ]
     known = {route.path for route in routes}
@@ -108,31 +117,55 @@ def build_app(services: Services) -> Starlette:
         assert isinstance(exc, HTTPException)
         fault = route_fault(exc.status_code, f"{exc.detail}: this API serves {served}")
         path = request.url.path if request.url.path in known else UNMATCHED
-        return await _answered(path, OPENAI, _refused(fault, dict(exc.headers or {})))
+        return await _answered(path, lambda: OPENAI, _refused(fault, dict(exc.headers or {})))
 
-    return Starlette(routes=routes, exception_handlers={HTTPException: no_route})
+    return _one_slash(Starlette(routes=routes, exception_handlers={HTTPException: no_route}))
 
 
-def _post(services: Services, path: str, call: JsonCall) -> Route:
+def _one_slash(app: ASGIApp) -> ASGIApp:
+    """Paths with repeated slashes served as with one: a base URL ending in / gets a path starting with one
+    (`http://host:8080/v1/` + `/rerank`)."""
+
+    async def collapsed(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and "//" in scope["path"]:
+            scope = {**scope, "path": _SLASHES.sub("/", scope["path"])}
+        await app(scope, receive, send)
+
+    return collapsed
+
+
+def _post(services: Services, path: str, call: JsonCall, documents_call: JsonCall | None = None) -> Route:
+    """A POST endpoint; with `documents_call`, a body holding `documents` and no `texts` is read, run and answered
+    as that API's (errors found before the body is decoded are answered as `call`'s)."""
+
     async def endpoint(request: Request) -> Response:
+        asked = [call]
+
+        def read(body: bytes) -> Any:
+            value = decode_object(body)
+            if documents_call is not None and "documents" in value and "texts" not in value:
+                asked[0] = documents_call
+            return asked[0].read(value)
+
         async def produce() -> Answer:
             services.authenticate(request)
             body = await read_json_body(request.stream(), request.headers.get("content-length", ""), services.caps)
-            query = await asyncio.to_thread(lambda: call.read(decode_object(body)))
-            outcome = await _unless_disconnected(request, call.run(services, query))
-            return 200, {}, await asyncio.to_thread(lambda: json.dumps(call.write(query, outcome)).encode())
+            query = await asyncio.to_thread(read, body)
+            chosen = asked[0]
+            outcome = await _unless_disconnected(request, chosen.run(services, query))
+            return 200, {}, await asyncio.to_thread(lambda: json.dumps(chosen.write(query, outcome)).encode())
 
         if not tracing.enabled():
-            return await _answered(path, call.dialect, produce)
+            return await _answered(path, lambda: asked[0].dialect, produce)
         with tracing.http_span("POST", path, request.headers) as finished:
-            response = await _answered(path, call.dialect, produce)
+            response = await _answered(path, lambda: asked[0].dialect, produce)
             finished(response.status_code)
             return response
 
     return Route(path, endpoint, methods=["POST"])
 
 
-def _models_endpoint(services: Services) -> Callable[[Request], Awaitable[Response]]:
+def _models_endpoint(services: Services, path: str) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         async def produce() -> Answer:
             services.authenticate(request)
@@ -151,7 +184,7 @@ def _models_endpoint(services: Services) -> Callable[[Request], Awaitable[Respon
             ]
             return 200, {}, json.dumps({"object": "list", "data": data}).encode()
 
-        return await _answered("/v1/models", OPENAI, produce)
+        return await _answered(path, lambda: OPENAI, produce)
 
     return endpoint
 
@@ -163,7 +196,7 @@ def _health_endpoint(services: Services) -> Callable[[Request], Awaitable[Respon
             status = "SERVING" if serving else "NOT_SERVING"
             return (200 if serving else 503), {}, json.dumps({"status": status}).encode()
 
-        return await _answered(HEALTH, OPENAI, produce)
+        return await _answered(HEALTH, lambda: OPENAI, produce)
 
     return endpoint
 
@@ -175,22 +208,23 @@ def _refused(fault: Fault, headers: dict[str, str]) -> Callable[[], Awaitable[An
     return produce
 
 
-async def _answered(path: str, dialect: Dialect, produce: Callable[[], Awaitable[Answer]]) -> Response:
-    """The response, with every error mapped once; one log line and the request metrics, as gRPC calls get."""
+async def _answered(path: str, dialect: Callable[[], Dialect], produce: Callable[[], Awaitable[Answer]]) -> Response:
+    """The response, with every error mapped once in the shape of the API the request was read as (`dialect`);
+    one log line and the request metrics, as gRPC calls get."""
     started = time.perf_counter()
     status = 499  # until answered: a request cancelled under it counts as closed by the client (nginx's 499)
     try:
         try:
             status, headers, content = await produce()
         except SidecarError as err:
-            fault = fault_of(err, dialect)
-            status, headers, content = fault.status, headers_of(fault.status), error_content(fault, dialect)
+            fault = fault_of(err, dialect())
+            status, headers, content = fault.status, headers_of(fault.status), error_content(fault, dialect())
         except ClientDisconnect:
             return Response(status_code=499)  # nobody reads it
         except Exception:
             log.exception("%s failed", path)
             fault = internal_fault()
-            status, headers, content = fault.status, {}, error_content(fault, dialect)
+            status, headers, content = fault.status, {}, error_content(fault, dialect())
         return Response(content, status, headers, media_type=JSON)
     finally:
         elapsed = time.perf_counter() - started
@@ -266,16 +300,26 @@ def _rerank_writer(version: str) -> Callable[[RerankCall, RerankOutcome], Any]:
             if call.return_documents:
                 result["document"] = {"text": ranked.candidate.text}
             results.append(result)
-        tokens = outcome.tokens
+        tokens = outcome.input_tokens
+        meta = {
+            "api_version": {"version": version},
+            "billed_units": {"search_units": search_units(len(call.query.documents))},
+            "tokens": {"input_tokens": tokens, "output_tokens": 0},
+        }
         return {
             "id": str(uuid.uuid4()),
             "model": outcome.model,
             "results": results,
-            "meta": {"api_version": {"version": version}, "tokens": {"input_tokens": tokens, "output_tokens": 0}},
+            "meta": meta,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
 
     return write
+
+
+def search_units(documents: int) -> int:
+    """Cohere's billing unit: "one query with up to 100 documents to be ranked" (cohere.com/pricing)."""
+    return max(1, math.ceil(documents / 100))
 
 
 # --- Rerank: text-embeddings-inference (/rerank) ---
