@@ -8,10 +8,12 @@ Without the bounds these took seconds per few MiB and GiB of memory (issue 33: 8
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -66,6 +68,14 @@ class PeakRss:
         return self.peak - self.before
 
 
+def cpu_s(server: Sidecar) -> float:
+    """The sidecar's CPU seconds so far, all threads (user and system): unlike wall time, what a loaded machine
+    leaves alone."""
+    assert server.process
+    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def body_of(item: bytes, path: str) -> bytes:
     """A request of `item`s filling 64 MiB, in the array each endpoint reads."""
     field = {"/v2/rerank": b"documents", "/rerank": b"texts", "/v1/embeddings": b"input"}[path]
@@ -101,12 +111,16 @@ def post_raw(url: str, path: str, body: bytes) -> tuple[float, bytes, socket.soc
 def test_64_mib_of_tiny_json_items_is_refused_in_a_second(served: Sidecar, item: bytes, path: str) -> None:
     body = body_of(item, path)
     assert HTTP_BODY - 8 < len(body) <= HTTP_BODY
+    cpu = cpu_s(served)
     with PeakRss(served) as rss:
         elapsed, response, connection = post_raw(served.http_url, path, body)
-    print(f"\n{path} {item!r}: answered after {elapsed:.3f}s, RSS +{rss.growth} MiB")
+    cpu = cpu_s(served) - cpu
+    print(f"\n{path} {item!r}: answered after {elapsed:.3f}s, server CPU {cpu:.2f}s, RSS +{rss.growth} MiB")
     assert response.startswith(b"HTTP/1.1 413 "), response[:200]
     assert b"LIMIT_EXCEEDED" in response and b"more than 1000 items" in response
-    assert elapsed < 1.0, f"refused after {elapsed:.2f}s"
+    # The server's own work (reading past the rest of the body included) within a second; the wall-clock bound
+    # is loose, for a machine busy with other work.
+    assert cpu < 1.0 and elapsed < 10, f"refused after {elapsed:.2f}s, {cpu:.2f}s of server CPU"
     assert rss.growth < 100, f"RSS grew {rss.growth} MiB"
     # The refused body was read past, not left in the stream: the connection serves the next request.
     with connection:
@@ -121,16 +135,19 @@ def test_the_largest_grpc_request_of_empty_documents_is_refused_in_two_seconds(m
     assert GRPC_LIMIT - 2 < len(raw) <= GRPC_LIMIT
     channel = grpc.insecure_channel(served.address, options=[("grpc.max_send_message_length", GRPC_LIMIT)])
     rerank = channel.unary_unary("/ragsidecar.v1.RerankerService/Rerank")
+    cpu = cpu_s(served)
     with PeakRss(served) as rss:
         started = time.monotonic()
         with pytest.raises(grpc.RpcError) as refused:
             rerank(raw, timeout=60)
         elapsed = time.monotonic() - started
+    cpu = cpu_s(served) - cpu
     channel.close()
-    print(f"\ngrpc, {len(raw)} bytes: refused after {elapsed:.3f}s, RSS +{rss.growth} MiB")
+    print(f"\ngrpc, {len(raw)} bytes: refused after {elapsed:.3f}s, server CPU {cpu:.2f}s, RSS +{rss.growth} MiB")
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
     assert "server.max_message_fields" in (refused.value.details() or "")
-    assert elapsed < 2.0, f"refused after {elapsed:.2f}s"
+    # As for HTTP: the server's work within two seconds, the wall clock loosely (without the count: a minute).
+    assert cpu < 2.0 and elapsed < 20, f"refused after {elapsed:.2f}s, {cpu:.2f}s of server CPU"
     assert rss.growth < 200, f"RSS grew {rss.growth} MiB"
 
 

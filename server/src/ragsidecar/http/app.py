@@ -141,7 +141,7 @@ def _post(services: Services, path: str, call: JsonCall, documents_call: JsonCal
     async def endpoint(request: Request) -> Response:
         asked = [call]
 
-        def read(body: bytes) -> Any:
+        def read(body: bytearray) -> Any:
             value = decode_object(body)
             if documents_call is not None and "documents" in value and "texts" not in value:
                 asked[0] = documents_call

@@ -144,9 +144,9 @@ class JsonScan:
         raise SidecarError(ErrorKind.INVALID_ARGUMENT, reason, message, [Violation(where, what, reason)])
 
 
-async def read_json_body(chunks: AsyncIterator[bytes], declared: str, caps: JsonCaps) -> bytes:
-    """The whole body, refused as soon as it is known to pass a cap: its declared length, its size as it arrives,
-    or what the scan counts."""
+async def read_json_body(chunks: AsyncIterator[bytes], declared: str, caps: JsonCaps) -> bytearray:
+    """The whole body (not copied again: the decoder takes a bytearray), refused as soon as it is known to pass a
+    cap: its declared length, its size as it arrives, or what the scan counts."""
     if declared.isdigit() and int(declared) > caps.max_bytes:
         raise _too_large(int(declared), caps.max_bytes)
     scan = JsonScan(caps)
@@ -156,7 +156,7 @@ async def read_json_body(chunks: AsyncIterator[bytes], declared: str, caps: Json
             raise _too_large(len(body) + len(chunk), caps.max_bytes)
         scan.feed(chunk)
         body += chunk
-    return bytes(body)
+    return body
 
 
 def _too_large(size: int, limit: int) -> SidecarError:
