@@ -200,7 +200,7 @@ REFUSALS = [
         json.dumps({"query": "q", "documents": ["d"] * 1001}).encode(),
         413,
         "LIMIT_EXCEEDED",
-        "1001 documents exceed the maximum of 1000",
+        "documents: more than 1000 items",
     ),
     (
         "/v2/rerank",
@@ -263,7 +263,7 @@ REFUSALS = [
         json.dumps({"model": BI, "input": ["a"] * 1001}).encode(),
         413,
         "LIMIT_EXCEEDED",
-        "1001 texts exceed",
+        "input: more than 1000 items",
     ),
 ]
 

@@ -129,7 +129,7 @@ def test_the_installed_package_has_its_stubs_defaults_and_version(prefix: Path, 
     assert "ragsidecar/store/migrations/0001_base.sql" in installed  # the PostgreSQL store's schema
     assert list(site.glob("psycopg_pool/__init__.py")) and list(site.glob("psycopg/__init__.py"))  # postgres extra
     version = ragsidecar(prefix, "--version", cwd=tmp_path)
-    assert version.stdout.strip() == "ragsidecar 0.2.0"
+    assert version.stdout.strip() == "ragsidecar 0.3.0"
 
 
 def test_models_install_is_idempotent_and_keeps_its_cache_in_the_home(prefix: Path, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 // of support/knowledge.ts under a temporary root, stopped and removed by `stop()`.
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { after, before } from "node:test";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { writeKnowledge } from "../typescript/test/support/knowledge.ts";
@@ -32,6 +33,37 @@ export async function startKnowledgeSidecar(): Promise<TestSidecar> {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+export interface HttpSidecar extends TestSidecar {
+  /** The HTTP API's base URL, "http://127.0.0.1:<port>". */
+  readonly httpUrl: string;
+}
+
+/** A sidecar that also serves the HTTP API, for tests of the frameworks' own Cohere and OpenAI clients. */
+export async function startHttpSidecar(): Promise<HttpSidecar> {
+  const port = await freePort();
+  const dir = mkdtempSync(path.join(tmpdir(), "ragsidecar-http-"));
+  const sidecar = await startSidecar({ dir, env: { RAGSIDECAR_HTTP_PORT: String(port) } });
+  return {
+    address: sidecar.address,
+    httpUrl: `http://127.0.0.1:${port}`,
+    async stop() {
+      await sidecar.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => (typeof address === "object" && address ? resolve(address.port) : reject(new Error("no port"))));
+    });
+  });
 }
 
 /** The client of the package under test, as much of it as the helper needs (it cannot import the package). */

@@ -6,12 +6,17 @@ import hashlib
 import hmac
 from collections.abc import Sequence
 
+# Optional whitespace around a header value (RFC 9110, 5.5).
+_WHITESPACE = b" \t"
+
 
 class BearerToken:
     """Checks `authorization: Bearer <token>` headers against the configured token.
 
     The scheme is case-insensitive (RFC 7235); two Authorization headers are refused rather than picking one;
-    the token is compared in constant time (digests, so not even its length shows).
+    the token is compared in constant time (digests, so not even its length shows). Spaces and tabs around the
+    token are not part of it, as HTTP says of every header value: HTTP's server strips them before this sees
+    them, gRPC's metadata keeps them, and both APIs must accept the same headers.
     """
 
     def __init__(self, token: str) -> None:
@@ -27,6 +32,6 @@ class BearerToken:
         scheme, _, token = credentials.partition(b" ")
         if scheme.lower() != b"bearer":
             return "the authorization header is not a bearer token"
-        if not hmac.compare_digest(hashlib.sha256(token.strip(b" ")).digest(), self._expected):
+        if not hmac.compare_digest(hashlib.sha256(token.strip(_WHITESPACE)).digest(), self._expected):
             return "wrong bearer token"
         return None

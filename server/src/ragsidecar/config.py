@@ -42,12 +42,22 @@ class ServerConfig(_Section, frozen=True):
     port: Port = 50151
     # Optional Unix domain socket path served beside TCP; empty disables it.
     unix_socket: str = ""
-    # gRPC's own default is 4 MiB, too small for batches of long documents; gRPC counts in a C int.
-    max_message_bytes: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] = 64 * 1024 * 1024
+    # gRPC's own default is 4 MiB, too small for batches of long documents; gRPC counts in a C int. A request
+    # is held about three times while it is received (gRPC's buffers, its copy into Python, the copy's bytes),
+    # so 48 MiB keeps the largest one under 200 MiB of memory.
+    max_message_bytes: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] = 48 * 1024 * 1024
+    # Fields one gRPC request may hold, each item of a repeated field counted, at any depth. They are counted on
+    # the wire before the request is parsed, since parsing costs per field (about 60 bytes and 0.3 us each).
+    max_message_fields: Annotated[int, msgspec.Meta(ge=1)] = 262144
     # Seconds that in-flight calls get to finish after SIGTERM/SIGINT.
     shutdown_grace_s: Annotated[float, msgspec.Meta(ge=0)] = 10.0
     # Seconds between checks of the config file's modification time; 0 disables the watch.
     config_poll_s: Annotated[float, msgspec.Meta(ge=0)] = 2.0
+    # Seconds an idle gRPC connection stays open (its client reconnects when it next calls); 0: no limit.
+    max_connection_idle_s: Annotated[float, msgspec.Meta(ge=0)] = 600.0
+    # Seconds a gRPC connection lives at most, after which its calls in flight get shutdown_grace_s to finish
+    # and its client reconnects; 0: no limit.
+    max_connection_age_s: Annotated[float, msgspec.Meta(ge=0)] = 3600.0
     # Serve a host beyond loopback with neither a bearer token nor TLS. Off by default: such a config refuses
     # to start, since whoever reaches the address could read every tenant's knowledge.
     allow_unprotected_remote: bool = False
@@ -80,6 +90,14 @@ class HttpConfig(_Section, frozen=True):
     host: str = "127.0.0.1"
     # 0 disables the listener (the default).
     port: Port = 0
+    # Seconds a connection with no request in flight stays open: new, idle after a response, or partway
+    # through a request head.
+    idle_timeout_s: Seconds = 5.0
+    # Seconds a request's head and body have, from its first byte, to arrive in full; a slower one is dropped.
+    request_timeout_s: Seconds = 30.0
+    # Connections open at once, and at most a quarter of the process's file descriptors. A connection past the cap
+    # closes the longest-idle one with no request in flight, or is refused when every one has a request.
+    max_connections: Positive = 512
 
 
 class InferenceConfig(_Section, frozen=True):

@@ -119,6 +119,15 @@ PARTITION_CATCH_UPS = Counter(
     ["how"],
 )
 
+HTTP_CONNECTIONS = Gauge("ragsidecar_http_connections", "HTTP connections open")
+HTTP_CONNECTIONS_CLOSED = Counter(
+    "ragsidecar_http_connections_closed_total",
+    "HTTP connections the sidecar closed or refused, by why: refused (past http.max_connections with a request "
+    "in flight on every connection), evicted (idle, closed to make room), slow_request (not arrived within "
+    "http.request_timeout_s), accept_failed (no file descriptor left)",
+    ["why"],
+)
+
 
 def track_size(cache: str, sized: Any) -> None:
     """Exposes a bounded cache's `len()` and `.bytes` as ragsidecar_cache_entries/_bytes{cache=...}."""

@@ -67,7 +67,10 @@ class RerankOutcome:
     model: str
     results: list[Ranked]
     pairs: int = 0
+    # Tokens scored now (the work done), and those of every pair including those answered from the cache (what
+    # the request holds: the usage an HTTP caller reads).
     tokens: int = 0
+    input_tokens: int = 0
     cached_pairs: int = 0
     truncated_documents: int = 0
     tokenization_s: float = 0.0
@@ -133,6 +136,7 @@ class Reranker:
             if s is not None
         ]
         outcome.truncated_documents = sum(1 for s in scores if s is not None and s.truncated)
+        outcome.input_tokens = sum(s.tokens for s in scores if s is not None)
         ranked.sort(key=lambda r: (-r.raw_score, r.index))
         if request.min_relevance_score is not None:
             ranked = [r for r in ranked if r.relevance_score >= request.min_relevance_score]

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf.descriptor import Descriptor
 
 from ragsidecar import metrics, tracing
+from ragsidecar.api.field_count import check_field_count
 from ragsidecar.api.grpc_errors import abort
 from ragsidecar.auth import BearerToken
 from ragsidecar.errors import ErrorKind, SidecarError
@@ -41,33 +43,39 @@ def _replace_behaviour(
 
 @dataclass(frozen=True)
 class _Undecodable:
-    """Stands in for a request message whose bytes did not parse."""
+    """Stands in for a request message that was not parsed: its bytes did not parse, or held too many fields."""
 
-    why: str
+    error: SidecarError
 
 
-def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+def _tolerant(deserialize: Callable[[bytes], Any], method: str, max_fields: int) -> Callable[[bytes], Any]:
+    # The generated decoder is the message class's FromString: its descriptor lets the fields be counted first.
+    descriptor = getattr(getattr(deserialize, "__self__", None), "DESCRIPTOR", None)
+
     def decode(raw: bytes) -> Any:
         try:
+            if isinstance(descriptor, Descriptor):
+                check_field_count(raw, descriptor, max_fields)
             return deserialize(raw)
+        except SidecarError as err:
+            return _Undecodable(err)
         except Exception as err:  # whatever the parser raises, the caller's bytes are at fault
-            return _Undecodable(f"{type(err).__name__}: {err}")
+            message = f"the request to {method} could not be decoded: {type(err).__name__}: {err}"
+            return _Undecodable(SidecarError(ErrorKind.INVALID_ARGUMENT, "INVALID_REQUEST", message))
 
     return decode
 
 
-def _undecodable_error(method: str, request: _Undecodable) -> SidecarError:
-    return SidecarError(
-        ErrorKind.INVALID_ARGUMENT, "INVALID_REQUEST", f"the request to {method} could not be decoded: {request.why}"
-    )
-
-
 class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):
-    """Undecodable requests (corrupt bytes, invalid UTF-8, nesting too deep) get INVALID_ARGUMENT, not UNKNOWN.
+    """Undecodable requests (corrupt bytes, invalid UTF-8, nesting too deep) get INVALID_ARGUMENT, not UNKNOWN,
+    and requests of more than `max_fields` fields LIMIT_EXCEEDED before they are parsed (api/field_count.py).
 
     grpc.aio answers a request whose deserializer raises with UNKNOWN and logs a traceback; instead the
     decoder hands on a marker and the behaviour refuses it, on every method (health and reflection too).
     """
+
+    def __init__(self, max_fields: int) -> None:
+        self._max_fields = max_fields
 
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:
         handler = await continuation(details)
@@ -79,8 +87,8 @@ class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):
 
         async def refuse(request: _Undecodable, context: grpc.aio.ServicerContext) -> None:
             if not quiet:
-                log.info("method=%s code=INVALID_ARGUMENT undecodable request: %s", method, request.why)
-            await abort(context, _undecodable_error(method, request))
+                log.info("method=%s code=INVALID_ARGUMENT refused request: %s", method, request.error.message)
+            await abort(context, request.error)
 
         def wrap(behaviour: Any) -> Any:
             streams_requests = handler.stream_unary is not None or handler.stream_stream is not None
@@ -88,7 +96,7 @@ class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):
                 return _checking_each_request(behaviour, refuse)
             return _checking_the_request(behaviour, refuse)
 
-        return _replace_behaviour(handler, wrap, _tolerant(handler.request_deserializer))
+        return _replace_behaviour(handler, wrap, _tolerant(handler.request_deserializer, method, self._max_fields))
 
 
 def _checking_the_request(behaviour: Any, refuse: Callable[[Any, Any], Awaitable[None]]) -> Any:

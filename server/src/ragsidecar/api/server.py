@@ -25,7 +25,7 @@ from ragsidecar.api.interceptors import (
 from ragsidecar.api.reranker_service import RerankerService
 from ragsidecar.api.retrieval_service import RetrievalService
 from ragsidecar.auth import BearerToken
-from ragsidecar.config import Config, ConfigError
+from ragsidecar.config import Config, ConfigError, ServerConfig
 from ragsidecar.config_loading import load_config
 from ragsidecar.embedding import Embedder
 from ragsidecar.inference.heap import trim_as_memory_grows
@@ -92,12 +92,8 @@ class Sidecar:
         if token:
             interceptors.append(AuthInterceptor(token))
         # Innermost: authentication, when it refuses a call, replaces the decoder this one installs.
-        interceptors.append(DecodeGuardInterceptor())
-        limit = config.server.max_message_bytes
-        server = grpc.aio.server(
-            interceptors=interceptors,
-            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)],
-        )
+        interceptors.append(DecodeGuardInterceptor(config.server.max_message_fields))
+        server = grpc.aio.server(interceptors=interceptors, options=_grpc_options(config.server))
         reranker_pb2_grpc.add_RerankerServiceServicer_to_server(RerankerService(self.registry, self.reranker), server)
         runtime = RetrievalRuntime(config, self.registry, self.reranker, self.backend)
         retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalService(runtime), server)
@@ -144,6 +140,7 @@ class Sidecar:
     def _build_http(self) -> HttpListener:
         # The HTTP stack loads only when it serves.
         from ragsidecar.http.app import Services
+        from ragsidecar.http.body import JsonCaps
         from ragsidecar.http.listener import HttpListener
 
         token = self._config.bearer_token()
@@ -153,7 +150,7 @@ class Sidecar:
             self.reranker,
             embedder,
             BearerToken(token) if token else None,
-            self._config.server.max_message_bytes,
+            JsonCaps(self._config.server.max_message_bytes, self._config.inference.max_documents_per_request),
             lambda: self.serving,
         )
         return HttpListener(self._config, services)
@@ -260,6 +257,18 @@ class Sidecar:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+
+def _grpc_options(server: ServerConfig) -> list[tuple[str, int]]:
+    """Message size limits, and connection idle and age limits (0: none)."""
+    limit = server.max_message_bytes
+    options = [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
+    if server.max_connection_idle_s:
+        options.append(("grpc.max_connection_idle_ms", round(server.max_connection_idle_s * 1000)))
+    if server.max_connection_age_s:
+        options.append(("grpc.max_connection_age_ms", round(server.max_connection_age_s * 1000)))
+        options.append(("grpc.max_connection_age_grace_ms", round(server.shutdown_grace_s * 1000)))
+    return options
 
 
 def _mtime(path: Path) -> int:

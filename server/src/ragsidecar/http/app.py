@@ -12,6 +12,8 @@ import asyncio
 import base64
 import json
 import logging
+import math
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -24,11 +26,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ragsidecar import metrics, tracing
 from ragsidecar.auth import BearerToken
 from ragsidecar.embedding import Embedder, EmbedOutcome, EmbedQuery
 from ragsidecar.errors import ErrorKind, SidecarError, Violation
+from ragsidecar.http.body import JsonCaps, read_json_body
 from ragsidecar.http.fields import Fields, decode_object
 from ragsidecar.http.http_errors import (
     COHERE,
@@ -43,7 +47,7 @@ from ragsidecar.http.http_errors import (
     route_fault,
 )
 from ragsidecar.inference.registry import ModelRegistry
-from ragsidecar.reranking import LIMIT_EXCEEDED, Candidate, Reranker, RerankOutcome, RerankQuery
+from ragsidecar.reranking import Candidate, Reranker, RerankOutcome, RerankQuery
 
 log = logging.getLogger("ragsidecar.requests")
 
@@ -51,6 +55,7 @@ JSON = "application/json"
 HEALTH = "/health"
 # The metrics label of requests to no route: the path a caller sends must not become a label (unbounded).
 UNMATCHED = "unmatched"
+_SLASHES = re.compile("/{2,}")
 
 # What an endpoint answers: status, headers and the JSON body.
 Answer = tuple[int, dict[str, str], bytes]
@@ -66,7 +71,8 @@ class Services:
     reranker: Reranker
     embedder: Embedder
     token: BearerToken | None
-    max_body_bytes: int
+    # What a request body may hold (bytes, items per array, string sizes), checked as it arrives.
+    caps: JsonCaps
     # The sidecar's overall health, as the gRPC health service's "" entry says it.
     serving: Callable[[], bool]
 
@@ -90,13 +96,18 @@ class JsonCall(Generic[Query, Outcome]):
     write: Callable[[Query, Outcome], Any]
 
 
-def build_app(services: Services) -> Starlette:
+def build_app(services: Services) -> ASGIApp:
+    cohere_v2 = JsonCall(COHERE, _read_rerank, _run_rerank, _rerank_writer("2"))
+    openai_embeddings = JsonCall(OPENAI, _read_embeddings, _run_embeddings, _write_embeddings)
     routes = [
-        _post(services, "/v2/rerank", JsonCall(COHERE, _read_rerank, _run_rerank, _rerank_writer("2"))),
+        _post(services, "/v2/rerank", cohere_v2),
         _post(services, "/v1/rerank", JsonCall(COHERE, _read_rerank, _run_rerank, _rerank_writer("1"))),
-        _post(services, "/rerank", JsonCall(TEI, _read_tei_rerank, _run_rerank, _write_tei_rerank)),
-        _post(services, "/v1/embeddings", JsonCall(OPENAI, _read_embeddings, _run_embeddings, _write_embeddings)),
-        Route("/v1/models", _models_endpoint(services), methods=["GET"]),
+        # A client given the bare base URL for Cohere (LangChain4j, the AI SDK) posts here too: its body has
+        # `documents` where TEI's has `texts`.
+        _post(services, "/rerank", JsonCall(TEI, _read_tei_rerank, _run_rerank, _write_tei_rerank), cohere_v2),
+        # OpenAI's SDKs take a base URL ending in /v1 and add /embeddings: the bare base reaches /embeddings.
+        *(_post(services, path, openai_embeddings) for path in ("/v1/embeddings", "/embeddings")),
+        *(Route(path, _models_endpoint(services, path), methods=["GET"]) for path in ("/v1/models", "/models")),
         Route(HEALTH, _health_endpoint(services), methods=["GET"]),
     ]
     known = {route.path for route in routes}
@@ -106,31 +117,55 @@ def build_app(services: Services) -> Starlette:
         assert isinstance(exc, HTTPException)
         fault = route_fault(exc.status_code, f"{exc.detail}: this API serves {served}")
         path = request.url.path if request.url.path in known else UNMATCHED
-        return await _answered(path, OPENAI, _refused(fault, dict(exc.headers or {})))
+        return await _answered(path, lambda: OPENAI, _refused(fault, dict(exc.headers or {})))
 
-    return Starlette(routes=routes, exception_handlers={HTTPException: no_route})
+    return _one_slash(Starlette(routes=routes, exception_handlers={HTTPException: no_route}))
 
 
-def _post(services: Services, path: str, call: JsonCall) -> Route:
+def _one_slash(app: ASGIApp) -> ASGIApp:
+    """Paths with repeated slashes served as with one: a base URL ending in / gets a path starting with one
+    (`http://host:8080/v1/` + `/rerank`)."""
+
+    async def collapsed(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and "//" in scope["path"]:
+            scope = {**scope, "path": _SLASHES.sub("/", scope["path"])}
+        await app(scope, receive, send)
+
+    return collapsed
+
+
+def _post(services: Services, path: str, call: JsonCall, documents_call: JsonCall | None = None) -> Route:
+    """A POST endpoint; with `documents_call`, a body holding `documents` and no `texts` is read, run and answered
+    as that API's (errors found before the body is decoded are answered as `call`'s)."""
+
     async def endpoint(request: Request) -> Response:
+        asked = [call]
+
+        def read(body: bytearray) -> Any:
+            value = decode_object(body)
+            if documents_call is not None and "documents" in value and "texts" not in value:
+                asked[0] = documents_call
+            return asked[0].read(value)
+
         async def produce() -> Answer:
             services.authenticate(request)
-            chunks = await _read_body(request, services.max_body_bytes)
-            query = await asyncio.to_thread(lambda: call.read(decode_object(b"".join(chunks))))
-            outcome = await _unless_disconnected(request, call.run(services, query))
-            return 200, {}, await asyncio.to_thread(lambda: json.dumps(call.write(query, outcome)).encode())
+            body = await read_json_body(request.stream(), request.headers.get("content-length", ""), services.caps)
+            query = await asyncio.to_thread(read, body)
+            chosen = asked[0]
+            outcome = await _unless_disconnected(request, chosen.run(services, query))
+            return 200, {}, await asyncio.to_thread(lambda: json.dumps(chosen.write(query, outcome)).encode())
 
         if not tracing.enabled():
-            return await _answered(path, call.dialect, produce)
+            return await _answered(path, lambda: asked[0].dialect, produce)
         with tracing.http_span("POST", path, request.headers) as finished:
-            response = await _answered(path, call.dialect, produce)
+            response = await _answered(path, lambda: asked[0].dialect, produce)
             finished(response.status_code)
             return response
 
     return Route(path, endpoint, methods=["POST"])
 
 
-def _models_endpoint(services: Services) -> Callable[[Request], Awaitable[Response]]:
+def _models_endpoint(services: Services, path: str) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         async def produce() -> Answer:
             services.authenticate(request)
@@ -149,7 +184,7 @@ def _models_endpoint(services: Services) -> Callable[[Request], Awaitable[Respon
             ]
             return 200, {}, json.dumps({"object": "list", "data": data}).encode()
 
-        return await _answered("/v1/models", OPENAI, produce)
+        return await _answered(path, lambda: OPENAI, produce)
 
     return endpoint
 
@@ -161,7 +196,7 @@ def _health_endpoint(services: Services) -> Callable[[Request], Awaitable[Respon
             status = "SERVING" if serving else "NOT_SERVING"
             return (200 if serving else 503), {}, json.dumps({"status": status}).encode()
 
-        return await _answered(HEALTH, OPENAI, produce)
+        return await _answered(HEALTH, lambda: OPENAI, produce)
 
     return endpoint
 
@@ -173,22 +208,23 @@ def _refused(fault: Fault, headers: dict[str, str]) -> Callable[[], Awaitable[An
     return produce
 
 
-async def _answered(path: str, dialect: Dialect, produce: Callable[[], Awaitable[Answer]]) -> Response:
-    """The response, with every error mapped once; one log line and the request metrics, as gRPC calls get."""
+async def _answered(path: str, dialect: Callable[[], Dialect], produce: Callable[[], Awaitable[Answer]]) -> Response:
+    """The response, with every error mapped once in the shape of the API the request was read as (`dialect`);
+    one log line and the request metrics, as gRPC calls get."""
     started = time.perf_counter()
     status = 499  # until answered: a request cancelled under it counts as closed by the client (nginx's 499)
     try:
         try:
             status, headers, content = await produce()
         except SidecarError as err:
-            fault = fault_of(err, dialect)
-            status, headers, content = fault.status, headers_of(fault.status), error_content(fault, dialect)
+            fault = fault_of(err, dialect())
+            status, headers, content = fault.status, headers_of(fault.status), error_content(fault, dialect())
         except ClientDisconnect:
             return Response(status_code=499)  # nobody reads it
         except Exception:
             log.exception("%s failed", path)
             fault = internal_fault()
-            status, headers, content = fault.status, {}, error_content(fault, dialect)
+            status, headers, content = fault.status, {}, error_content(fault, dialect())
         return Response(content, status, headers, media_type=JSON)
     finally:
         elapsed = time.perf_counter() - started
@@ -197,30 +233,6 @@ async def _answered(path: str, dialect: Dialect, produce: Callable[[], Awaitable
         # Orchestrators probe health every few seconds: keep the answered probes out of the INFO log.
         level = logging.DEBUG if path == HEALTH and status == 200 else logging.INFO
         log.log(level, "method=%s code=%d duration_ms=%.1f", path, status, elapsed * 1000)
-
-
-async def _read_body(request: Request, limit: int) -> list[bytes]:
-    """The body's chunks, refused (413) as soon as it is known to pass the limit: declared, or counted as it
-    arrives."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(int(declared), limit)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(size, limit)
-        chunks.append(chunk)
-    return chunks
-
-
-def _too_large(size: int, limit: int) -> SidecarError:
-    return SidecarError(
-        ErrorKind.INVALID_ARGUMENT,
-        LIMIT_EXCEEDED,
-        f"the request body ({size} bytes or more) exceeds the limit of {limit} bytes (server.max_message_bytes)",
-        metadata={"max_body_bytes": str(limit)},
-    )
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[Outcome]) -> Outcome:
@@ -288,16 +300,26 @@ def _rerank_writer(version: str) -> Callable[[RerankCall, RerankOutcome], Any]:
             if call.return_documents:
                 result["document"] = {"text": ranked.candidate.text}
             results.append(result)
-        tokens = outcome.tokens
+        tokens = outcome.input_tokens
+        meta = {
+            "api_version": {"version": version},
+            "billed_units": {"search_units": search_units(len(call.query.documents))},
+            "tokens": {"input_tokens": tokens, "output_tokens": 0},
+        }
         return {
             "id": str(uuid.uuid4()),
             "model": outcome.model,
             "results": results,
-            "meta": {"api_version": {"version": version}, "tokens": {"input_tokens": tokens, "output_tokens": 0}},
+            "meta": meta,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
 
     return write
+
+
+def search_units(documents: int) -> int:
+    """Cohere's billing unit: "one query with up to 100 documents to be ranked" (cohere.com/pricing)."""
+    return max(1, math.ceil(documents / 100))
 
 
 # --- Rerank: text-embeddings-inference (/rerank) ---

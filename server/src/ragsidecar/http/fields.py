@@ -15,7 +15,7 @@ from ragsidecar.errors import ErrorKind, SidecarError, Violation
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def decode_object(body: bytes) -> dict[str, Any]:
+def decode_object(body: bytes | bytearray) -> dict[str, Any]:
     """The request body as a JSON object, or INVALID_REQUEST naming why it is not one."""
     try:
         value = json.loads(body)

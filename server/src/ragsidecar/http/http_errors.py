@@ -10,6 +10,7 @@ body carries the sidecar's stable `reason` and its field `violations`, bounded a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,13 @@ class Dialect:
     # The status of a request this API cannot accept (malformed, or a field out of range).
     invalid_status: int
     body: Callable[[Fault], dict[str, Any]]
+    # The domain's field names (as gRPC's) and what this API's callers write instead, applied to errors in order.
+    renames: tuple[tuple[re.Pattern[str], str], ...] = ()
+
+    def renamed(self, text: str) -> str:
+        for pattern, name in self.renames:
+            text = pattern.sub(name, text)
+        return text
 
 
 def _openai_body(fault: Fault) -> dict[str, Any]:
@@ -82,8 +90,13 @@ def _tei_body(fault: Fault) -> dict[str, Any]:
 
 
 OPENAI = Dialect("openai", 400, _openai_body)
-COHERE = Dialect("cohere", 400, _rerank_body)
-TEI = Dialect("tei", 422, _tei_body)
+COHERE = Dialect("cohere", 400, _rerank_body, ((re.compile(r"\bmax_document_tokens\b"), "max_tokens_per_doc"),))
+TEI = Dialect(
+    "tei",
+    422,
+    _tei_body,
+    ((re.compile(r"\bdocuments\[(\d+)\]\.text\b"), r"texts[\1]"), (re.compile(r"\bdocuments\b"), "texts")),
+)
 
 
 def status_of(error: SidecarError, dialect: Dialect) -> int:
@@ -103,9 +116,12 @@ def headers_of(status: int) -> dict[str, str]:
 
 
 def fault_of(error: SidecarError, dialect: Dialect) -> Fault:
-    return Fault(
-        status_of(error, dialect), cut_text(error.message, MAX_MESSAGE_BYTES), error.reason, _bounded(error.violations)
-    )
+    """The error as the API answers it, its fields named as the API's callers write them."""
+    message = cut_text(dialect.renamed(error.message), MAX_MESSAGE_BYTES)
+    violations = [
+        Violation(dialect.renamed(v.field), dialect.renamed(v.description), v.reason) for v in error.violations
+    ]
+    return Fault(status_of(error, dialect), message, error.reason, _bounded(violations))
 
 
 def internal_fault() -> Fault:

@@ -1,4 +1,5 @@
-"""The HTTP listener: uvicorn serving the API app in the sidecar's own event loop, beside the gRPC server.
+"""The HTTP listener: uvicorn serving the API app in the sidecar's own event loop, beside the gRPC server, its
+connections bounded by http/connections.py.
 
 The socket is bound here, before uvicorn starts, so a port in use fails start-up with the OSError (uvicorn would
 exit the process). Signals stay the sidecar's: SIGTERM drains both listeners, with the same grace period.
@@ -17,6 +18,7 @@ import uvicorn
 
 from ragsidecar.config import Config
 from ragsidecar.http.app import Services, build_app
+from ragsidecar.http.connections import ConnectionLimits
 
 # uvicorn logs each start and stop of its server at INFO; the sidecar prints where it listens itself.
 logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
@@ -33,10 +35,15 @@ class HttpListener:
     def __init__(self, config: Config, services: Services) -> None:
         self._config = config
         tls = config.tls
+        http = config.http
+        self._limits = ConnectionLimits.within_descriptors(
+            http.max_connections, http.idle_timeout_s, http.request_timeout_s
+        )
         self._server = _EmbeddedServer(
             uvicorn.Config(
                 build_app(services),
-                http="h11",
+                http=self._limits.protocol(),
+                backlog=self._limits.accept_burst,
                 lifespan="off",
                 log_config=None,
                 access_log=False,
@@ -53,7 +60,10 @@ class HttpListener:
         """Binds the configured address and starts serving; returns the URL it serves on."""
         host = self._config.http.host
         sock = _listening_socket(host, self._config.http.port)
-        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]))
+        loop = asyncio.get_running_loop()
+        # Kept after stop(): asyncio's retries of failed accepts may still be due then.
+        loop.set_exception_handler(self._limits.exception_handler(loop.get_exception_handler()))
+        self._task = loop.create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:
             if self._task.done():
                 self._task.result()  # start-up failed: raise why

@@ -47,6 +47,7 @@ public final class Sidecar implements AutoCloseable {
   private final Path unixSocket;
   private final Path workDir;
   private volatile int port;
+  private volatile int httpPort;
   private volatile boolean closed;
 
   public static Path repoRoot() {
@@ -83,6 +84,17 @@ public final class Sidecar implements AutoCloseable {
   /** Starts a sidecar on this TCP port, with its own knowledge as {@link #start(String, boolean, boolean)} has it. */
   static Sidecar startOnPort(int port, boolean ownKnowledge) {
     return start(null, false, ownKnowledge, port);
+  }
+
+  /**
+   * Starts a plain sidecar that also serves the HTTP API ({@link #httpUrl()}), for tests of the frameworks' own
+   * Cohere and OpenAI clients pointed at it.
+   */
+  public static Sidecar startWithHttp() {
+    int httpPort = ConnectionTest.freePort();
+    Sidecar sidecar = start(null, false, false, 0, Map.of("RAGSIDECAR_HTTP_PORT", String.valueOf(httpPort)));
+    sidecar.httpPort = httpPort;
+    return sidecar;
   }
 
   /** Starts a plain sidecar with these environment variables added (the OTEL_* ones, say). */
@@ -295,6 +307,14 @@ public final class Sidecar implements AutoCloseable {
 
   public int port() {
     return port;
+  }
+
+  /** The HTTP API's base URL, {@code http://127.0.0.1:<port>}, of a sidecar {@link #startWithHttp() serving it}. */
+  public String httpUrl() {
+    if (httpPort == 0) {
+      throw new IllegalStateException(name + " does not serve HTTP: start it with startWithHttp()");
+    }
+    return "http://127.0.0.1:" + httpPort;
   }
 
   Path unixSocket() {
