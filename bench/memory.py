@@ -209,8 +209,10 @@ def search(stub, conversation: Conversation, query: str, mode: int) -> list[str]
     return [h.provenance.document_id for h in stub.Search(request, timeout=120).hits]
 
 
-def through_rpc(conversations: list[Conversation], overrides: dict[str, Any], upserts: int) -> Measured:
-    """Every conversation written to its partition of a fresh sidecar and every question searched in each mode."""
+def through_rpc(
+    conversations: list[Conversation], overrides: dict[str, Any], upserts: int, modes: tuple[str, ...]
+) -> Measured:
+    """Every conversation written to its partition of a fresh sidecar and every question searched in `modes`."""
     config = default_config()
     config["inference"].update(workers=2, intra_op_threads=1)
     config["retrieval"].update(overrides)
@@ -230,15 +232,15 @@ def through_rpc(conversations: list[Conversation], overrides: dict[str, Any], up
                 f"  wrote {sum(len(c.turns) for c in conversations)} turns in {time.perf_counter() - started:.0f} s",
                 flush=True,
             )
-            runs: dict[str, Run] = {mode: {} for mode in MODES}
+            runs: dict[str, Run] = {mode: {} for mode in modes}
             search_ms: list[float] = []
             for conversation in conversations:
                 search(stub, conversation, "warm-up", MODES["default"])
-                for mode, value in MODES.items():
+                for mode in modes:
                     ranked = []
                     for question in conversation.questions:
                         began = time.perf_counter()
-                        ranked.append(search(stub, conversation, question.text, value))
+                        ranked.append(search(stub, conversation, question.text, MODES[mode]))
                         if mode == "default":
                             search_ms.append(1000 * (time.perf_counter() - began))
                     runs[mode][conversation.id] = ranked
@@ -253,25 +255,33 @@ def through_rpc(conversations: list[Conversation], overrides: dict[str, Any], up
     return Measured(runs, search_ms, upsert_ms)
 
 
-def cached_rpc(conversations: list[Conversation], overrides: dict[str, Any], upserts: int, fresh: bool) -> Measured:
+def cached_rpc(
+    conversations: list[Conversation],
+    overrides: dict[str, Any],
+    upserts: int,
+    fresh: bool,
+    modes: tuple[str, ...] = tuple(MODES),
+) -> Measured:
     """`through_rpc`, from bench/results/memory-<key>.json when a run with the same product code, config,
     overrides and data already measured it (--fresh measures again)."""
-    path = RESULTS / f"memory-{cache_key(conversations, overrides, upserts)}.json"
+    path = RESULTS / f"memory-{cache_key(conversations, overrides, upserts, modes)}.json"
     if path.is_file() and not fresh:
         return Measured(**json.loads(path.read_text()))
-    measured = through_rpc(conversations, overrides, upserts)
+    measured = through_rpc(conversations, overrides, upserts, modes)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(dataclasses.asdict(measured)))
     return measured
 
 
-def cache_key(conversations: list[Conversation], overrides: dict[str, Any], upserts: int) -> str:
+def cache_key(
+    conversations: list[Conversation], overrides: dict[str, Any], upserts: int, modes: tuple[str, ...]
+) -> str:
     digest = hashlib.sha256()
     for path in sorted((REPO / "server" / "src" / "ragsidecar").rglob("*.py")):
         if "/v1/" not in str(path):
             digest.update(path.read_bytes())
     digest.update((REPO / "config" / "ragsidecar.toml").read_bytes())
-    digest.update(json.dumps([overrides, upserts, [dataclasses.asdict(c) for c in conversations]]).encode())
+    digest.update(json.dumps([overrides, upserts, modes, [dataclasses.asdict(c) for c in conversations]]).encode())
     return digest.hexdigest()[:16]
 
 
@@ -349,18 +359,19 @@ def loco(
     reference: Run,
     grid: dict[str, dict[str, Any]],
     measured: dict[str, Measured],
+    lists: Measured,
 ) -> None:
     """Leave one conversation out: each fold picks, among the grid's settings, the best mean R@5 + R@10 of the
-    default on the other conversations and is scored on the held-out one; the held-out runs are pooled."""
-    held: dict[str, Run] = {mode: {} for mode in MODES}
+    default on the other conversations and is scored on the held-out one; the held-out runs are pooled. The
+    lexical and dense lists (`lists`) do not depend on the settings tuned."""
+    held: dict[str, Run] = {"lexical": lists.runs["lexical"], "dense": lists.runs["dense"], "default": {}}
     report.out("", "Leave-one-conversation-out picks:", "")
     for out in conversations:
         train = [c for c in conversations if c is not out]
 
         pick = max(grid, key=lambda label, train=train: trained(train, measured[label]))
         report.out(f"- held out {out.id}: {pick} ({grid[pick]})")
-        for mode in MODES:
-            held[mode][out.id] = measured[pick].runs[mode][out.id]
+        held["default"][out.id] = measured[pick].runs["default"][out.id]
     rows = rows_of(conversations, Measured(held, [], []), reference)
     report.table("## Leave-one-conversation-out (pooled held-out questions), R@5 / R@10 per category", rows)
     report.out("", "Done-when checks on the held-out figures:", "")
@@ -380,8 +391,11 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return overrides
 
 
-# The settings the LOCO stage chooses among (each a sidecar of its own, lists cached).
-LOCO_GRID: dict[str, dict[str, Any]] = {"configured": {}}
+# The settings the LOCO stage chooses among (each a sidecar of its own searching the default only, lists cached):
+# the dense weight of written documents' fusion (retrieval.memory_dense_weight; 0.625 is dense_weight's).
+LOCO_GRID: dict[str, dict[str, Any]] = {
+    f"memory_dense_weight {w}": {"memory_dense_weight": w} for w in (0.3, 0.4, 0.45, 0.5, 0.55, 0.625)
+}
 
 
 def main() -> None:
@@ -420,8 +434,8 @@ def main() -> None:
     )
     if args.loco:
         grid = {label: {**overrides, **settings} for label, settings in LOCO_GRID.items()}
-        lists = {label: cached_rpc(conversations, settings, args.upserts, False) for label, settings in grid.items()}
-        loco(report, conversations, reference, grid, lists)
+        tuned = {label: cached_rpc(conversations, settings, 0, False, ("default",)) for label, settings in grid.items()}
+        loco(report, conversations, reference, grid, tuned, measured)
     report.out("", f"Total {time.perf_counter() - overall:.0f} s.")
     (RESULTS / "memory.md").write_text("\n".join(report.lines) + "\n")
 

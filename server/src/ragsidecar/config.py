@@ -131,6 +131,10 @@ class RetrievalConfig(_Section, frozen=True):
     # The dense list's weight in every fusion but "rrf"; the BM25 list gets 1 - dense_weight. Under "adaptive",
     # the weight of a dense list of typical spread (cosines' standard deviation 0.0235, bge-small's mean).
     dense_weight: Fraction = 0.625
+    # dense_weight for the documents a host writes (MEMORY and chat bindings' corpora): short turns and notes,
+    # where BM25 holds up better against the dense list than on documents. 0.45: what every leave-one-conversation-
+    # out fold over LoCoMo's development half picked (bench/memory.py --loco); file sources keep dense_weight.
+    memory_dense_weight: Fraction = 0.45
     # Under "adaptive": how much the dense weight rises per unit of standard deviation of the dense list's cosines
     # above the typical spread (and falls below it), within [0.1, 0.9]; 0 is "minmax". Tuned for bge-small's cosines.
     dense_spread_gain: Annotated[float, msgspec.Meta(ge=0, le=100)] = 30.0
