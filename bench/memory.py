@@ -18,10 +18,13 @@ evidence ids that name no turn stay in their questions' denominators. Search p50
 every question (one caller, result caches as configured). Upsert p50: one new turn per UpsertDocuments call,
 `--upserts` of them into the first conversation's partition after the searches.
 
-The leave-one-conversation-out (LOCO) table: for every [retrieval] memory setting the bench tunes (--loco, a
-grid of settings), each fold picks the setting with the best mean R@5 + R@10 over the other four conversations
-through the RPC lists of a sidecar started per setting (its lists cached under bench/results/memory-*.json),
-and is scored on the conversation it did not see; the table pools the held-out questions.
+The leave-one-conversation-out (LOCO) table (--loco): over LOCO_GRID (retrieval.memory_dense_weight 0.3, 0.45,
+0.625), each fold picks the setting with the best R@5 + R@10 of the default over the other four conversations,
+from the default's lists through the Search RPC of a sidecar per setting (the configured one reuses the main
+run; lists cached under bench/results/memory-*.json, keyed by the product's code, config, settings and data),
+and is scored on the conversation it did not see; the table pools the held-out questions. The lexical and dense
+lists do not depend on the setting. Turn context (knowledge/conversation.py) is not a tuned setting: with and
+without it were compared once (docs/retrieval.md).
 
     .venv/bin/python bench/memory.py [--data ../shared/data/memory/locomo] [--upserts 20]
                                      [--set retrieval.KEY=VALUE ...] [--loco]
@@ -111,7 +114,7 @@ def turn_text(turn: dict[str, Any]) -> str:
 
 
 def read_conversations(folder: Path) -> list[Conversation]:
-    """The release's samples as conversations of turns; questions without evidence are left out (none are)."""
+    """The release's samples as conversations of turns; questions without evidence are left out (two of the 999)."""
     samples = json.loads((folder / "locomo-dev.json").read_text(encoding="utf-8"))
     conversations = []
     for sample in samples:
