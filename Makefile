@@ -91,6 +91,7 @@ bench: setup
 	$(PY) bench/rerank.py
 	$(PY) bench/index.py
 	$(PY) bench/beir.py
+	$(PY) bench/memory.py
 	$(PY) bench/enforce.py
 	$(PY) bench/chat.py
 	$(PY) bench/footprint.py

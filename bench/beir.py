@@ -471,6 +471,7 @@ class Listed(FirstStages):
         )
         if path.is_file():
             return {q: [tuple(hit) for hit in hits] for q, hits in json.loads(path.read_text()).items()}
+        write_knowledge(self.data)  # a fresh checkout has no knowledge root yet
         stub = retrieval_pb2_grpc.RetrievalServiceStub(sidecar.get().channel())
         started = time.perf_counter()
         retrieval_mode = pb.RETRIEVAL_MODE_DENSE if mode == "dense" else pb.RETRIEVAL_MODE_LEXICAL

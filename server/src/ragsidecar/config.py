@@ -149,6 +149,12 @@ class RetrievalConfig(_Section, frozen=True):
     # The dense list's weight in every fusion but "rrf"; the BM25 list gets 1 - dense_weight. Under "adaptive",
     # the weight of a dense list of typical spread (cosines' standard deviation 0.0235, bge-small's mean).
     dense_weight: Fraction = 0.625
+    # dense_weight for the documents a host writes (MEMORY and chat bindings' corpora): short turns and notes,
+    # where BM25 holds up better against the dense list than on documents. On LoCoMo's development half (R@5 / R@10)
+    # 0.625 gave 0.642 / 0.743, 0.45 0.671 / 0.766, 0.3 0.675 / 0.767 but open-domain questions 0.04 R@10 below
+    # 0.45; the leave-one-conversation-out folds picked 0.3 (four) and 0.45 (one), held out 0.665 / 0.766
+    # (bench/memory.py --loco, docs/retrieval.md). File sources keep dense_weight.
+    memory_dense_weight: Fraction = 0.45
     # Under "adaptive": how much the dense weight rises per unit of standard deviation of the dense list's cosines
     # above the typical spread (and falls below it), within [0.1, 0.9]; 0 is "minmax". Tuned for bge-small's cosines.
     dense_spread_gain: Annotated[float, msgspec.Meta(ge=0, le=100)] = 30.0

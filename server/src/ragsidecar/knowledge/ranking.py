@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 
 from ragsidecar import tracing
 from ragsidecar.config import Config, RetrievalConfig
 from ragsidecar.knowledge.catalog import LoadedSource
-from ragsidecar.knowledge.declarations import Entry, RerankOrder, RetrievalMode
+from ragsidecar.knowledge.declarations import Entry, RerankOrder, RetrievalMode, SourceType
 from ragsidecar.knowledge.fusion import FusionSettings, combine_reranked
 from ragsidecar.knowledge.index import HybridIndex
 from ragsidecar.knowledge.results import Hit, Work, document_of
 from ragsidecar.reranking import Candidate, Reranker, RerankQuery
+
+# Sources of documents the host writes: their searches fuse with [retrieval] memory_dense_weight.
+WRITTEN = frozenset({SourceType.MEMORY, SourceType.BINDING})
 
 
 def fusion_settings(retrieval: RetrievalConfig) -> FusionSettings:
@@ -65,6 +69,9 @@ class Ranker:
         self._reranker = reranker
         retrieval = config.retrieval
         self._fusion = fusion_settings(retrieval)
+        # The documents a host writes (MEMORY, chat bindings): short turns and notes, whose dense list is weaker
+        # against BM25 than on documents (bench/memory.py).
+        self._written_fusion = replace(self._fusion, dense_weight=retrieval.memory_dense_weight)
 
     async def search(
         self,
@@ -158,15 +165,15 @@ class Ranker:
                 self._config.retrieval.fusion_candidates,
                 use_dense=dense,
                 use_lexical=lexical,
-                fusion=self._fusion,
+                fusion=self._written_fusion if entry.type in WRITTEN else self._fusion,
             )
             hits = [
                 Hit(h.chunk.id, entry.name, h.chunk.text, h.chunk.meta, h.fused, h.dense, h.bm25, h.fused)
                 for h in found
             ]
-            if not entry.group_by_document:
+            best = _best_per_document(hits) if entry.group_by_document else _best_per_passage(hits)
+            if len(best) == len(hits) and not entry.group_by_document:
                 return hits
-            best = _best_per_document(hits)
             if len(best) >= count or width >= len(index):
                 return best[:count]
             width *= 2
@@ -198,6 +205,19 @@ def _meets(hit: Hit, entry: Entry) -> bool:
     rerank depth has none, so it does not), else its cosine."""
     score = hit.rerank if entry.rerank else hit.dense
     return score is not None and entry.min_score is not None and score >= entry.min_score
+
+
+def _best_per_passage(hits: list[Hit]) -> list[Hit]:
+    """Each passage's first (best) chunk, in the hits' order: chunks of one document covering the same characters
+    are one passage (a conversation turn is indexed alone and with the turn before it, knowledge/conversation.py)."""
+    seen: set[tuple[tuple[str, str], Any, Any]] = set()
+    best = []
+    for hit in hits:
+        passage = (document_of(hit), hit.provenance.get("char_start"), hit.provenance.get("char_end"))
+        if passage not in seen:
+            seen.add(passage)
+            best.append(hit)
+    return best
 
 
 def _best_per_document(hits: list[Hit]) -> list[Hit]:

@@ -53,6 +53,7 @@ from ragsidecar.store.interface import (
     UpsertOutcome,
     check_request_size,
     document_unit,
+    units_of,
 )
 from ragsidecar.store.resident import Resident, ResidentIndexes, chunk_keys, indexed, space_of
 
@@ -182,7 +183,8 @@ class EmbeddedDocuments:
             if not changed:
                 count = await self.count(scope, name)
                 return UpsertOutcome(0, 0, len(documents), count)
-            prepared = await self._prepare(scope, name, [d.unit() for d in changed])
+            last = None if changed[0].id in stored else await asyncio.to_thread(self._db.read, lambda c: _last(c, key))
+            prepared = await self._prepare(scope, name, units_of(changed, last))
             outcome = await asyncio.to_thread(
                 self._committed, key, lambda c: self._write(c, key, scope, name, changed, stored, prepared)
             )
@@ -384,6 +386,16 @@ def _stored(connection: sqlite3.Connection, key: str, ids: list[str]) -> dict[st
         ):
             found[i] = MemoryDocument(i, text, json.loads(metadata))
     return found
+
+
+def _last(connection: sqlite3.Connection, key: str) -> MemoryDocument | None:
+    """The partition's latest document (what a new one is written after), None when it holds none."""
+    row = connection.execute(
+        "SELECT d.id, d.text, d.metadata FROM documents d JOIN partitions p ON p.id = d.partition WHERE p.key = ? "
+        "ORDER BY d.seq DESC LIMIT 1",
+        (key,),
+    ).fetchone()
+    return None if row is None else MemoryDocument(row[0], row[1], json.loads(row[2]))
 
 
 def _remove_chunks(connection: sqlite3.Connection, partition: int, documents: list[str]) -> list[str]:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import numpy as np
 
 from ragsidecar.errors import Violation, invalid
+from ragsidecar.knowledge import conversation
 from ragsidecar.knowledge.declarations import Entry, Scope, SourceType, Use
 from ragsidecar.knowledge.sources.units import Provenance, Unit
 
@@ -48,6 +49,13 @@ class MemoryDocument:
 
     def unit(self) -> Unit:
         return document_unit(self.id, self.text)
+
+
+def units_of(documents: list[MemoryDocument], last: MemoryDocument | None) -> list[Unit]:
+    """What a write chunks and indexes of its documents, written in this order after `last` (the partition's
+    latest document; None: none, or not before them): a conversation turn with the turn before it
+    (knowledge/conversation.py), every other document its text."""
+    return conversation.units_of(documents, last)
 
 
 def document_unit(document_id: str, text: str) -> Unit:

@@ -64,6 +64,7 @@ from ragsidecar.store.interface import (
     UpsertOutcome,
     check_request_size,
     document_unit,
+    units_of,
 )
 from ragsidecar.store.resident import Resident, ResidentIndexes, chunk_keys
 
@@ -194,8 +195,12 @@ class PostgresMemoryStore:
     async def upsert(self, scope: Scope, name: str, documents: list[MemoryDocument]) -> UpsertOutcome:
         check_request_size(documents, self._max_request_bytes)
         documents = list({d.id: d for d in documents}.values())  # one id twice: the last one stands
-        prepared = await self._prepare(scope, name, [d.unit() for d in documents])
         key = self.partition(scope, name)
+        last = await self._database.run(lambda c: _last(c, key), tenant=key.tenant)
+        # A first document that replaces one is not written after the latest (best effort: a concurrent
+        # write may come between this read and the write's transaction).
+        last = None if last is None or last.id in {d.id for d in documents} else last
+        prepared = await self._prepare(scope, name, units_of(documents, last))
         outcome, logged = await self._database.run(
             lambda c: write(c, key, documents, prepared, self._max_namespace_bytes, self._log_entries),
             tenant=key.tenant,
@@ -573,6 +578,16 @@ def _partition_row(connection: psycopg.Connection, key: PartitionKey) -> _Partit
         (key.key, key.tenant),
     ).fetchone()
     return None if row is None else _Partition(*row)
+
+
+def _last(connection: psycopg.Connection, key: PartitionKey) -> MemoryDocument | None:
+    """The partition's latest document (what a new one is written after), None when it holds none."""
+    row = connection.execute(
+        "SELECT d.id, d.text, d.metadata FROM ragsidecar_memory_documents d JOIN ragsidecar_memory_partitions p "
+        "ON p.id = d.partition WHERE p.key = %s AND p.tenant = %s AND d.tenant = %s ORDER BY d.seq DESC LIMIT 1",
+        (key.key, key.tenant, key.tenant),
+    ).fetchone()
+    return None if row is None else MemoryDocument(row[0], row[1], dict(row[2]))
 
 
 def _documents(connection: psycopg.Connection, key: PartitionKey) -> list[tuple[str, str]]:
