@@ -56,9 +56,7 @@ def eventually(check: Callable[[], bool], seconds: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-def test_a_steady_search_lists_no_file_and_an_edit_is_searched_after_the_watchers_event(
-    make_sidecar, tmp_path
-) -> None:
+def test_a_steady_search_lists_no_file_and_an_edit_is_searched_after_the_watchers_event(make_sidecar, tmp_path) -> None:
     root = tmp_path / "knowledge"
     texts = write_folder(root / "science", 20)
     server = make_sidecar(retrieval_config(root, tmp_path / "data")).start()
