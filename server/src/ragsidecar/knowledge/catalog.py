@@ -177,8 +177,7 @@ class Catalog:
 
     def forget(self, entry: Entry, scope: Scope) -> None:
         """Drops the source's index from memory; the next load rebuilds it (embeddings stay cached)."""
-        self._sources.pop(identity := source_identity(entry))
-        self._watches.release(identity)
+        self._sources.pop(source_identity(entry))  # a watch of its folder goes with the next build's release
 
     def _unchanged(self, entry: Entry, identity: str, scan: Scan) -> bool:
         """Whether the source's files are as its last scan found them without listing them: a DIRECTORY source
@@ -229,14 +228,14 @@ class Catalog:
         previous = self._sources.get(identity)
         source = await self._build(scan.key, identity, entry, scope, embedder, model, previous and previous[1])
         self._sources.put(identity, (scan, source), source.index.nbytes() if source.index else 0)
-        self._release_evicted()
+        await asyncio.to_thread(self._release_evicted)  # unwatching a folder removes a watch per subfolder
         # An index superseded by a newer one of the same source is of no further use, on disk too.
         if previous is not None and previous[0].key != scan.key:
             await asyncio.to_thread(shutil.rmtree, self._index_dir / previous[0].key, True)
         return source
 
     def _release_evicted(self) -> None:
-        """Stops watching the folders of sources whose indexes the LRU evicted."""
+        """Stops watching the folders of sources whose indexes the LRU evicted or `forget` dropped."""
         for identity in self._watches.watched():
             if identity not in self._sources:
                 self._watches.release(identity)
