@@ -108,7 +108,7 @@ class Bench:
 
     def first_loads(self, sizes: list[int], texts: list[str]) -> None:
         for size in sizes:
-            folder = timed(lambda: self.load(directory(size)))
+            folder = timed(functools.partial(self.load, directory(size)))
             started = time.perf_counter()
             for first in range(0, size, UPSERT_BATCH):
                 documents = [
@@ -166,7 +166,8 @@ class Bench:
                     raise SystemExit(f"edit {n} not searched within 60 s")
             latencies.append(time.perf_counter() - written)
         print(
-            f"edit to searchable, {size} files, plain Searches polled: p50 {statistics.median(latencies) * 1000:.0f} ms "
+            f"edit to searchable, {size} files, plain Searches polled: "
+            f"p50 {statistics.median(latencies) * 1000:.0f} ms "
             f"(min {min(latencies) * 1000:.0f}, max {max(latencies) * 1000:.0f}; {edits} edits, "
             f"{polls / edits:.1f} Searches per edit)"
         )
@@ -177,7 +178,7 @@ class Bench:
             (self.root / f"files{size}" / f"abstract{size - 1 - n:04}.txt").write_text(next(replacements))
             updates.append(timed(lambda: self.search(directory(size), rescan=True)))
             (self.root / f"files{size}" / f"abstract{size - 1 - n:04}.txt").write_text(next(replacements))
-            rebuilds.append(timed(lambda: self.search(directory(size, f"rebuild{n}"), rescan=True)))
+            rebuilds.append(timed(functools.partial(self.search, directory(size, f"rebuild{n}"), rescan=True)))
             self.search(directory(size), rescan=True)  # untimed: takes this edit in, so each timed edit is one file
         update, rebuild = statistics.median(updates), statistics.median(rebuilds)
         print(
