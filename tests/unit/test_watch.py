@@ -87,3 +87,16 @@ def test_folders_on_network_and_shared_file_systems_get_no_events(tmp_path, monk
     )
     monkeypatch.setattr(watch, "_MOUNTS", mounts)
     assert events_arrive(Path(folder)) is arrive
+
+
+def test_a_folder_that_cannot_be_watched_is_left_unwatched_and_logged_once(tmp_path: Path, caplog) -> None:
+    watches = SourceWatches(enabled=True, max_sources=4)
+    try:
+        assert watches.watch("a", tmp_path / "gone") is None  # inotify refuses it, as at its watch limit
+        assert watches.watch("b", tmp_path / "gone too") is None
+        assert watches.watched() == set()
+        assert watches.watch("c", tmp_path) is not None  # others are still watched
+    finally:
+        watches.close()
+    warnings = [r for r in caplog.records if r.name == "ragsidecar.knowledge.watch"]
+    assert len(warnings) == 1 and "rescan_interval_s" in warnings[0].getMessage()
