@@ -80,6 +80,17 @@ class Scan:
     changes: Changes | None = None
 
 
+@dataclass
+class _Save:
+    """A source's index to write to disk (None: it is there already), the superseded index folders of the source to
+    remove once it is, and who waits for it."""
+
+    key: str
+    index: HybridIndex | None
+    gone: set[str]
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class LoadedSource:
     name: str
@@ -112,6 +123,10 @@ class Catalog:
         self._watches = SourceWatches(retrieval.watch_files, retrieval.max_watched_sources)
         self._vectors = ChunkVectors(backend.vector_cache())
         self._building: dict[str, asyncio.Task[LoadedSource]] = {}
+        # Index saves not begun, by source identity (one each: a newer save of a source replaces its older one),
+        # written one at a time in this order by the `_saving` task.
+        self._unsaved: dict[str, _Save] = {}
+        self._saving: asyncio.Task[None] | None = None
         # Called with (source name, chunks embedded, chunks to embed) as a build advances (the CLI's bar).
         self.on_progress: Callable[[str, int, int], None] | None = None
         self._sweep_leftovers()
@@ -226,13 +241,59 @@ class Catalog:
         self, scan: Scan, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder, model: str
     ) -> LoadedSource:
         previous = self._sources.get(identity)
-        source = await self._build(scan.key, identity, entry, scope, embedder, model, previous and previous[1])
+        source, how = await self._build(scan.key, entry, scope, embedder, model, previous and previous[1])
         self._sources.put(identity, (scan, source), source.index.nbytes() if source.index else 0)
         await asyncio.to_thread(self._release_evicted)  # unwatching a folder removes a watch per subfolder
-        # An index superseded by a newer one of the same source is of no further use, on disk too.
-        if previous is not None and previous[0].key != scan.key:
-            await asyncio.to_thread(shutil.rmtree, self._index_dir / previous[0].key, True)
+        # An index superseded by a newer one of the same source is of no further use, on disk too. An updated
+        # index is saved after the search that asked for it; a built one before (its folder is its cache).
+        superseded = previous[0].key if previous is not None and previous[0].key != scan.key else None
+        saved = self._save(identity, scan.key, None if how == "disk" else source.index, superseded)
+        if how == "built":
+            await saved
         return source
+
+    def _save(self, identity: str, key: str, index: HybridIndex | None, superseded: str | None) -> asyncio.Future[None]:
+        """Queues the source's index for writing (None: on disk already) and its superseded folder for removal,
+        after every save queued before it; the future resolves once both are done."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        save = _Save(key, index, {superseded} if superseded else set(), [done])
+        if (earlier := self._unsaved.pop(identity, None)) is not None:  # never begun: the newer one replaces it
+            save.gone |= earlier.gone | {earlier.key}
+            save.waiters += earlier.waiters
+            save.index = save.index if save.index is not None or earlier.key != key else earlier.index
+        save.gone.discard(key)
+        self._unsaved[identity] = save
+        if self._saving is None or self._saving.done():
+            self._saving = asyncio.create_task(self._write_saves(), name="index saves")
+        return done
+
+    async def _write_saves(self) -> None:
+        while self._unsaved:
+            identity = next(iter(self._unsaved))
+            save = self._unsaved.pop(identity)
+            try:
+                await asyncio.to_thread(self._write, identity, save)
+            except OSError as err:
+                log.warning("index save to %s failed: %s", self._index_dir / save.key, err)
+                for waiter in save.waiters:
+                    if not waiter.done():
+                        waiter.set_exception(err)
+            else:
+                for waiter in save.waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    def _write(self, identity: str, save: _Save) -> None:
+        if save.index is not None:
+            save.index.save(self._index_dir / save.key, identity)
+        for key in save.gone:
+            shutil.rmtree(self._index_dir / key, True)
+
+    async def close(self) -> None:
+        """Writes the index saves still queued (a clean stop leaves every index on disk), then stops watching."""
+        while self._saving is not None and not self._saving.done():
+            await asyncio.shield(self._saving)
+        await asyncio.to_thread(self._watches.close)
 
     def _release_evicted(self) -> None:
         """Stops watching the folders of sources whose indexes the LRU evicted or `forget` dropped."""
@@ -241,28 +302,19 @@ class Catalog:
                 self._watches.release(identity)
 
     async def _build(
-        self,
-        key: str,
-        identity: str,
-        entry: Entry,
-        scope: Scope,
-        embedder: BiEncoder,
-        model: str,
-        last: LoadedSource | None,
-    ) -> LoadedSource:
-        """The source's index: read back from disk, updated from `last` (the files changed since), or built."""
+        self, key: str, entry: Entry, scope: Scope, embedder: BiEncoder, model: str, last: LoadedSource | None
+    ) -> tuple[LoadedSource, str]:
+        """The source's index and how it was made: read back from disk, updated from `last` (the files changed
+        since) or built (neither saved yet)."""
         folder = self._index_dir / key
         if folder.exists():
             try:
-                return await self._read_back(folder, entry, scope, model)
+                return await self._read_back(folder, entry, scope, model), "disk"
             except IndexCorrupt as err:
                 log.warning("index of %s at %s is corrupt (%s); rebuilding it", entry.name, folder, err)
         if last is not None and self._updatable(entry, last, model):
-            source = await self._update(entry, scope, embedder, model, last)
-        else:
-            source = await self._build_whole(entry, scope, embedder, model)
-        await asyncio.to_thread(source.index.save, folder, identity)
-        return source
+            return await self._update(entry, scope, embedder, model, last), "updated"
+        return await self._build_whole(entry, scope, embedder, model), "built"
 
     async def _read_back(self, folder: Path, entry: Entry, scope: Scope, model: str) -> LoadedSource:
         files, units = await self._units_by_file(entry, scope)

@@ -71,6 +71,10 @@ class RetrievalRuntime:
         self._cursors = Cursors(self.catalog, self._tokens, config.retrieval.max_sequential_cursors)
         self.max_memory_documents = config.retrieval.max_memory_documents_per_request
 
+    async def close(self) -> None:
+        """Finishes the catalog's queued index saves and stops its file watches (at shutdown)."""
+        await self.catalog.close()
+
     # -- ValidateConfiguration ----------------------------------------------------------------------
 
     async def validate(
