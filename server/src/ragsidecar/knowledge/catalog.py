@@ -247,16 +247,23 @@ class Catalog:
         # An index superseded by a newer one of the same source is of no further use, on disk too. An updated
         # index is saved after the search that asked for it; a built one before (its folder is its cache).
         superseded = previous[0].key if previous is not None and previous[0].key != scan.key else None
-        saved = self._save(identity, scan.key, None if how == "disk" else source.index, superseded)
-        if how == "built":
-            await saved
+        done = asyncio.get_running_loop().create_future() if how == "built" else None
+        self._save(identity, scan.key, None if how == "disk" else source.index, superseded, done)
+        if done is not None:
+            await done
         return source
 
-    def _save(self, identity: str, key: str, index: HybridIndex | None, superseded: str | None) -> asyncio.Future[None]:
+    def _save(
+        self,
+        identity: str,
+        key: str,
+        index: HybridIndex | None,
+        superseded: str | None,
+        done: asyncio.Future[None] | None,
+    ) -> None:
         """Queues the source's index for writing (None: on disk already) and its superseded folder for removal,
-        after every save queued before it; the future resolves once both are done."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        save = _Save(key, index, {superseded} if superseded else set(), [done])
+        after every save queued before it; `done` resolves once both are (a failure is logged either way)."""
+        save = _Save(key, index, {superseded} if superseded else set(), [done] if done else [])
         if (earlier := self._unsaved.pop(identity, None)) is not None:  # never begun: the newer one replaces it
             save.gone |= earlier.gone | {earlier.key}
             save.waiters += earlier.waiters
@@ -265,7 +272,6 @@ class Catalog:
         self._unsaved[identity] = save
         if self._saving is None or self._saving.done():
             self._saving = asyncio.create_task(self._write_saves(), name="index saves")
-        return done
 
     async def _write_saves(self) -> None:
         while self._unsaved:
