@@ -39,8 +39,11 @@ def load(server, names=("science",), entries=None) -> pb.RequireLoadedResponse:
 
 
 def search(server, query: str, entries=None) -> pb.SearchResponse:
+    """A search with the sources' files rescanned: an edit just made is searched without waiting for the watcher."""
     entries = entries or [entry("science", "DIRECTORY", "SEARCH", "science")]
-    request = pb.SearchRequest(principal=PRINCIPAL, scope=SCOPE, target=target(entries), query=query, top_k=3)
+    request = pb.SearchRequest(
+        principal=PRINCIPAL, scope=SCOPE, target=target(entries), query=query, top_k=3, rescan=True
+    )
     return retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).Search(request, timeout=120)
 
 
@@ -69,6 +72,7 @@ def test_indexes_persist_and_only_changed_files_are_re_embedded(make_sidecar, fo
 
     with (root / "science" / "part3.jsonl").open("a") as out:
         out.write(json.dumps({"id": "new-doc", "text": "Zebrafish regenerate their heart after injury."}) + "\n")
+    search(second, "zebrafish")  # rescans: the load below then finds the updated index
     assert load(second).counts[0].count == 121
     assert second.metric("ragsidecar_embedded_chunks_total") == 1  # only the new record's chunk
     # The superseded index left the disk with the new one in place.

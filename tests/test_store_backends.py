@@ -583,8 +583,11 @@ def load_science(server: Sidecar) -> int:
 
 
 def science_hits(server: Sidecar, query: str) -> list[tuple[str, str]]:
-    """(file, chunk text) of a search of the DIRECTORY source, best first."""
-    request = pb.SearchRequest(principal=PRINCIPAL, scope=scope("acme"), target=target([SCIENCE]), query=query, top_k=5)
+    """(file, chunk text) of a search of the DIRECTORY source, best first; its files rescanned, so that an edit just
+    made is searched without waiting for the watcher's event."""
+    request = pb.SearchRequest(
+        principal=PRINCIPAL, scope=scope("acme"), target=target([SCIENCE]), query=query, top_k=5, rescan=True
+    )
     return [(Path(h.provenance.file).name, h.text) for h in retrieval(server).Search(request, timeout=120).hits]
 
 

@@ -27,6 +27,11 @@ class ByteLRU(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __contains__(self, key: K) -> bool:
+        """Whether the key is held (its recency unchanged)."""
+        with self._lock:
+            return key in self._entries
+
     def get(self, key: K) -> V | None:
         with self._lock:
             entry = self._entries.get(key)

@@ -245,6 +245,7 @@ async def _index(args: argparse.Namespace) -> int:
         print(f"\nragsidecar: {err}", file=sys.stderr)
         return 1
     finally:
+        await catalog.close()
         await registry.close()
         await backend.close()
     print(

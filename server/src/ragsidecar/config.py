@@ -194,6 +194,12 @@ class RetrievalConfig(_Section, frozen=True):
     # Bytes all open chat bindings' live corpora may hold together (server memory only); an append past it
     # is RESOURCE_EXHAUSTED.
     binding_store_bytes: Positive = 256 * 1024 * 1024
+    # Watch DIRECTORY sources' folders for changes (inotify), so that a Search of an unchanged source stats no
+    # file; false, or where events do not arrive, a source is scanned again once its last scan is older than
+    # rescan_interval_s. At most max_watched_sources folders are watched (least recently searched released).
+    watch_files: bool = True
+    max_watched_sources: Positive = 64
+    rescan_interval_s: Seconds = 10.0
     # Chat bindings open at once across all tenants; opening one more closes the least recently used.
     max_open_bindings: Positive = 10_000
     # A chat binding unused this long (seconds) is closed, as if its host had closed it.

@@ -118,6 +118,18 @@ PARTITION_CATCH_UPS = Counter(
     "index, by how: changes (from the change log) or reload (the whole partition)",
     ["how"],
 )
+WATCHED_SOURCES = Gauge(
+    "ragsidecar_watched_sources",
+    "DIRECTORY sources whose folders a file watcher covers (bounded by retrieval.max_watched_sources)",
+)
+WATCH_FAILURES = Counter(
+    "ragsidecar_watch_failures_total",
+    "Folders the file watcher could not watch (inotify limits): their sources rescan at retrieval.rescan_interval_s",
+)
+SOURCE_SCANS = Counter(
+    "ragsidecar_source_scans_total",
+    "Searches and loads of FILE and DIRECTORY sources that listed and stat'ed the files (no watch said unchanged)",
+)
 
 HTTP_CONNECTIONS = Gauge("ragsidecar_http_connections", "HTTP connections open")
 HTTP_CONNECTIONS_CLOSED = Counter(

@@ -198,6 +198,7 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
             dict(request.resolved_paths),
             scope,
             deadline_of(context, asyncio.get_running_loop().time()),
+            rescan=request.rescan,
         )
         return pb.SearchResponse(
             hits=[_chunk(h) for h in hits],

@@ -95,7 +95,7 @@ class Sidecar:
         interceptors.append(DecodeGuardInterceptor(config.server.max_message_fields))
         server = grpc.aio.server(interceptors=interceptors, options=_grpc_options(config.server))
         reranker_pb2_grpc.add_RerankerServiceServicer_to_server(RerankerService(self.registry, self.reranker), server)
-        runtime = RetrievalRuntime(config, self.registry, self.reranker, self.backend)
+        runtime = self._runtime = RetrievalRuntime(config, self.registry, self.reranker, self.backend)
         retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalService(runtime), server)
         chat = ChatKnowledgeService(runtime, config.retrieval)
         chat_knowledge_pb2_grpc.add_ChatKnowledgeServiceServicer_to_server(chat, server)
@@ -251,6 +251,7 @@ class Sidecar:
         await asyncio.gather(
             self._server.stop(self._config.server.shutdown_grace_s), *([self._http.stop()] if self._http else [])
         )
+        await self._runtime.close()
         await self.registry.close()
         await self.backend.close()
         self._stopped.set()

@@ -8,6 +8,10 @@ updated in place, re-reading, re-chunking and re-embedding only the files that c
 spares chunks whose text is unchanged). A source whose reload fails is served from its last good index and says
 so (stale fallback). Every key built from caller ids goes through `key_of`.
 
+A DIRECTORY source's key is not computed again while a file watcher on its folder has seen no change since the
+last scan (watch.py), so that searching an unchanged source costs the same at 100 and 100k files; unwatched, it
+is scanned again once its last scan is older than retrieval.rescan_interval_s; a caller may ask for a rescan.
+
 MEMORY and chat-binding sources are the storage backend's (store/interface.py): each partition's index is
 kept caught up with every acknowledged write by its document store, and the catalog only asks for it.
 
@@ -28,6 +32,7 @@ import datetime as dt
 import functools
 import logging
 import shutil
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -50,6 +55,7 @@ from ragsidecar.knowledge.index_keys import index_key, model_fingerprint, source
 from ragsidecar.knowledge.roots import KnowledgeRoots
 from ragsidecar.knowledge.sources.files import inline_units
 from ragsidecar.knowledge.sources.units import SourceError, Unit
+from ragsidecar.knowledge.watch import Changes, SourceWatches
 from ragsidecar.store.interface import Backend, DocumentStore, Prepared
 
 log = logging.getLogger(__name__)
@@ -62,6 +68,27 @@ _INDEX_BYTES_PER_VECTOR_BYTE = 2
 class Stale:
     reason: str
     built_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class Scan:
+    """A source's files as last listed and stat'ed: its index key, when the scan began (time.monotonic) and, for a
+    watched DIRECTORY source, its watch's changes before it began."""
+
+    key: str
+    at: float
+    changes: Changes | None = None
+
+
+@dataclass
+class _Save:
+    """A source's index to write to disk (None: it is there already), the superseded index folders of the source to
+    remove once it is, and who waits for it."""
+
+    key: str
+    index: HybridIndex | None
+    gone: set[str]
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -90,11 +117,16 @@ class Catalog:
         self._index_dir = config.resolve(config.paths.data_dir) / "indexes"
         self.memory = backend.documents("memory", functools.partial(self._prepared, SourceType.MEMORY))
         self.bindings = backend.documents("binding", functools.partial(self._prepared, SourceType.BINDING))
-        # Source identity -> (index key, its last good source).
-        self._sources: ByteLRU[str, tuple[str, LoadedSource]] = ByteLRU(retrieval.index_cache_bytes)
+        # Source identity -> (its last scan, its last good source).
+        self._sources: ByteLRU[str, tuple[Scan, LoadedSource]] = ByteLRU(retrieval.index_cache_bytes)
         metrics.track_size("indexes", self._sources)
+        self._watches = SourceWatches(retrieval.watch_files, retrieval.max_watched_sources)
         self._vectors = ChunkVectors(backend.vector_cache())
         self._building: dict[str, asyncio.Task[LoadedSource]] = {}
+        # Index saves not begun, by source identity (one each: a newer save of a source replaces its older one),
+        # written one at a time in this order by the `_saving` task.
+        self._unsaved: dict[str, _Save] = {}
+        self._saving: asyncio.Task[None] | None = None
         # Called with (source name, chunks embedded, chunks to embed) as a build advances (the CLI's bar).
         self.on_progress: Callable[[str, int, int], None] | None = None
         self._sweep_leftovers()
@@ -130,8 +162,9 @@ class Catalog:
 
     # -- indexes (SEARCH) ------------------------------------------------------------------------
 
-    async def load(self, entry: Entry, scope: Scope) -> LoadedSource:
-        """The source's index, built or reused; a failed reload falls back to the last good index."""
+    async def load(self, entry: Entry, scope: Scope, rescan: bool = False) -> LoadedSource:
+        """The source's index, built or reused; a failed reload falls back to the last good index. `rescan`: a
+        DIRECTORY source's files are listed and stat'ed even when its watch saw no change."""
         if (store := self._documents(entry)) is not None:
             model = self._model_fingerprint(self._embedder())
             partition = await store.index(scope, entry.name, model, self._config.retrieval.lexical_language)
@@ -140,11 +173,15 @@ class Catalog:
         try:
             embedder = self._embedder()
             model = self._model_fingerprint(embedder)
-            key = await asyncio.to_thread(self._key, entry, model)
             held = self._sources.get(identity)
-            if held is not None and held[0] == key:
+            if held is not None and not rescan and held[1].model == model and self._unchanged(entry, identity, held[0]):
                 return held[1]
-            return await self._build_once(key, identity, entry, scope, embedder, model)
+            scan = await asyncio.to_thread(self._scan, entry, identity, model)
+            held = self._sources.get(identity)
+            if held is not None and held[0].key == scan.key:
+                self._sources.put(identity, (scan, held[1]), held[1].index.nbytes())
+                return held[1]
+            return await self._build_once(scan, identity, entry, scope, embedder, model)
         except (SourceError, OSError) as err:
             held = self._sources.get(identity)
             if held is None or isinstance(err, FileNotFoundError):
@@ -155,20 +192,42 @@ class Catalog:
 
     def forget(self, entry: Entry, scope: Scope) -> None:
         """Drops the source's index from memory; the next load rebuilds it (embeddings stay cached)."""
-        self._sources.pop(source_identity(entry))
+        self._sources.pop(source_identity(entry))  # a watch of its folder goes with the next build's release
+
+    def _unchanged(self, entry: Entry, identity: str, scan: Scan) -> bool:
+        """Whether the source's files are as its last scan found them without listing them: a DIRECTORY source
+        whose watch saw no change since, or, not watched, scanned less than retrieval.rescan_interval_s ago.
+        (A FILE source is one stat away from certainty; an INLINE one's key is its text.)"""
+        if entry.type is not SourceType.DIRECTORY:
+            return False
+        if scan.changes is not None:
+            return self._watches.changes(identity) == scan.changes
+        return time.monotonic() - scan.at < self._config.retrieval.rescan_interval_s
+
+    def _scan(self, entry: Entry, identity: str, model: str) -> Scan:
+        """The source's files listed and stat'ed (a DIRECTORY source's folder watched first, so that a change
+        made during the scan is seen by the next load). Blocking: runs on a worker thread."""
+        started = time.monotonic()
+        changes = None
+        if entry.type is SourceType.DIRECTORY:
+            metrics.SOURCE_SCANS.inc()
+            changes = self._watches.watch(identity, self.roots.folder_of(entry))
+        elif entry.type is SourceType.FILE:
+            metrics.SOURCE_SCANS.inc()
+        return Scan(self._key(entry, model), started, changes)
 
     async def _build_once(
-        self, key: str, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder, model: str
+        self, scan: Scan, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder, model: str
     ) -> LoadedSource:
         """Concurrent loads of one source share a single build, run as a task of its own: a caller that is
         cancelled stops waiting, and the build goes on for the others (and for the next caller)."""
-        build = self._building.get(key)
+        build = self._building.get(scan.key)
         if build is None:
             build = asyncio.create_task(
-                self._build_and_keep(key, identity, entry, scope, embedder, model), name=f"index build of {entry.name}"
+                self._build_and_keep(scan, identity, entry, scope, embedder, model), name=f"index build of {entry.name}"
             )
-            self._building[key] = build
-            build.add_done_callback(functools.partial(self._build_done, key))
+            self._building[scan.key] = build
+            build.add_done_callback(functools.partial(self._build_done, scan.key))
         else:
             metrics.INDEX_BUILDS_JOINED.inc()
         return await asyncio.shield(build)
@@ -179,39 +238,89 @@ class Catalog:
             build.exception()  # retrieved here, so a failure nobody awaited any more is not logged as lost
 
     async def _build_and_keep(
-        self, key: str, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder, model: str
+        self, scan: Scan, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder, model: str
     ) -> LoadedSource:
         previous = self._sources.get(identity)
-        source = await self._build(key, identity, entry, scope, embedder, model, previous and previous[1])
-        self._sources.put(identity, (key, source), source.index.nbytes() if source.index else 0)
-        # An index superseded by a newer one of the same source is of no further use, on disk too.
-        if previous is not None and previous[0] != key:
-            await asyncio.to_thread(shutil.rmtree, self._index_dir / previous[0], True)
+        source, how = await self._build(scan.key, entry, scope, embedder, model, previous and previous[1])
+        self._sources.put(identity, (scan, source), source.index.nbytes() if source.index else 0)
+        await asyncio.to_thread(self._release_evicted)  # unwatching a folder removes a watch per subfolder
+        # An index superseded by a newer one of the same source is of no further use, on disk too. An updated
+        # index is saved after the search that asked for it; a built one before (its folder is its cache).
+        superseded = previous[0].key if previous is not None and previous[0].key != scan.key else None
+        done = asyncio.get_running_loop().create_future() if how == "built" else None
+        self._save(identity, scan.key, None if how == "disk" else source.index, superseded, done)
+        if done is not None:
+            await done
         return source
 
-    async def _build(
+    def _save(
         self,
-        key: str,
         identity: str,
-        entry: Entry,
-        scope: Scope,
-        embedder: BiEncoder,
-        model: str,
-        last: LoadedSource | None,
-    ) -> LoadedSource:
-        """The source's index: read back from disk, updated from `last` (the files changed since), or built."""
+        key: str,
+        index: HybridIndex | None,
+        superseded: str | None,
+        done: asyncio.Future[None] | None,
+    ) -> None:
+        """Queues the source's index for writing (None: on disk already) and its superseded folder for removal,
+        after every save queued before it; `done` resolves once both are (a failure is logged either way)."""
+        save = _Save(key, index, {superseded} if superseded else set(), [done] if done else [])
+        if (earlier := self._unsaved.pop(identity, None)) is not None:  # never begun: the newer one replaces it
+            save.gone |= earlier.gone | {earlier.key}
+            save.waiters += earlier.waiters
+            save.index = save.index if save.index is not None or earlier.key != key else earlier.index
+        save.gone.discard(key)
+        self._unsaved[identity] = save
+        if self._saving is None or self._saving.done():
+            self._saving = asyncio.create_task(self._write_saves(), name="index saves")
+
+    async def _write_saves(self) -> None:
+        while self._unsaved:
+            identity = next(iter(self._unsaved))
+            save = self._unsaved.pop(identity)
+            try:
+                await asyncio.to_thread(self._write, identity, save)
+            except OSError as err:
+                log.warning("index save to %s failed: %s", self._index_dir / save.key, err)
+                for waiter in save.waiters:
+                    if not waiter.done():
+                        waiter.set_exception(err)
+            else:
+                for waiter in save.waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    def _write(self, identity: str, save: _Save) -> None:
+        if save.index is not None:
+            save.index.save(self._index_dir / save.key, identity)
+        for key in save.gone:
+            shutil.rmtree(self._index_dir / key, True)
+
+    async def close(self) -> None:
+        """Writes the index saves still queued (a clean stop leaves every index on disk), then stops watching."""
+        while self._saving is not None and not self._saving.done():
+            await asyncio.shield(self._saving)
+        await asyncio.to_thread(self._watches.close)
+
+    def _release_evicted(self) -> None:
+        """Stops watching the folders of sources whose indexes the LRU evicted or `forget` dropped."""
+        for identity in self._watches.watched():
+            if identity not in self._sources:
+                self._watches.release(identity)
+
+    async def _build(
+        self, key: str, entry: Entry, scope: Scope, embedder: BiEncoder, model: str, last: LoadedSource | None
+    ) -> tuple[LoadedSource, str]:
+        """The source's index and how it was made: read back from disk, updated from `last` (the files changed
+        since) or built (neither saved yet)."""
         folder = self._index_dir / key
         if folder.exists():
             try:
-                return await self._read_back(folder, entry, scope, model)
+                return await self._read_back(folder, entry, scope, model), "disk"
             except IndexCorrupt as err:
                 log.warning("index of %s at %s is corrupt (%s); rebuilding it", entry.name, folder, err)
         if last is not None and self._updatable(entry, last, model):
-            source = await self._update(entry, scope, embedder, model, last)
-        else:
-            source = await self._build_whole(entry, scope, embedder, model)
-        await asyncio.to_thread(source.index.save, folder, identity)
-        return source
+            return await self._update(entry, scope, embedder, model, last), "updated"
+        return await self._build_whole(entry, scope, embedder, model), "built"
 
     async def _read_back(self, folder: Path, entry: Entry, scope: Scope, model: str) -> LoadedSource:
         files, units = await self._units_by_file(entry, scope)

@@ -56,6 +56,12 @@ class KnowledgeRoots:
             self._check_inside(_resolved(file, shown), shown)
         return files
 
+    def folder_of(self, entry: Entry) -> Path | None:
+        """The folder, after symlinks, whose tree holds every file a DIRECTORY entry lists (a glob's folder for a
+        glob); None when its location is not a folder."""
+        folder = _resolved(_glob_prefix(self.resolve_path(entry.path)), entry.path)
+        return folder if folder.is_dir() else None
+
     def root_of(self, file: Path) -> Path:
         """The resolved root a listed file lies in (the one its provenance path is relative to)."""
         resolved = _resolved(file, self.shown(file))

@@ -71,6 +71,10 @@ class RetrievalRuntime:
         self._cursors = Cursors(self.catalog, self._tokens, config.retrieval.max_sequential_cursors)
         self.max_memory_documents = config.retrieval.max_memory_documents_per_request
 
+    async def close(self) -> None:
+        """Finishes the catalog's queued index saves and stops its file watches (at shutdown)."""
+        await self.catalog.close()
+
     # -- ValidateConfiguration ----------------------------------------------------------------------
 
     async def validate(
@@ -194,12 +198,14 @@ class RetrievalRuntime:
             result.stale.append(StaleSource(entry.name, source.stale.reason, source.stale.built_at))
         return await self._ranker.search(entry, source, query.text, query_vector, result.work, deadline)
 
-    async def _loaded(self, entry: Entry, scope: Scope, query: Query) -> tuple[LoadedSource, np.ndarray]:
+    async def _loaded(
+        self, entry: Entry, scope: Scope, query: Query, rescan: bool = False
+    ) -> tuple[LoadedSource, np.ndarray]:
         """The source's index and the query's vector by the same model. The query is embedded after the load,
         so a model reload between the two is seen (the fingerprints differ) and the source is loaded again."""
         entry.require_location()
         for _ in range(_LOADS_WHILE_THE_MODEL_CHANGES):
-            source = await self.catalog.load(entry, scope)
+            source = await self.catalog.load(entry, scope, rescan)
             if source.model not in query.vectors:
                 vector, model = await self.catalog.query_vector(query.text)
                 query.vectors[model] = vector
@@ -304,8 +310,10 @@ class RetrievalRuntime:
         scope: Scope,
         deadline: float | None,
         shared: Query | None = None,
+        rescan: bool = False,
     ) -> tuple[list[Hit], list[StaleSource], Work]:
-        """`shared`, when given, holds the query's embeddings (a chat turn embeds it once for all owners)."""
+        """`shared`, when given, holds the query's embeddings (a chat turn embeds it once for all owners).
+        `rescan`: DIRECTORY sources' files are listed and stat'ed whatever their watches say."""
         started = time.perf_counter()
         if not query.strip():
             raise invalid([Violation("query", "must not be blank")])
@@ -322,7 +330,7 @@ class RetrievalRuntime:
         work = Work()
         for entry in entries:
             try:
-                source, query_vector = await self._loaded(entry, scope, embedded)
+                source, query_vector = await self._loaded(entry, scope, embedded, rescan)
                 found = await self._ranker.search(entry, source, query, query_vector, work, deadline)
             except (SourceError, OSError, SidecarError) as err:
                 if _drops_out(entry, err):
