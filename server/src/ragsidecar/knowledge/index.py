@@ -202,6 +202,10 @@ class HybridIndex:
         self._slots = _Slots(dimensions)
         self._hnsw = self._settings.hnsw()
         self._lexical = Lexical(lexical_language)
+        # How far this index is caught up with the store it caches (the store's change sequence of the last change
+        # applied; 0 for indexes of files). Read under the lock with the content, so a snapshot is stamped with
+        # exactly the changes it holds.
+        self._position = 0
         # While a compaction builds: the changes made meanwhile, replayed onto its result before the swap.
         self._changes_during_compaction: list[Callable[[HybridIndex], object]] | None = None
 
@@ -218,9 +222,11 @@ class HybridIndex:
         expansion_search: int = DEFAULT_EXPANSION_SEARCH,
         lexical_language: str = NO_STEMMING,
         keys: list[str] | None = None,
+        position: int = 0,
     ) -> HybridIndex:
         """`vectors[i]` is the unit-length float32 embedding of `chunks[i]`; `lexical_language` names the
-        analysis of the BM25 side (lexical.LANGUAGES), kept by the index and applied to its queries."""
+        analysis of the BM25 side (lexical.LANGUAGES), kept by the index and applied to its queries; `position`
+        the store's change the chunks are as of."""
         index = cls(
             _dimensions_of(vectors, len(chunks)),
             threads,
@@ -230,7 +236,7 @@ class HybridIndex:
             expansion_search,
             lexical_language,
         )
-        index.add(chunks, vectors, keys)
+        index.update([], chunks, vectors, keys, position=position)
         index.maintain()  # a new index starts with its BM25 segments merged, not merging while it serves
         return index
 
@@ -254,10 +260,16 @@ class HybridIndex:
         self.update([], chunks, vectors, keys)
 
     def update(
-        self, removed: list[str], chunks: list[IndexedChunk], vectors: np.ndarray, keys: list[str] | None = None
+        self,
+        removed: list[str],
+        chunks: list[IndexedChunk],
+        vectors: np.ndarray,
+        keys: list[str] | None = None,
+        *,
+        position: int | None = None,
     ) -> None:
         """Removes the chunks under `removed` and adds `chunks` in one step: no search sees one without the
-        other (a document or file replaced)."""
+        other (a document or file replaced). `position`: the store's change this brings the index up to."""
         keys = [c.id for c in chunks] if keys is None else keys
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape != (len(chunks), self.dimensions) or len(keys) != len(chunks):
@@ -273,6 +285,8 @@ class HybridIndex:
                 slots = self._slots.append(keys, chunks, vectors)
                 self._hnsw.add(slots.astype(np.uint64), vectors, threads=self._settings.threads)
                 self._lexical.add(slots.tolist(), [c.text for c in chunks])
+            if position is not None:
+                self._position = position
             self._record(lambda index: index.update(removed, chunks, vectors, keys))
             upkeep_due = self.compaction_due() or self._lexical.needs_merge()
         if upkeep_due:
@@ -361,6 +375,11 @@ class HybridIndex:
     @property
     def dtype(self) -> str:
         return self._settings.dtype
+
+    @property
+    def position(self) -> int:
+        """The store's change sequence this index holds every change up to (its snapshot's stamp)."""
+        return self._position
 
     @property
     def lexical_language(self) -> str:
@@ -477,20 +496,22 @@ class HybridIndex:
 
     # ---- persistence -------------------------------------------------------------------------------------
 
-    def save(self, folder: Path, source: str = "") -> None:
+    def save(self, folder: Path, source: str = "", stamp: dict[str, str] | None = None) -> None:
         """Replace `folder` atomically: readers and crashes see the old complete index or the new one.
         `source` names what the index indexes (one name per source, whatever its content): `sweep` keeps
         only the newest index of each. Slots are written as they are, dead ones included (the next
-        compaction drops them), so a save costs the writing of the files, never a rebuild.
+        compaction drops them), so a save costs the writing of the files, never a rebuild. `stamp` is written
+        in the manifest with the index's position; `load(expect=...)` refuses a folder of another stamp.
 
         Saves to the same folder must not run concurrently (callers serialise them per folder)."""
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
         temp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{leftovers.owner_tag()}", dir=folder.parent))
         try:
-            live, slots = self._write_files(temp)
+            live, slots, position = self._write_files(temp)
+            header = {**self._manifest_header(live), "slots": slots, "source": source, "position": position}
             # Last: its presence marks the folder complete.
-            _write_manifest(temp, {**self._manifest_header(live), "slots": slots, "source": source})
+            _write_manifest(temp, {**header, "stamp": stamp or {}})
             _fsync_dir(temp)
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
@@ -498,9 +519,9 @@ class HybridIndex:
         _swap_in(temp, folder)
         _remove_strays(folder)
 
-    def _write_files(self, temp: Path) -> tuple[int, int]:
-        """Writes every slot (a dead one as a null line); returns (live chunks, slots). Changes wait for the
-        snapshot only, not for the files' fsync."""
+    def _write_files(self, temp: Path) -> tuple[int, int, int]:
+        """Writes every slot (a dead one as a null line); returns (live chunks, slots, position). Changes wait
+        for the snapshot only, not for the files' fsync."""
         with self._lock:
             slots = self._slots
             key_at = {slot: key for key, slot in slots.of_key.items()}
@@ -511,7 +532,7 @@ class HybridIndex:
             self._hnsw.save(str(temp / _DENSE))
             (temp / _BM25).mkdir()
             self._lexical.save(temp / _BM25)
-            live = len(slots.of_key)
+            live, position = len(slots.of_key), self._position
         with open(temp / _VECTORS, "wb") as f:
             np.save(f, vectors, allow_pickle=False)
         with open(temp / _CHUNKS, "w", encoding="utf-8") as f:
@@ -521,7 +542,7 @@ class HybridIndex:
             _fsync_file(path)
         for sub in (p for p in temp.rglob("*") if p.is_dir()):
             _fsync_dir(sub)
-        return live, len(records)
+        return live, len(records), position
 
     def _manifest_header(self, count: int) -> dict[str, Any]:
         s = self._settings
@@ -537,12 +558,18 @@ class HybridIndex:
         }
 
     @classmethod
-    def load(cls, folder: Path, threads: int = 1) -> HybridIndex:
-        """Load a saved index; IndexCorrupt when it is missing, incomplete or altered (then rebuild)."""
+    def load(cls, folder: Path, threads: int = 1, expect: dict[str, str] | None = None) -> HybridIndex:
+        """Load a saved index; IndexCorrupt when it is missing, incomplete or altered (then rebuild), or when its
+        stamp lacks an item of `expect` (an index of something else: stale)."""
         folder = _readable_folder(Path(folder))
         try:
             manifest = _verified_manifest(folder)
-            return cls._from_folder(folder, manifest, threads)
+            stamp = manifest.get("stamp") or {}
+            if any(stamp.get(name) != value for name, value in (expect or {}).items()):
+                raise IndexCorrupt(f"{folder}: stamped {stamp}, expected {expect}")
+            index = cls._from_folder(folder, manifest, threads)
+            index._position = int(manifest.get("position", 0))
+            return index
         except IndexCorrupt:
             raise
         except Exception as error:  # usearch, numpy and the BM25 files each fail differently when damaged

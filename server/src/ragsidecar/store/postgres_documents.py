@@ -171,22 +171,26 @@ class PostgresMemoryStore:
         loaded whole."""
         space = state.space
         assert space is not None
+        if resident is None:  # this replica's snapshot, if it has one, then the changes after it
+            snapshot = await asyncio.to_thread(self._indexes.restore, key.key, label)
+            if snapshot is not None and snapshot.position <= state.changes:  # past it: of another database
+                resident = Resident(snapshot, label, state.documents, snapshot.position)
         if resident is not None and resident.position >= state.log_from:
             since = resident.position
             delta = await self._database.run(lambda c: _changes_since(c, key.tenant, space, since), tenant=key.tenant)
             if delta is not None and await asyncio.to_thread(_apply, resident, delta):
-                self._indexes.keep(key.key, resident)  # re-measured
+                self._indexes.changed(key.key, resident, len(delta.removed) + len(delta.added[0]))
                 metrics.PARTITION_CATCH_UPS.labels("changes").inc()
                 return resident
         loaded = await self._database.run(lambda c: _space_chunks(c, key.tenant, space), tenant=key.tenant)
         resident = await asyncio.to_thread(self._build, label, loaded, analysis)
-        self._indexes.keep(key.key, resident)
+        self._indexes.changed(key.key, resident, len(resident.index))
         metrics.PARTITION_CATCH_UPS.labels("reload").inc()
         return resident
 
     def _build(self, label: str, loaded: _Changes, analysis: str) -> Resident:
         keys, chunks, vectors = loaded.added
-        index = self._indexes.build(keys, chunks, vectors, analysis, vectors.shape[1])
+        index = self._indexes.build(keys, chunks, vectors, analysis, vectors.shape[1], loaded.position)
         return Resident(index, label, loaded.documents, loaded.position)
 
     # -- writes -----------------------------------------------------------------------------------------
@@ -215,13 +219,13 @@ class PostgresMemoryStore:
         """Empties the partition: every replica's index of it reloads (an empty space) on its next search."""
         key = self.partition(scope, name)
         await self._database.run(lambda c: _clear(c, key), tenant=key.tenant)
-        self._indexes.drop(key.key)
+        self._indexes.forget(key.key)
 
     async def drop(self, scope: Scope, name: str) -> None:
         """Forgets the partition entirely (a closed chat binding)."""
         key = self.partition(scope, name)
         await self._database.run(lambda c: _drop(c, key), tenant=key.tenant)
-        self._indexes.drop(key.key)
+        self._indexes.forget(key.key)
 
     def sweep(self) -> tuple[int, int]:
         """Nothing to sweep: a write killed mid-way is a transaction PostgreSQL rolled back."""
@@ -738,10 +742,9 @@ def _apply(resident: Resident, changes: _Changes) -> bool:
     keys, chunks, vectors = changes.added
     if keys and vectors.shape[1] != resident.index.dimensions:
         return False
-    if keys:
-        resident.index.add(chunks, vectors, keys)
     readded = set(keys)
-    resident.index.remove(k for k in changes.removed if k not in readded)
+    removed = [k for k in changes.removed if k not in readded]
+    resident.index.update(removed, chunks, vectors, keys, position=changes.position)
     resident.position, resident.documents = changes.position, changes.documents
     return True
 
