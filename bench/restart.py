@@ -142,7 +142,7 @@ def snapshot_written(data: Path, after: float, timeout: float = 1800.0) -> float
     wall = time.time() - (time.perf_counter() - after)
     while time.monotonic() < deadline:
         for manifest in (data / "snapshots").glob("*/*/manifest.json"):
-            if manifest.stat().st_mtime > wall:
+            if not manifest.parent.name.startswith(".") and manifest.stat().st_mtime > wall:
                 return manifest.stat().st_mtime - wall
         time.sleep(0.05)
     raise SystemExit(f"no snapshot under {data} after {timeout} s")
