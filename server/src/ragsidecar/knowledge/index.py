@@ -529,10 +529,11 @@ class HybridIndex:
                 None if chunk is None else _record(key_at[slot], chunk) for slot, chunk in enumerate(slots.chunks)
             ]
             vectors = slots.vectors[: slots.used].copy()
-            self._hnsw.save(str(temp / _DENSE))
+            graph = self._hnsw.save()  # into memory: the file is written after the lock is let go
             (temp / _BM25).mkdir()
             self._lexical.save(temp / _BM25)
             live, position = len(slots.of_key), self._position
+        (temp / _DENSE).write_bytes(graph or b"")
         with open(temp / _VECTORS, "wb") as f:
             np.save(f, vectors, allow_pickle=False)
         with open(temp / _CHUNKS, "w", encoding="utf-8") as f:
@@ -631,9 +632,14 @@ def _chunk(record: dict[str, Any]) -> IndexedChunk:
 
 
 def _read_records(path: Path) -> list[dict[str, Any] | None]:
-    """One record per slot; None for a dead one."""
+    """One record per slot; None for a dead one. The lines are parsed as one JSON array: a parse per line cost
+    most of a snapshot's load."""
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
+        lines = [line for line in f.read().split("\n") if line]
+    records = json.loads("[" + ",".join(lines) + "]")
+    if not isinstance(records, list) or len(records) != len(lines):
+        raise IndexCorrupt(f"{path}: {len(lines)} lines are not one record each")
+    return records
 
 
 class _Compactor:
