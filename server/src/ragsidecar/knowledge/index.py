@@ -6,8 +6,9 @@ incrementally), so a search right after a write sees it at the price of a steady
 a slot (its usearch key and its row of float32 vectors); a removed chunk leaves a dead slot behind. Once dead
 slots outnumber live ones, a compaction rebuilds the index from its live chunks on a background thread
 (`compactor`), replays the changes made meanwhile and swaps the result in, so memory stays proportional to
-what is live and the graph does not decay. Every method is thread-safe (one lock per index, held for the
-milliseconds a change or a search takes; never while a compaction builds).
+what is live and the graph does not decay. Every method is thread-safe: searches (and a snapshot's copy) share
+the index's read-write lock and run at once; a change holds it alone for the milliseconds it takes, never while
+a compaction builds.
 
 Persistence is one folder, replaced atomically; its manifest names the source it indexes, so a start-up
 `sweep` can drop indexes a newer one superseded. A folder of the previous format (immutable, bm25s files) is
@@ -28,7 +29,8 @@ import tempfile
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,6 +184,46 @@ class _Slots:
         return [key for key, _ in order], [self.live_chunk(s) for s in slots], self.vectors[slots]
 
 
+class _ReadWriteLock:
+    """Searches (and snapshots) share it; a change holds it alone. A waiting change stops new readers from
+    entering, so a stream of searches never starves a write."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writing = False
+        self._writers_waiting = 0
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._condition:
+            while self._writing or self._writers_waiting:
+                self._condition.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._readers -= 1
+                if not self._readers:
+                    self._condition.notify_all()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._condition:
+            self._writers_waiting += 1
+            while self._writing or self._readers:
+                self._condition.wait()
+            self._writers_waiting -= 1
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._writing = False
+                self._condition.notify_all()
+
+
 class HybridIndex:
     def __init__(
         self,
@@ -198,7 +240,8 @@ class HybridIndex:
         self._settings = _Settings(
             dimensions, threads, dtype, connectivity, expansion_add, expansion_search, lexical_language
         )
-        self._lock = threading.Lock()
+        self._lock = _ReadWriteLock()
+        self._graph_search = threading.Lock()
         self._slots = _Slots(dimensions)
         self._hnsw = self._settings.hnsw()
         self._lexical = Lexical(lexical_language)
@@ -279,7 +322,7 @@ class HybridIndex:
             )
         if len(set(keys)) != len(keys):
             raise ValueError("chunk keys must be unique")
-        with self._lock:
+        with self._lock.writing():
             self._remove_locked([*removed, *keys])
             if chunks:
                 slots = self._slots.append(keys, chunks, vectors)
@@ -295,7 +338,7 @@ class HybridIndex:
     def remove(self, keys: Iterable[str]) -> int:
         """Removes the chunks under `keys` (absent ones are ignored); returns how many were removed."""
         keys = list(keys)
-        with self._lock:
+        with self._lock.writing():
             removed = self._remove_locked(keys)
             self._record(lambda index: index.remove(keys))
         if removed and self.compaction_due():
@@ -325,7 +368,7 @@ class HybridIndex:
         if self.compact():
             return
         while True:
-            with self._lock:
+            with self._lock.writing():
                 lexical = self._lexical
                 merge = lexical.start_merge()
             if merge is None:
@@ -333,16 +376,16 @@ class HybridIndex:
             try:
                 merge.run()
             except BaseException:
-                with self._lock:
+                with self._lock.writing():
                     lexical.cancel_merge(merge)  # its segments may be merged again later
                 raise
-            with self._lock:
+            with self._lock.writing():
                 lexical.finish_merge(merge)
 
     def compact(self) -> bool:
         """Rebuilds the index from its live chunks without holding the lock while it builds; changes made
         meanwhile are replayed onto the result, which then takes this index's place. False when not due."""
-        with self._lock:
+        with self._lock.writing():
             if not self.compaction_due():
                 return False
             keys, chunks, vectors = self._slots.live()
@@ -352,10 +395,10 @@ class HybridIndex:
             fresh.add(chunks, vectors, keys)
             fresh.maintain()
         except BaseException:
-            with self._lock:
+            with self._lock.writing():
                 self._changes_during_compaction = None
             raise
-        with self._lock:
+        with self._lock.writing():
             for change in self._changes_during_compaction:
                 change(fresh)
             self._changes_during_compaction = None
@@ -387,20 +430,20 @@ class HybridIndex:
 
     def vectors(self) -> np.ndarray:
         """The live chunks' vectors, in the order of `chunks()`."""
-        with self._lock:
+        with self._lock.reading():
             return self._slots.live()[2]
 
     def chunks(self) -> list[IndexedChunk]:
-        with self._lock:
+        with self._lock.reading():
             return self._slots.live()[1]
 
     def keys(self) -> set[str]:
-        with self._lock:
+        with self._lock.reading():
             return set(self._slots.of_key)
 
     def nbytes(self) -> int:
         """Estimated resident bytes: vectors (float32 rows and the graph's copy), chunk texts, the BM25 side."""
-        with self._lock:
+        with self._lock.reading():
             return 2 * self._slots.vectors.nbytes + self._slots.text_chars + self._lexical.nbytes()
 
     def search(
@@ -416,7 +459,7 @@ class HybridIndex:
         """Best `k` chunks by `fusion` of the dense and BM25 top-`candidates` lists (ties: higher cosine first).
         `use_dense` / `use_lexical` pick the lists searched (dense-only or lexical-only retrieval: that list's
         own order, whatever the fusion's weights); every hit still gets its exact cosine."""
-        with self._lock:
+        with self._lock.reading():
             live = len(self._slots.of_key)
             if k <= 0 or live == 0:
                 return []
@@ -488,7 +531,8 @@ class HybridIndex:
 
     def _dense_top(self, query: np.ndarray, count: int) -> list[tuple[int, float]]:
         """HNSW candidates re-scored with exact float32 cosines (the graph's f16/i8 distances are approximate)."""
-        matches = self._hnsw.search(query, count, threads=self._settings.threads)
+        with self._graph_search:  # usearch's per-thread search contexts are numbered per call: one call at a time
+            matches = self._hnsw.search(query, count, threads=self._settings.threads)
         keys = np.asarray(matches.keys, dtype=np.int64)
         exact = self._slots.vectors[keys] @ query
         order = np.lexsort((keys, -exact))
@@ -522,7 +566,7 @@ class HybridIndex:
     def _write_files(self, temp: Path) -> tuple[int, int, int]:
         """Writes every slot (a dead one as a null line); returns (live chunks, slots, position). Changes wait
         for the snapshot only, not for the files' fsync."""
-        with self._lock:
+        with self._lock.reading():
             slots = self._slots
             key_at = {slot: key for key, slot in slots.of_key.items()}
             records = [
