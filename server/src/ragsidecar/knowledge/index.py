@@ -5,7 +5,7 @@ on both sides (usearch adds and removes graph nodes; the BM25 side keeps collect
 incrementally), so a search right after a write sees it at the price of a steady search. Each chunk sits in
 a slot (its usearch key and its row of float32 vectors); a removed chunk leaves a dead slot behind. Once dead
 slots outnumber live ones, a compaction rebuilds the index from its live chunks on a background thread
-(`compactor`), replays the changes made meanwhile and swaps the result in, so memory stays proportional to
+(knowledge/compaction.py), replays the changes made meanwhile and swaps the result in, so memory stays proportional to
 what is live and the graph does not decay. Every method is thread-safe: searches (and a snapshot's copy) share
 the index's read-write lock and run at once; a change holds it alone for the milliseconds it takes, never while
 a compaction builds.
@@ -22,13 +22,11 @@ import heapq
 import json
 import logging
 import os
-import queue
 import re
 import shutil
 import tempfile
 import threading
 import uuid
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,6 +44,7 @@ from usearch.index import Index
 
 from ragsidecar import metrics, tracing
 from ragsidecar.knowledge import leftovers
+from ragsidecar.knowledge.compaction import compactor
 from ragsidecar.knowledge.fusion import FusionSettings, alternate, fed_back, fuse
 from ragsidecar.knowledge.lexical import NO_STEMMING, Lexical
 
@@ -684,44 +683,6 @@ def _read_records(path: Path) -> list[dict[str, Any] | None]:
     if not isinstance(records, list) or len(records) != len(lines):
         raise IndexCorrupt(f"{path}: {len(lines)} lines are not one record each")
     return records
-
-
-class _Compactor:
-    """One background thread keeping up the indexes that asked (each at most once in its queue): compactions
-    and large BM25 merges, so that no write and no search waits for them; an index dropped meanwhile is skipped."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[int, weakref.ref[HybridIndex]]] = queue.SimpleQueue()
-        self._queued: set[int] = set()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        metrics.INDEX_COMPACTIONS_PENDING.set_function(lambda: len(self._queued))
-
-    def request(self, index: HybridIndex) -> None:
-        with self._lock:
-            if id(index) in self._queued:
-                return
-            self._queued.add(id(index))
-            self._queue.put((id(index), weakref.ref(index)))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="index-compactor", daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            identity, reference = self._queue.get()
-            with self._lock:
-                self._queued.discard(identity)
-            index = reference()
-            if index is None:
-                continue
-            try:
-                index.maintain()
-            except Exception:  # the index keeps serving as it is; its next change asks again
-                log.exception("index upkeep failed")
-
-
-compactor = _Compactor()
 
 
 # ---- atomic folder replacement ---------------------------------------------------------------------------
