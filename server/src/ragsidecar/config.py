@@ -263,6 +263,11 @@ class StoreConfig(_Section, frozen=True):
     # Whose cached vectors of caller-sent text (MEMORY, bindings, INLINE) a tenant may reuse: "all" (as the
     # embedded store's in-process cache) or "tenant" (no timing can tell a tenant what another embedded).
     share_embeddings: Literal["all", "tenant"] = "all"
+    # Partition index snapshots under data_dir/snapshots (both backends): one is written in the background after
+    # this many chunk changes since the last, so a restart or an eviction replays at most about that many; 0: none.
+    snapshot_after_changes: NonNegative = 1000
+    # ... or once a partition with changes not yet in its snapshot has seen none for this many seconds.
+    snapshot_idle_s: Seconds = 10.0
 
     def dsn(self, environ: typing.Mapping[str, str] | None = None) -> str:
         """The DSN from the environment; ConfigError (naming the variable, never a value) when unset."""

@@ -112,6 +112,15 @@ INDEX_COMPACTIONS = Counter(
 INDEX_COMPACTIONS_PENDING = Gauge(
     "ragsidecar_index_compactions_pending", "Indexes waiting for the background compaction thread"
 )
+INDEX_SNAPSHOTS = Counter(
+    "ragsidecar_index_snapshots_total",
+    "Partition index snapshots, by what became of them: written (in the background) or refused at load "
+    "(torn, altered or stale: the partition was rebuilt from its rows)",
+    ["how"],
+)
+INDEX_SNAPSHOTS_PENDING = Gauge(
+    "ragsidecar_index_snapshots_pending", "Partition indexes with changes not yet in their snapshot"
+)
 PARTITION_CATCH_UPS = Counter(
     "ragsidecar_partition_catch_ups_total",
     "Searches of a MEMORY or binding partition that first applied changes to its resident "

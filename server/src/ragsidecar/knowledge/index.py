@@ -5,9 +5,10 @@ on both sides (usearch adds and removes graph nodes; the BM25 side keeps collect
 incrementally), so a search right after a write sees it at the price of a steady search. Each chunk sits in
 a slot (its usearch key and its row of float32 vectors); a removed chunk leaves a dead slot behind. Once dead
 slots outnumber live ones, a compaction rebuilds the index from its live chunks on a background thread
-(`compactor`), replays the changes made meanwhile and swaps the result in, so memory stays proportional to
-what is live and the graph does not decay. Every method is thread-safe (one lock per index, held for the
-milliseconds a change or a search takes; never while a compaction builds).
+(knowledge/compaction.py), replays the changes made meanwhile and swaps the result in, so memory stays proportional to
+what is live and the graph does not decay. Every method is thread-safe: searches (and a snapshot's copy) share
+the index's read-write lock and run at once; a change holds it alone for the milliseconds it takes, never while
+a compaction builds.
 
 Persistence is one folder, replaced atomically; its manifest names the source it indexes, so a start-up
 `sweep` can drop indexes a newer one superseded. A folder of the previous format (immutable, bm25s files) is
@@ -21,14 +22,13 @@ import heapq
 import json
 import logging
 import os
-import queue
 import re
 import shutil
 import tempfile
 import threading
 import uuid
-import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from usearch.index import Index
 
 from ragsidecar import metrics, tracing
 from ragsidecar.knowledge import leftovers
+from ragsidecar.knowledge.compaction import compactor
 from ragsidecar.knowledge.fusion import FusionSettings, alternate, fed_back, fuse
 from ragsidecar.knowledge.lexical import NO_STEMMING, Lexical
 
@@ -182,6 +183,46 @@ class _Slots:
         return [key for key, _ in order], [self.live_chunk(s) for s in slots], self.vectors[slots]
 
 
+class _ReadWriteLock:
+    """Searches (and snapshots) share it; a change holds it alone. A waiting change stops new readers from
+    entering, so a stream of searches never starves a write."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writing = False
+        self._writers_waiting = 0
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._condition:
+            while self._writing or self._writers_waiting:
+                self._condition.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._readers -= 1
+                if not self._readers:
+                    self._condition.notify_all()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._condition:
+            self._writers_waiting += 1
+            while self._writing or self._readers:
+                self._condition.wait()
+            self._writers_waiting -= 1
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._writing = False
+                self._condition.notify_all()
+
+
 class HybridIndex:
     def __init__(
         self,
@@ -198,10 +239,15 @@ class HybridIndex:
         self._settings = _Settings(
             dimensions, threads, dtype, connectivity, expansion_add, expansion_search, lexical_language
         )
-        self._lock = threading.Lock()
+        self._lock = _ReadWriteLock()
+        self._graph_search = threading.Lock()
         self._slots = _Slots(dimensions)
         self._hnsw = self._settings.hnsw()
         self._lexical = Lexical(lexical_language)
+        # How far this index is caught up with the store it caches (the store's change sequence of the last change
+        # applied; 0 for indexes of files). Read under the lock with the content, so a snapshot is stamped with
+        # exactly the changes it holds.
+        self._position = 0
         # While a compaction builds: the changes made meanwhile, replayed onto its result before the swap.
         self._changes_during_compaction: list[Callable[[HybridIndex], object]] | None = None
 
@@ -218,9 +264,11 @@ class HybridIndex:
         expansion_search: int = DEFAULT_EXPANSION_SEARCH,
         lexical_language: str = NO_STEMMING,
         keys: list[str] | None = None,
+        position: int = 0,
     ) -> HybridIndex:
         """`vectors[i]` is the unit-length float32 embedding of `chunks[i]`; `lexical_language` names the
-        analysis of the BM25 side (lexical.LANGUAGES), kept by the index and applied to its queries."""
+        analysis of the BM25 side (lexical.LANGUAGES), kept by the index and applied to its queries; `position`
+        the store's change the chunks are as of."""
         index = cls(
             _dimensions_of(vectors, len(chunks)),
             threads,
@@ -230,7 +278,7 @@ class HybridIndex:
             expansion_search,
             lexical_language,
         )
-        index.add(chunks, vectors, keys)
+        index.update([], chunks, vectors, keys, position=position)
         index.maintain()  # a new index starts with its BM25 segments merged, not merging while it serves
         return index
 
@@ -254,10 +302,16 @@ class HybridIndex:
         self.update([], chunks, vectors, keys)
 
     def update(
-        self, removed: list[str], chunks: list[IndexedChunk], vectors: np.ndarray, keys: list[str] | None = None
+        self,
+        removed: list[str],
+        chunks: list[IndexedChunk],
+        vectors: np.ndarray,
+        keys: list[str] | None = None,
+        *,
+        position: int | None = None,
     ) -> None:
         """Removes the chunks under `removed` and adds `chunks` in one step: no search sees one without the
-        other (a document or file replaced)."""
+        other (a document or file replaced). `position`: the store's change this brings the index up to."""
         keys = [c.id for c in chunks] if keys is None else keys
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape != (len(chunks), self.dimensions) or len(keys) != len(chunks):
@@ -267,12 +321,14 @@ class HybridIndex:
             )
         if len(set(keys)) != len(keys):
             raise ValueError("chunk keys must be unique")
-        with self._lock:
+        with self._lock.writing():
             self._remove_locked([*removed, *keys])
             if chunks:
                 slots = self._slots.append(keys, chunks, vectors)
                 self._hnsw.add(slots.astype(np.uint64), vectors, threads=self._settings.threads)
                 self._lexical.add(slots.tolist(), [c.text for c in chunks])
+            if position is not None:
+                self._position = position
             self._record(lambda index: index.update(removed, chunks, vectors, keys))
             upkeep_due = self.compaction_due() or self._lexical.needs_merge()
         if upkeep_due:
@@ -281,7 +337,7 @@ class HybridIndex:
     def remove(self, keys: Iterable[str]) -> int:
         """Removes the chunks under `keys` (absent ones are ignored); returns how many were removed."""
         keys = list(keys)
-        with self._lock:
+        with self._lock.writing():
             removed = self._remove_locked(keys)
             self._record(lambda index: index.remove(keys))
         if removed and self.compaction_due():
@@ -311,7 +367,7 @@ class HybridIndex:
         if self.compact():
             return
         while True:
-            with self._lock:
+            with self._lock.writing():
                 lexical = self._lexical
                 merge = lexical.start_merge()
             if merge is None:
@@ -319,16 +375,16 @@ class HybridIndex:
             try:
                 merge.run()
             except BaseException:
-                with self._lock:
+                with self._lock.writing():
                     lexical.cancel_merge(merge)  # its segments may be merged again later
                 raise
-            with self._lock:
+            with self._lock.writing():
                 lexical.finish_merge(merge)
 
     def compact(self) -> bool:
         """Rebuilds the index from its live chunks without holding the lock while it builds; changes made
         meanwhile are replayed onto the result, which then takes this index's place. False when not due."""
-        with self._lock:
+        with self._lock.writing():
             if not self.compaction_due():
                 return False
             keys, chunks, vectors = self._slots.live()
@@ -338,10 +394,10 @@ class HybridIndex:
             fresh.add(chunks, vectors, keys)
             fresh.maintain()
         except BaseException:
-            with self._lock:
+            with self._lock.writing():
                 self._changes_during_compaction = None
             raise
-        with self._lock:
+        with self._lock.writing():
             for change in self._changes_during_compaction:
                 change(fresh)
             self._changes_during_compaction = None
@@ -363,25 +419,30 @@ class HybridIndex:
         return self._settings.dtype
 
     @property
+    def position(self) -> int:
+        """The store's change sequence this index holds every change up to (its snapshot's stamp)."""
+        return self._position
+
+    @property
     def lexical_language(self) -> str:
         return self._settings.lexical_language
 
     def vectors(self) -> np.ndarray:
         """The live chunks' vectors, in the order of `chunks()`."""
-        with self._lock:
+        with self._lock.reading():
             return self._slots.live()[2]
 
     def chunks(self) -> list[IndexedChunk]:
-        with self._lock:
+        with self._lock.reading():
             return self._slots.live()[1]
 
     def keys(self) -> set[str]:
-        with self._lock:
+        with self._lock.reading():
             return set(self._slots.of_key)
 
     def nbytes(self) -> int:
         """Estimated resident bytes: vectors (float32 rows and the graph's copy), chunk texts, the BM25 side."""
-        with self._lock:
+        with self._lock.reading():
             return 2 * self._slots.vectors.nbytes + self._slots.text_chars + self._lexical.nbytes()
 
     def search(
@@ -397,7 +458,7 @@ class HybridIndex:
         """Best `k` chunks by `fusion` of the dense and BM25 top-`candidates` lists (ties: higher cosine first).
         `use_dense` / `use_lexical` pick the lists searched (dense-only or lexical-only retrieval: that list's
         own order, whatever the fusion's weights); every hit still gets its exact cosine."""
-        with self._lock:
+        with self._lock.reading():
             live = len(self._slots.of_key)
             if k <= 0 or live == 0:
                 return []
@@ -469,7 +530,8 @@ class HybridIndex:
 
     def _dense_top(self, query: np.ndarray, count: int) -> list[tuple[int, float]]:
         """HNSW candidates re-scored with exact float32 cosines (the graph's f16/i8 distances are approximate)."""
-        matches = self._hnsw.search(query, count, threads=self._settings.threads)
+        with self._graph_search:  # usearch's per-thread search contexts are numbered per call: one call at a time
+            matches = self._hnsw.search(query, count, threads=self._settings.threads)
         keys = np.asarray(matches.keys, dtype=np.int64)
         exact = self._slots.vectors[keys] @ query
         order = np.lexsort((keys, -exact))
@@ -477,20 +539,22 @@ class HybridIndex:
 
     # ---- persistence -------------------------------------------------------------------------------------
 
-    def save(self, folder: Path, source: str = "") -> None:
+    def save(self, folder: Path, source: str = "", stamp: dict[str, str] | None = None) -> None:
         """Replace `folder` atomically: readers and crashes see the old complete index or the new one.
         `source` names what the index indexes (one name per source, whatever its content): `sweep` keeps
         only the newest index of each. Slots are written as they are, dead ones included (the next
-        compaction drops them), so a save costs the writing of the files, never a rebuild.
+        compaction drops them), so a save costs the writing of the files, never a rebuild. `stamp` is written
+        in the manifest with the index's position; `load(expect=...)` refuses a folder of another stamp.
 
         Saves to the same folder must not run concurrently (callers serialise them per folder)."""
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
         temp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{leftovers.owner_tag()}", dir=folder.parent))
         try:
-            live, slots = self._write_files(temp)
+            live, slots, position = self._write_files(temp)
+            header = {**self._manifest_header(live), "slots": slots, "source": source, "position": position}
             # Last: its presence marks the folder complete.
-            _write_manifest(temp, {**self._manifest_header(live), "slots": slots, "source": source})
+            _write_manifest(temp, {**header, "stamp": stamp or {}})
             _fsync_dir(temp)
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
@@ -498,20 +562,21 @@ class HybridIndex:
         _swap_in(temp, folder)
         _remove_strays(folder)
 
-    def _write_files(self, temp: Path) -> tuple[int, int]:
-        """Writes every slot (a dead one as a null line); returns (live chunks, slots). Changes wait for the
-        snapshot only, not for the files' fsync."""
-        with self._lock:
+    def _write_files(self, temp: Path) -> tuple[int, int, int]:
+        """Writes every slot (a dead one as a null line); returns (live chunks, slots, position). Changes wait
+        for the snapshot only, not for the files' fsync."""
+        with self._lock.reading():
             slots = self._slots
             key_at = {slot: key for key, slot in slots.of_key.items()}
             records = [
                 None if chunk is None else _record(key_at[slot], chunk) for slot, chunk in enumerate(slots.chunks)
             ]
             vectors = slots.vectors[: slots.used].copy()
-            self._hnsw.save(str(temp / _DENSE))
+            graph = self._hnsw.save()  # into memory: the file is written after the lock is let go
             (temp / _BM25).mkdir()
             self._lexical.save(temp / _BM25)
-            live = len(slots.of_key)
+            live, position = len(slots.of_key), self._position
+        (temp / _DENSE).write_bytes(graph or b"")
         with open(temp / _VECTORS, "wb") as f:
             np.save(f, vectors, allow_pickle=False)
         with open(temp / _CHUNKS, "w", encoding="utf-8") as f:
@@ -521,7 +586,7 @@ class HybridIndex:
             _fsync_file(path)
         for sub in (p for p in temp.rglob("*") if p.is_dir()):
             _fsync_dir(sub)
-        return live, len(records)
+        return live, len(records), position
 
     def _manifest_header(self, count: int) -> dict[str, Any]:
         s = self._settings
@@ -537,12 +602,18 @@ class HybridIndex:
         }
 
     @classmethod
-    def load(cls, folder: Path, threads: int = 1) -> HybridIndex:
-        """Load a saved index; IndexCorrupt when it is missing, incomplete or altered (then rebuild)."""
+    def load(cls, folder: Path, threads: int = 1, expect: dict[str, str] | None = None) -> HybridIndex:
+        """Load a saved index; IndexCorrupt when it is missing, incomplete or altered (then rebuild), or when its
+        stamp lacks an item of `expect` (an index of something else: stale)."""
         folder = _readable_folder(Path(folder))
         try:
             manifest = _verified_manifest(folder)
-            return cls._from_folder(folder, manifest, threads)
+            stamp = manifest.get("stamp") or {}
+            if any(stamp.get(name) != value for name, value in (expect or {}).items()):
+                raise IndexCorrupt(f"{folder}: stamped {stamp}, expected {expect}")
+            index = cls._from_folder(folder, manifest, threads)
+            index._position = int(manifest.get("position", 0))
+            return index
         except IndexCorrupt:
             raise
         except Exception as error:  # usearch, numpy and the BM25 files each fail differently when damaged
@@ -604,47 +675,14 @@ def _chunk(record: dict[str, Any]) -> IndexedChunk:
 
 
 def _read_records(path: Path) -> list[dict[str, Any] | None]:
-    """One record per slot; None for a dead one."""
+    """One record per slot; None for a dead one. The lines are parsed as one JSON array: a parse per line cost
+    most of a snapshot's load."""
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
-
-
-class _Compactor:
-    """One background thread keeping up the indexes that asked (each at most once in its queue): compactions
-    and large BM25 merges, so that no write and no search waits for them; an index dropped meanwhile is skipped."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[int, weakref.ref[HybridIndex]]] = queue.SimpleQueue()
-        self._queued: set[int] = set()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        metrics.INDEX_COMPACTIONS_PENDING.set_function(lambda: len(self._queued))
-
-    def request(self, index: HybridIndex) -> None:
-        with self._lock:
-            if id(index) in self._queued:
-                return
-            self._queued.add(id(index))
-            self._queue.put((id(index), weakref.ref(index)))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="index-compactor", daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            identity, reference = self._queue.get()
-            with self._lock:
-                self._queued.discard(identity)
-            index = reference()
-            if index is None:
-                continue
-            try:
-                index.maintain()
-            except Exception:  # the index keeps serving as it is; its next change asks again
-                log.exception("index upkeep failed")
-
-
-compactor = _Compactor()
+        lines = [line for line in f.read().split("\n") if line]
+    records = json.loads("[" + ",".join(lines) + "]")
+    if not isinstance(records, list) or len(records) != len(lines):
+        raise IndexCorrupt(f"{path}: {len(lines)} lines are not one record each")
+    return records
 
 
 # ---- atomic folder replacement ---------------------------------------------------------------------------

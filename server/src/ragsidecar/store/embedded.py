@@ -7,8 +7,11 @@ acknowledged write and none of a write in flight, and no file to sweep (SQLite's
 forward when the database is next opened). Its cost is what it writes, whatever the partition holds.
 
 Each partition searched is held as an incremental index (store/resident.py); a write applies its changes to
-it before it is acknowledged, so the next search sees them at the price of a steady search. An evicted index
-is rebuilt from the stored vectors. Documents with no chunks in the space a search asks for (written under
+it before it is acknowledged, so the next search sees them at the price of a steady search. Every write draws
+the store's next change number and stamps the chunks it adds with it, so an index opened from its snapshot
+(store/snapshots.py, under `data_dir/snapshots/memory`) replays only the chunks stamped after the snapshot's
+position and drops the keys the rows no longer hold; with no usable snapshot it is rebuilt from the stored
+vectors. Documents with no chunks in the space a search asks for (written under
 another embedder, or migrated from 0.2.0's JSON files) are chunked and embedded first, once.
 
 Chat bindings' corpora use the same code on an in-memory SQLite database (lost on restart), bounded
@@ -41,7 +44,7 @@ from ragsidecar import metrics
 from ragsidecar.errors import ErrorKind, SidecarError
 from ragsidecar.identifiers import key_of
 from ragsidecar.knowledge.declarations import Scope
-from ragsidecar.knowledge.index import IndexedChunk
+from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
 from ragsidecar.knowledge.sources.units import Unit
 from ragsidecar.store.interface import (
     Binding,
@@ -56,11 +59,12 @@ from ragsidecar.store.interface import (
     units_of,
 )
 from ragsidecar.store.resident import Resident, ResidentIndexes, chunk_keys, indexed, space_of
+from ragsidecar.store.snapshots import PartitionSnapshots, SnapshotPolicy
 
 log = logging.getLogger(__name__)
 
 _STRIPES = 64
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS partitions (
     id INTEGER PRIMARY KEY,
@@ -79,10 +83,19 @@ CREATE INDEX IF NOT EXISTS documents_in_order ON documents (partition, seq);
 CREATE TABLE IF NOT EXISTS chunks (
     partition INTEGER NOT NULL, key TEXT NOT NULL, document TEXT NOT NULL, id TEXT NOT NULL, text TEXT NOT NULL,
     meta TEXT NOT NULL, vector BLOB NOT NULL,
+    changed INTEGER NOT NULL DEFAULT 0, -- the store's change that wrote it (a snapshot replays those after its own)
     PRIMARY KEY (partition, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS chunks_of_document ON chunks (partition, document);
+CREATE TABLE IF NOT EXISTS changes (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    last INTEGER NOT NULL              -- the store's latest change: drawn by every write, never reused
+);
+INSERT OR IGNORE INTO changes (id, last) VALUES (0, 0);
 """
+# Schema 1 (0.3.0) lacked the chunks' change stamp: its chunks count as change 0, before any snapshot.
+_UPGRADE_1 = "ALTER TABLE chunks ADD COLUMN changed INTEGER NOT NULL DEFAULT 0"
+_CHANGED_INDEX = "CREATE INDEX IF NOT EXISTS chunks_changed ON chunks (partition, changed)"
 _VECTOR = np.dtype("<f4")
 
 
@@ -163,14 +176,41 @@ class EmbeddedDocuments:
             return await asyncio.to_thread(self._load, key, space, analysis)
 
     def _load(self, key: str, space: str, analysis: str) -> PartitionIndex:
-        rows, documents = self._db.read(lambda c: (_chunk_rows(c, key, space), _documents(c, key)))
+        """The partition's index from its snapshot and the changes after it, else built from its rows."""
+        snapshot = self._indexes.restore(key, space)
+        if snapshot is not None:
+            replayed = self._replayed(key, space, snapshot)
+            if replayed is not None:
+                return replayed
+        rows, documents, position = self._db.read(
+            lambda c: (_chunk_rows(c, key, space), _documents(c, key), _last_change(c))
+        )
         if not rows:
             return PartitionIndex(self._indexes.build([], [], np.zeros((0, 1), np.float32), analysis, 1), documents)
-        vectors = np.stack([np.frombuffer(r[4], dtype=_VECTOR) for r in rows])
-        chunks = [IndexedChunk(r[1], r[2], json.loads(r[3])) for r in rows]
-        index = self._indexes.build([r[0] for r in rows], chunks, vectors, analysis, vectors.shape[1])
-        self._indexes.keep(key, Resident(index, space, documents))
+        keys, chunks, vectors = _chunks(rows)
+        index = self._indexes.build(keys, chunks, vectors, analysis, vectors.shape[1], position)
+        self._indexes.changed(key, Resident(index, space, documents), len(index))
         metrics.INDEX_LOADS.labels("built").inc()
+        return PartitionIndex(index, documents)
+
+    def _replayed(self, key: str, space: str, index: HybridIndex) -> PartitionIndex | None:
+        """`index`, a snapshot, with the chunks stamped after its position added (replacing their keys) and the
+        keys the rows no longer hold removed; None when it cannot be of these rows."""
+        since = index.position
+        rows, held, documents, position = self._db.read(
+            lambda c: (
+                _chunk_rows(c, key, space, since),
+                _chunk_keys(c, key, space),
+                _documents(c, key),
+                _last_change(c),
+            )
+        )
+        keys, chunks, vectors = _chunks(rows) if rows else ([], [], np.zeros((0, index.dimensions), np.float32))
+        if vectors.shape[1] != index.dimensions or since > position:  # since > position: another database's
+            return None
+        removed = [k for k in index.keys() if k not in held]
+        index.update(removed, chunks, vectors, keys, position=position)
+        self._indexes.changed(key, Resident(index, space, documents), len(removed) + len(keys))
         return PartitionIndex(index, documents)
 
     # -- writes -----------------------------------------------------------------------------------------
@@ -208,6 +248,7 @@ class EmbeddedDocuments:
         prepared: Prepared,
     ) -> tuple[UpsertOutcome, _Change]:
         partition = _partition(connection, key) or _create(connection, key, scope, name)
+        change = _next_change(connection)
         space = space_of(prepared.model, prepared.analysis)
         if partition.space != space:  # another embedder's chunks: none of them can answer this space's queries
             connection.execute("DELETE FROM chunks WHERE partition = ?", (partition.id,))
@@ -221,7 +262,7 @@ class EmbeddedDocuments:
                 "ON CONFLICT (partition, id) DO UPDATE SET text = excluded.text, metadata = excluded.metadata",
                 (partition.id, document.id, seq, document.text, json.dumps(document.metadata, ensure_ascii=False)),
             )
-        added = _insert_chunks(connection, partition.id, prepared)
+        added = _insert_chunks(connection, partition.id, prepared, change)
         inserted = sum(d.id not in stored for d in changed)
         # The documents' UTF-8 bytes, as the postgres store counts them: one binding_store_bytes means the same.
         grown = sum(d.size() for d in changed) - sum(stored[d.id].size() for d in changed if d.id in stored)
@@ -232,7 +273,7 @@ class EmbeddedDocuments:
         if grown > 0:
             self._check_bound(connection)
         outcome = UpsertOutcome(inserted, len(changed) - inserted, 0, partition.documents + inserted)
-        return outcome, _Change(space, removed, added, rebuild=partition.space != space)
+        return outcome, _Change(space, change, removed, added, rebuild=partition.space != space)
 
     async def delete(self, scope: Scope, name: str, ids: list[str]) -> DeleteOutcome:
         key = _key(scope, name)
@@ -245,15 +286,16 @@ class EmbeddedDocuments:
         key = _key(scope, name)
         async with self._lock(key):
             await asyncio.to_thread(self._db.write, lambda c: _clear(c, key))
-            self._indexes.drop(key)
+            self._indexes.forget(key)
 
     async def drop(self, scope: Scope, name: str) -> None:
         key = _key(scope, name)
         async with self._lock(key):
             await asyncio.to_thread(self._db.write, lambda c: _drop(c, key))
-            self._indexes.drop(key)
+            self._indexes.forget(key)
 
     def close(self) -> None:
+        self._indexes.close()
         self._db.close()
 
     def _committed(self, key: str, write: Callable[[sqlite3.Connection], tuple[_Outcome, _Change | None]]) -> _Outcome:
@@ -272,9 +314,9 @@ class EmbeddedDocuments:
             self._indexes.drop(key)
             return
         keys, chunks, vectors = change.added or ([], [], np.zeros((0, resident.index.dimensions), np.float32))
-        resident.index.update(change.removed, chunks, vectors, keys)
+        resident.index.update(change.removed, chunks, vectors, keys, position=change.position)
         resident.documents = documents
-        self._indexes.keep(key, resident)
+        self._indexes.changed(key, resident, len(change.removed) + len(keys))
 
     def _check_bound(self, connection: sqlite3.Connection) -> None:
         if self._max_bytes is None:
@@ -298,9 +340,11 @@ _Result = TypeVar("_Result")
 
 @dataclass(frozen=True)
 class _Change:
-    """What a committed write changed in a space: chunk keys removed, and (keys, chunks, vectors) added."""
+    """What a committed write (the store's change `position`) changed in a space: chunk keys removed, and
+    (keys, chunks, vectors) added."""
 
     space: str
+    position: int
     removed: list[str]
     added: tuple[list[str], list[IndexedChunk], np.ndarray] | None
     rebuild: bool = False
@@ -321,8 +365,14 @@ class _Database:
                 self._connection.execute("PRAGMA journal_mode = WAL")
             # Every acknowledged write is on disk: the commit waits for the WAL's fsync.
             self._connection.execute("PRAGMA synchronous = FULL")
-            self._connection.executescript(_SCHEMA)
-            self._connection.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+            with _transaction(self._connection):
+                (version,) = self._connection.execute("PRAGMA user_version").fetchone()
+                if version == 1:
+                    self._connection.execute(_UPGRADE_1)
+                for statement in (*_SCHEMA.split(";\n"), _CHANGED_INDEX):  # executescript would commit
+                    if statement.strip():
+                        self._connection.execute(statement)
+                self._connection.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
 
     def read(self, work: Callable[[sqlite3.Connection], _Result]) -> _Result:
         with self._lock:
@@ -414,7 +464,7 @@ def _remove_chunks(connection: sqlite3.Connection, partition: int, documents: li
 
 
 def _insert_chunks(
-    connection: sqlite3.Connection, partition: int, prepared: Prepared
+    connection: sqlite3.Connection, partition: int, prepared: Prepared, change: int
 ) -> tuple[list[str], list[IndexedChunk], np.ndarray] | None:
     if not prepared.chunks:
         return None
@@ -422,7 +472,8 @@ def _insert_chunks(
     chunks = [indexed(c) for c in prepared.chunks]
     vectors = np.ascontiguousarray(prepared.vectors, dtype=_VECTOR)
     connection.executemany(
-        "INSERT OR REPLACE INTO chunks (partition, key, document, id, text, meta, vector) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT OR REPLACE INTO chunks (partition, key, document, id, text, meta, vector, changed) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 partition,
@@ -432,6 +483,7 @@ def _insert_chunks(
                 i.text,
                 json.dumps(i.meta, ensure_ascii=False),
                 vector.tobytes(),
+                change,
             )
             for key, c, i, vector in zip(keys, prepared.chunks, chunks, vectors, strict=True)
         ],
@@ -439,13 +491,41 @@ def _insert_chunks(
     return keys, chunks, vectors
 
 
-def _chunk_rows(connection: sqlite3.Connection, key: str, space: str) -> list[tuple]:
+def _chunk_rows(connection: sqlite3.Connection, key: str, space: str, since: int = -1) -> list[tuple]:
+    """The chunks of the partition in `space` written after change `since` (all by default), in document order."""
     return connection.execute(
         "SELECT c.key, c.id, c.text, c.meta, c.vector FROM chunks c JOIN partitions p ON p.id = c.partition "
         "JOIN documents d ON d.partition = c.partition AND d.id = c.document "
-        "WHERE p.key = ? AND p.space = ? ORDER BY d.seq, c.key",
-        (key, space),
+        "WHERE p.key = ? AND p.space = ? AND c.changed > ? ORDER BY d.seq, c.key",
+        (key, space, since),
     ).fetchall()
+
+
+def _chunk_keys(connection: sqlite3.Connection, key: str, space: str) -> set[str]:
+    return {
+        k
+        for (k,) in connection.execute(
+            "SELECT c.key FROM chunks c JOIN partitions p ON p.id = c.partition WHERE p.key = ? AND p.space = ?",
+            (key, space),
+        )
+    }
+
+
+def _chunks(rows: list[tuple]) -> tuple[list[str], list[IndexedChunk], np.ndarray]:
+    """(key, id, text, meta, vector) rows as keys, chunks and their float32 vectors."""
+    vectors = np.stack([np.frombuffer(r[4], dtype=_VECTOR) for r in rows])
+    return [r[0] for r in rows], [IndexedChunk(r[1], r[2], json.loads(r[3])) for r in rows], vectors
+
+
+def _next_change(connection: sqlite3.Connection) -> int:
+    """Draws the store's next change number (inside the write's transaction: a rolled back write draws none)."""
+    (change,) = connection.execute("UPDATE changes SET last = last + 1 WHERE id = 0 RETURNING last").fetchone()
+    return int(change)
+
+
+def _last_change(connection: sqlite3.Connection) -> int:
+    (change,) = connection.execute("SELECT last FROM changes WHERE id = 0").fetchone()
+    return int(change)
 
 
 def _missing(connection: sqlite3.Connection, key: str, space: str) -> list[tuple[str, str]]:
@@ -472,13 +552,14 @@ def _fill(
         connection.execute("DELETE FROM chunks WHERE partition = ?", (partition.id,))
         connection.execute("UPDATE partitions SET space = ? WHERE id = ?", (space, partition.id))
     _remove_chunks(connection, partition.id, [i for i, _ in embedded])
-    _insert_chunks(connection, partition.id, prepared)
+    _insert_chunks(connection, partition.id, prepared, _next_change(connection))
 
 
 def _delete(connection: sqlite3.Connection, key: str, ids: list[str]) -> tuple[DeleteOutcome, _Change | None]:
     partition = _partition(connection, key)
     if partition is None:
         return DeleteOutcome(0, len(ids), 0), None
+    change = _next_change(connection)
     stored = _stored(connection, key, ids)
     removed = _remove_chunks(connection, partition.id, list(stored))
     for document in stored.values():
@@ -489,7 +570,7 @@ def _delete(connection: sqlite3.Connection, key: str, ids: list[str]) -> tuple[D
         (len(stored), shrunk, partition.id),
     )
     outcome = DeleteOutcome(len(stored), len(ids) - len(stored), partition.documents - len(stored))
-    return outcome, _Change(partition.space, removed, None) if stored else None
+    return outcome, _Change(partition.space, change, removed, None) if stored else None
 
 
 def _clear(connection: sqlite3.Connection, key: str) -> None:
@@ -651,8 +732,12 @@ class EmbeddedBackend:
         max_request_bytes: int,
         index_threads: int,
         index_dtype: str,
+        snapshots: SnapshotPolicy | None = None,
     ) -> None:
+        """`snapshots`: when MEMORY partitions' indexes are saved under `data_dir/snapshots/memory` (None: never)."""
         self._path = data_dir / "memory.sqlite3"
+        self._snapshots = snapshots
+        self._snapshot_dir = data_dir / "snapshots" / "memory"
         self._memory_cache_bytes = memory_cache_bytes
         self._binding_store_bytes = binding_store_bytes
         self._max_request_bytes = max_request_bytes
@@ -668,11 +753,17 @@ class EmbeddedBackend:
 
     async def close(self) -> None:
         for store in self._stores:
-            store.close()
+            await asyncio.to_thread(store.close)  # waits for a snapshot in flight
 
     def documents(self, namespace: str, prepare: Prepare) -> EmbeddedDocuments:
         memory = namespace == "memory"
-        indexes = ResidentIndexes(f"{namespace}_indexes", self._memory_cache_bytes, *self._index)
+        # Binding corpora live in memory (lost on restart): snapshots of them would outlive their rows.
+        snapshots = (
+            PartitionSnapshots(self._snapshot_dir, self._index[0], self._snapshots)
+            if memory and self._snapshots is not None
+            else None
+        )
+        indexes = ResidentIndexes(f"{namespace}_indexes", self._memory_cache_bytes, *self._index, snapshots)
         store = EmbeddedDocuments(
             self._path if memory else None,
             prepare,

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from ragsidecar.config import Config
 from ragsidecar.store.embedded import EmbeddedBackend
 from ragsidecar.store.interface import Backend
+from ragsidecar.store.snapshots import policy_of
 
 
 def open_backend(config: Config, environ: Mapping[str, str] | None = None) -> Backend:
@@ -27,6 +28,7 @@ def open_backend(config: Config, environ: Mapping[str, str] | None = None) -> Ba
         retrieval.max_memory_bytes_per_request,
         retrieval.index_threads,
         retrieval.index_dtype,
+        policy_of(config.store),
     )
 
 

@@ -4,6 +4,7 @@ database with pgvector (docs/store.md). It assembles the parts: documents (postg
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -16,6 +17,7 @@ from ragsidecar.store.interface import Namespace, Prepare, VectorCache
 from ragsidecar.store.postgres_bindings import PostgresRegistry
 from ragsidecar.store.postgres_documents import PostgresMemoryStore
 from ragsidecar.store.resident import ResidentIndexes
+from ragsidecar.store.snapshots import PartitionSnapshots, policy_of
 
 
 class PostgresBackend:
@@ -24,6 +26,7 @@ class PostgresBackend:
     def __init__(self, config: Config, database: Database) -> None:
         self.database = database
         self._config = config
+        self._indexes: list[ResidentIndexes] = []
 
     @property
     def healthy(self) -> bool:
@@ -36,13 +39,24 @@ class PostgresBackend:
         await self.database.start()
 
     async def close(self) -> None:
+        for indexes in self._indexes:
+            await asyncio.to_thread(indexes.close)  # waits for a snapshot in flight
         await self.database.close()
 
     def documents(self, namespace: Namespace, prepare: Prepare) -> PostgresMemoryStore:
         retrieval = self._config.retrieval
+        # This replica's own snapshots (an emptyDir or a volume): a restart replays the change log after them.
+        policy = policy_of(self._config.store)
+        folder = self._config.resolve(self._config.paths.data_dir) / "snapshots" / namespace
+        snapshots = None if policy is None else PartitionSnapshots(folder, retrieval.index_threads, policy)
         indexes = ResidentIndexes(
-            f"{namespace}_indexes", retrieval.memory_cache_bytes, retrieval.index_threads, retrieval.index_dtype
+            f"{namespace}_indexes",
+            retrieval.memory_cache_bytes,
+            retrieval.index_threads,
+            retrieval.index_dtype,
+            snapshots,
         )
+        self._indexes.append(indexes)
         return PostgresMemoryStore(
             self.database,
             namespace=namespace,

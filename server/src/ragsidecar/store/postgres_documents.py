@@ -18,7 +18,9 @@ Searches run on a resident incremental index per partition (store/resident.py, a
 Before answering, `index` asks one cheap query: the partition's latest change, its document count and its
 space's state. An index caught up to that change answers at once; one behind applies the changes after its
 position (the removed keys, then the chunks added, with their vectors), read in one statement and so from one
-snapshot; with no index held, or one older than its space's change log reaches back, the space is loaded whole.
+snapshot; with no index held, the replica's own snapshot of the partition (store/snapshots.py, under its
+`data_dir/snapshots`) is loaded and caught up the same way; with none, or one older than its space's change log
+reaches back, the space is loaded whole.
 
 The change log stays bounded: each space keeps at most `change_log_entries` removed keys, whole changes at a
 time; the write that logs past that prunes the oldest changes and moves the space's `log_from` past them. An
@@ -172,22 +174,26 @@ class PostgresMemoryStore:
         loaded whole."""
         space = state.space
         assert space is not None
+        if resident is None:  # this replica's snapshot, if it has one, then the changes after it
+            snapshot = await asyncio.to_thread(self._indexes.restore, key.key, label)
+            if snapshot is not None and snapshot.position <= state.changes:  # past it: of another database
+                resident = Resident(snapshot, label, state.documents, snapshot.position)
         if resident is not None and resident.position >= state.log_from:
             since = resident.position
             delta = await self._database.run(lambda c: _changes_since(c, key.tenant, space, since), tenant=key.tenant)
             if delta is not None and await asyncio.to_thread(_apply, resident, delta):
-                self._indexes.keep(key.key, resident)  # re-measured
+                self._indexes.changed(key.key, resident, len(delta.removed) + len(delta.added[0]))
                 metrics.PARTITION_CATCH_UPS.labels("changes").inc()
                 return resident
         loaded = await self._database.run(lambda c: _space_chunks(c, key.tenant, space), tenant=key.tenant)
         resident = await asyncio.to_thread(self._build, label, loaded, analysis)
-        self._indexes.keep(key.key, resident)
+        self._indexes.changed(key.key, resident, len(resident.index))
         metrics.PARTITION_CATCH_UPS.labels("reload").inc()
         return resident
 
     def _build(self, label: str, loaded: _Changes, analysis: str) -> Resident:
         keys, chunks, vectors = loaded.added
-        index = self._indexes.build(keys, chunks, vectors, analysis, vectors.shape[1])
+        index = self._indexes.build(keys, chunks, vectors, analysis, vectors.shape[1], loaded.position)
         return Resident(index, label, loaded.documents, loaded.position)
 
     # -- writes -----------------------------------------------------------------------------------------
@@ -220,13 +226,13 @@ class PostgresMemoryStore:
         """Empties the partition: every replica's index of it reloads (an empty space) on its next search."""
         key = self.partition(scope, name)
         await self._database.run(lambda c: _clear(c, key), tenant=key.tenant)
-        self._indexes.drop(key.key)
+        self._indexes.forget(key.key)
 
     async def drop(self, scope: Scope, name: str) -> None:
         """Forgets the partition entirely (a closed chat binding)."""
         key = self.partition(scope, name)
         await self._database.run(lambda c: _drop(c, key), tenant=key.tenant)
-        self._indexes.drop(key.key)
+        self._indexes.forget(key.key)
 
     def sweep(self) -> tuple[int, int]:
         """Nothing to sweep: a write killed mid-way is a transaction PostgreSQL rolled back."""
@@ -753,10 +759,10 @@ def _apply(resident: Resident, changes: _Changes) -> bool:
     keys, chunks, vectors = changes.added
     if keys and vectors.shape[1] != resident.index.dimensions:
         return False
-    if keys:
-        resident.index.add(chunks, vectors, keys)
+    vectors = vectors.reshape(len(keys), resident.index.dimensions)
     readded = set(keys)
-    resident.index.remove(k for k in changes.removed if k not in readded)
+    removed = [k for k in changes.removed if k not in readded]
+    resident.index.update(removed, chunks, vectors, keys, position=changes.position)
     resident.position, resident.documents = changes.position, changes.documents
     return True
 

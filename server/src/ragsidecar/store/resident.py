@@ -1,8 +1,9 @@
 """Partition indexes held in process memory, shared by both document stores (embedded and postgres).
 
 One incremental HybridIndex per partition, for the space (embedder fingerprint, lexical analysis) last asked
-for, in an LRU bounded by estimated bytes (retrieval.memory_cache_bytes per store). An evicted index is
-rebuilt from the stored chunks and vectors on its next search: nothing is embedded again.
+for, in an LRU bounded by estimated bytes (retrieval.memory_cache_bytes per store). With snapshots
+(store/snapshots.py), an evicted index is reopened from its partition's snapshot plus the changes after it;
+without one it is rebuilt from the stored chunks and vectors. Nothing is embedded again either way.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ragsidecar.cache import ByteLRU
 from ragsidecar.identifiers import key_of
 from ragsidecar.knowledge.chunking import Chunk, chunk_meta
 from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
+from ragsidecar.store.snapshots import PartitionSnapshots
 
 
 def space_of(model: str, analysis: str) -> str:
@@ -50,10 +52,25 @@ class Resident:
 
 
 class ResidentIndexes:
-    def __init__(self, name: str, max_bytes: int, threads: int, dtype: str) -> None:
+    def __init__(
+        self, name: str, max_bytes: int, threads: int, dtype: str, snapshots: PartitionSnapshots | None = None
+    ) -> None:
         self._lru: ByteLRU[str, Resident] = ByteLRU(max_bytes)
         self._threads, self._dtype = threads, dtype
+        self._snapshots = snapshots
         metrics.track_size(name, self._lru)
+
+    def restore(self, partition: str, space: str) -> HybridIndex | None:
+        """The partition's index as its last snapshot of `space` holds it (its `position` says up to which
+        change), or None: no snapshot, or one that cannot be trusted."""
+        return None if self._snapshots is None else self._snapshots.load(partition, space)
+
+    def changed(self, partition: str, resident: Resident, chunks: int) -> None:
+        """Holds (re-measured) the partition's index after `chunks` chunk changes were applied to it (its whole
+        size when it was just built), and lets its snapshot follow."""
+        self.keep(partition, resident)
+        if self._snapshots is not None and chunks:
+            self._snapshots.changed(partition, resident.space, resident.index, chunks)
 
     def get(self, partition: str, space: str) -> Resident | None:
         resident = self._lru.get(partition)
@@ -66,8 +83,25 @@ class ResidentIndexes:
     def drop(self, partition: str) -> None:
         self._lru.pop(partition)
 
+    def close(self) -> None:
+        """Writes no more snapshots, once the one in flight is done."""
+        if self._snapshots is not None:
+            self._snapshots.close()
+
+    def forget(self, partition: str) -> None:
+        """Drops the partition's index and its snapshot (the partition was dropped or emptied)."""
+        self.drop(partition)
+        if self._snapshots is not None:
+            self._snapshots.forget(partition)
+
     def build(
-        self, keys: list[str], chunks: list[IndexedChunk], vectors: np.ndarray, analysis: str, dimensions: int
+        self,
+        keys: list[str],
+        chunks: list[IndexedChunk],
+        vectors: np.ndarray,
+        analysis: str,
+        dimensions: int,
+        position: int = 0,
     ) -> HybridIndex:
         return HybridIndex.build(
             chunks,
@@ -76,4 +110,5 @@ class ResidentIndexes:
             self._dtype,
             lexical_language=analysis,
             keys=keys,
+            position=position,
         )
