@@ -742,6 +742,7 @@ def _apply(resident: Resident, changes: _Changes) -> bool:
     keys, chunks, vectors = changes.added
     if keys and vectors.shape[1] != resident.index.dimensions:
         return False
+    vectors = vectors.reshape(len(keys), resident.index.dimensions)
     readded = set(keys)
     removed = [k for k in changes.removed if k not in readded]
     resident.index.update(removed, chunks, vectors, keys, position=changes.position)
