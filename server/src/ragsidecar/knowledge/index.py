@@ -588,17 +588,19 @@ class HybridIndex:
 
     def _graph_top_within(self, query: np.ndarray, count: int, allowed: np.ndarray) -> np.ndarray:
         """The graph's nearest `count` among `allowed`: it is asked for the share of neighbours that should hold
-        `count` of them (with a margin), and twice as many each time too few pass."""
+        `count` of them (with a margin), and twice as many each time too few pass; once the ask would reach the
+        whole graph, every selected chunk instead (the caller scores them exactly)."""
         total = len(self._slots.of_key)
         member = np.zeros(self._slots.used, dtype=bool)
         member[allowed] = True
-        ask = min(total, int(count * total / len(allowed) * _OVERFETCH_MARGIN) + count)
-        while True:
+        ask = int(count * total / len(allowed) * _OVERFETCH_MARGIN) + count
+        while ask < total:
             keys = self._graph_top(query, ask)
             passing = keys[member[keys]]
-            if len(passing) >= count or ask >= total:
+            if len(passing) >= count:
                 return passing
-            ask = min(total, 2 * ask)
+            ask *= 2
+        return allowed  # the graph would be walked whole: every selected chunk is scored instead
 
     # ---- persistence -------------------------------------------------------------------------------------
 
