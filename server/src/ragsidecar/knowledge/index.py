@@ -28,7 +28,7 @@ import tempfile
 import threading
 import uuid
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +103,13 @@ class Hit:
     fused: float
 
 
+def _required_field(node: filters.Filter | None) -> str | None:
+    """The field every chunk the filter keeps holds, when it is a comparison other than != (else None)."""
+    if isinstance(node, filters.Compare) and node.op is not filters.Op.NOT_EQUAL:
+        return node.field
+    return None
+
+
 def fields_of(chunk: IndexedChunk) -> dict[str, filters.Value]:
     """What a filter sees of a chunk: its document's fields as the store recorded them (meta "fields", with
     "$id" and the timestamps), and for a file's chunk its "$path" and "$file_name"."""
@@ -158,6 +165,9 @@ class _Slots:
         self.text_chars = 0  # of the live chunks (kept as they change: sizing an index must not scan it)
         # The live slots by field and value, built by the first filtered search, then kept as slots change.
         self.filterable: filters.FieldIndex | None = None
+        # Live chunks holding each field (kept as they change, cheaply): a search hiding by a field no chunk has
+        # needs no field index.
+        self.holding: Counter[str] = Counter()
         # The last filters' selections (a host's memory searches repeat one filter, say its user's, between writes).
         self.selections: OrderedDict[filters.Filter, np.ndarray] = OrderedDict()
 
@@ -176,6 +186,8 @@ class _Slots:
         self.chunks += chunks
         self.of_key.update(zip(keys, range(first, needed), strict=True))
         self.text_chars += sum(len(c.text) for c in chunks)
+        for chunk in chunks:
+            self.holding.update(list(chunk.meta.get("fields") or ()))  # the field names (a mapping adds its values)
         if self.filterable is not None:
             self.selections.clear()
             for slot, chunk in enumerate(chunks, first):
@@ -185,7 +197,9 @@ class _Slots:
     def release(self, keys: Iterable[str]) -> list[int]:
         slots = [slot for key in keys if (slot := self.of_key.pop(key, None)) is not None]
         for slot in slots:
-            self.text_chars -= len(self.live_chunk(slot).text)
+            chunk = self.live_chunk(slot)
+            self.text_chars -= len(chunk.text)
+            self.holding.subtract(list(chunk.meta.get("fields") or ()))
             self.chunks[slot] = None
             if self.filterable is not None:
                 self.filterable.remove(slot)
@@ -197,6 +211,9 @@ class _Slots:
         """The live slots a search may find, ascending (read only: it may be cached): those `keep` keeps, less
         those `hide` keeps; None when that is every live slot. `hide` costs what it selects (expired documents
         not purged yet), `keep` what it keeps."""
+        needed = _required_field(hide)
+        if needed is not None and self.holding[needed] <= 0:
+            hide = None  # it could select nothing
         if keep is None and hide is None:
             return None
         fields = self._filterable()
@@ -241,6 +258,7 @@ class _Slots:
         self.chunks = [None if r is None else _chunk(r) for r in records]
         self.of_key = {r.get("key", r["id"]): slot for slot, r in enumerate(records) if r is not None}
         self.text_chars = sum(len(c.text) for c in self.chunks if c is not None)
+        self.holding = Counter(name for c in self.chunks if c is not None for name in c.meta.get("fields") or ())
 
     def live(self) -> tuple[list[str], list[IndexedChunk], np.ndarray]:
         """Keys, chunks and vectors of the live slots, in slot order."""
