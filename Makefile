@@ -95,6 +95,7 @@ bench: setup
 	$(PY) bench/chat.py
 	$(PY) bench/footprint.py
 	$(PY) bench/store.py
+	$(PY) bench/restart.py
 	$(PY) bench/feedback.py
 	$(PY) bench/lexical.py
 	$(PY) bench/directory.py
