@@ -68,8 +68,9 @@ DEFAULT_EXPANSION_SEARCH = 64
 EXACT_SELECTION = 5_000
 # Selections kept per index, until its next change (each a sorted array of the slots a filter keeps).
 _CACHED_SELECTIONS = 8
-# The graph's first ask for a filtered search: the candidates over the selection's share, times this margin.
-_OVERFETCH_MARGIN = 2.0
+# The graph's first ask for a filtered search: the candidates over the selection's share, times this margin (the ask
+# doubles while too few pass; a wider first ask costs every search, bench/filters.py).
+_OVERFETCH_MARGIN = 1.3
 # A compaction is due once dead slots pass both the live chunks and this floor (small indexes never wait on one).
 _COMPACT_AFTER_DEAD = 1024
 
@@ -660,7 +661,7 @@ class HybridIndex:
         total = len(self._slots.of_key)
         member = np.zeros(self._slots.used, dtype=bool)
         member[allowed] = True
-        ask = int(count * total / len(allowed) * _OVERFETCH_MARGIN) + count
+        ask = int(count * total / len(allowed) * _OVERFETCH_MARGIN)
         while ask < total:
             keys = self._graph_top(query, ask)
             passing = keys[member[keys]]
