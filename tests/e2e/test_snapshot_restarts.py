@@ -1,7 +1,8 @@
 """Partition index snapshots through the real server, both backends (`[store] backend`): a restart serves a
 MEMORY partition from its snapshot with every acknowledged write found; a kill -9 while snapshots are being
-written and while writes are replayed loses nothing acknowledged, never serves a half-written snapshot, and the
-next start sweeps what it left; a torn snapshot is refused and the partition rebuilt from its rows."""
+written, while writes are replayed and while the index is compacted loses nothing acknowledged, never serves a
+half-written snapshot, and the next start sweeps what it left; a torn snapshot is refused and the partition
+rebuilt from its rows."""
 
 from __future__ import annotations
 
@@ -227,5 +228,52 @@ def rebuilt(server: Sidecar) -> float:
 def _search_quietly(server: Sidecar) -> None:
     try:
         found(server, "the replay")
+    except grpc.RpcError:
+        pass
+
+
+@pytest.mark.timeout(900)
+def test_a_kill_9_during_compactions_loses_nothing_acknowledged(store: Store) -> None:
+    """Every write replaces the same 40 documents, so removed chunks soon outnumber live ones and the index is
+    compacted in the background (and snapshotted after every write) while the writes go on. The texts cycle
+    through three versions (their vectors come from the embedding cache after the first three writes): after
+    the restart each document holds the last acknowledged version or the one in flight, never the one before."""
+    first = store.sidecar(after_changes=1)
+    base = {doc_id: text[:200] for doc_id, text in abstracts(40).items()}  # one chunk each
+    acknowledged, version, compacted_at = -1, 0, None
+    deadline = time.monotonic() + 600
+    while compacted_at is None or version < compacted_at + 3:  # a few writes past the first compaction
+        assert time.monotonic() < deadline, first.log()
+        upsert(first, {doc_id: f"{text} version {version % 3}" for doc_id, text in base.items()})
+        found(first, f"version {version % 3}")  # applies the write to the index (postgres: at the search)
+        acknowledged, version = version, version + 1
+        if compacted_at is None and first.metric("ragsidecar_index_compactions_total") >= 1:
+            compacted_at = version
+    writing = threading.Thread(
+        target=lambda: _upsert_quietly(first, {i: f"{t} version {version % 3}" for i, t in base.items()})
+    )
+    writing.start()
+    first.signal(signal.SIGKILL)
+    first.process.wait(30)
+    writing.join(60)
+
+    second = store.sidecar()
+    for doc_id in list(base)[:3]:
+        request = pb.SearchRequest(
+            principal=PRINCIPAL,
+            scope=AT,
+            target=target([entry("notes", "MEMORY", "SEARCH")]),
+            query=base[doc_id],
+            top_k=1,
+        )
+        (hit,) = stub(second).Search(request, timeout=120).hits
+        assert hit.provenance.document_id == doc_id
+        assert hit.text.endswith((f"version {acknowledged % 3}", f"version {version % 3}")), hit.text[-40:]
+    assert store.leftovers() == []
+
+
+def _upsert_quietly(server: Sidecar, documents: dict[str, str]) -> None:
+    try:
+        upsert(server, documents)
     except grpc.RpcError:
         pass

@@ -18,7 +18,9 @@ Searches run on a resident incremental index per partition (store/resident.py, a
 Before answering, `index` asks one cheap query: the partition's latest change, its document count and its
 space's state. An index caught up to that change answers at once; one behind applies the changes after its
 position (the removed keys, then the chunks added, with their vectors), read in one statement and so from one
-snapshot; with no index held, or one older than its space's change log reaches back, the space is loaded whole.
+snapshot; with no index held, the replica's own snapshot of the partition (store/snapshots.py, under its
+`data_dir/snapshots`) is loaded and caught up the same way; with none, or one older than its space's change log
+reaches back, the space is loaded whole.
 
 The change log stays bounded: each space keeps at most `change_log_entries` removed keys, whole changes at a
 time; the write that logs past that prunes the oldest changes and moves the space's `log_from` past them. An
