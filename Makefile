@@ -100,6 +100,7 @@ bench: setup
 	$(PY) bench/feedback.py
 	$(PY) bench/lexical.py
 	$(PY) bench/directory.py
+	$(PY) bench/filters.py
 	$(PY) bench/soak.py --minutes $(SOAK_MINUTES)
 
 # The soak alone: mixed traffic with model reloads for SOAK_MINUTES (memory and latency over time).

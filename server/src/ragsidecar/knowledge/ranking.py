@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from ragsidecar import tracing
 from ragsidecar.config import Config, RetrievalConfig
+from ragsidecar.knowledge import filters
 from ragsidecar.knowledge.catalog import LoadedSource
 from ragsidecar.knowledge.declarations import Entry, RerankOrder, RetrievalMode, SourceType
 from ragsidecar.knowledge.fusion import FusionSettings, combine_reranked
@@ -17,7 +19,8 @@ from ragsidecar.knowledge.index import HybridIndex
 from ragsidecar.knowledge.results import Hit, Work, document_of
 from ragsidecar.reranking import Candidate, Reranker, RerankQuery
 
-# Sources of documents the host writes: their searches fuse with [retrieval] memory_dense_weight.
+# Sources of documents the host writes: their searches fuse with [retrieval] memory_dense_weight, and their
+# documents may expire.
 WRITTEN = frozenset({SourceType.MEMORY, SourceType.BINDING})
 
 
@@ -166,6 +169,8 @@ class Ranker:
                 use_dense=dense,
                 use_lexical=lexical,
                 fusion=self._written_fusion if entry.type in WRITTEN else self._fusion,
+                keep=entry.keep,
+                hide=filters.expired_at(time.time_ns()) if entry.type in WRITTEN else None,
             )
             hits = [
                 Hit(h.chunk.id, entry.name, h.chunk.text, h.chunk.meta, h.fused, h.dense, h.bm25, h.fused)
