@@ -90,6 +90,14 @@ public final class Sidecar implements AutoCloseable {
     return start(null, false, false, 0, environment);
   }
 
+  /**
+   * Starts a sidecar with its own knowledge, as {@link #start(String, boolean, boolean)} has it, that also serves the
+   * HTTP API on this port (the adapters' embedding models call it).
+   */
+  public static Sidecar startWithHttp(int httpPort) {
+    return start(null, false, true, 0, Map.of("RAGSIDECAR_HTTP_PORT", String.valueOf(httpPort)));
+  }
+
   private static Sidecar start(String token, boolean unixSocket, boolean ownKnowledge, int port) {
     return start(token, unixSocket, ownKnowledge, port, Map.of());
   }
