@@ -238,6 +238,9 @@ class StoreConfig(_Section, frozen=True):
     snapshot_after_changes: NonNegative = 1000
     # ... or once a partition with changes not yet in its snapshot has seen none for this many seconds.
     snapshot_idle_s: Seconds = 10.0
+    # Seconds between purges of expired MEMORY and binding documents (each removes at most 1,000; an expired
+    # document is invisible from its expiry on, whatever the purge).
+    purge_interval_s: Seconds = 60.0
 
     def dsn(self, environ: typing.Mapping[str, str] | None = None) -> str:
         """The DSN from the environment; ConfigError (naming the variable, never a value) when unset."""

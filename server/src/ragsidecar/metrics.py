@@ -89,6 +89,9 @@ SHARED_EMBEDDING_HITS = Counter(
     "ragsidecar_shared_embedding_hits_total",
     "Chunk vectors found in the embedding cache shared by replicas instead of embedded",
 )
+STORE_PURGED_DOCUMENTS = Counter(
+    "ragsidecar_store_purged_documents_total", "Expired MEMORY and binding documents removed by the purge"
+)
 STORE_FILLED_CHUNKS = Counter(
     "ragsidecar_store_filled_chunks_total",
     "MEMORY chunks (postgres store) cut and embedded on load for documents another replica's embedder wrote",

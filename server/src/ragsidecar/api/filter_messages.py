@@ -4,6 +4,10 @@ allowed one; every problem is a Violation naming the part by its proto path."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -11,6 +15,7 @@ from google.protobuf import timestamp_pb2
 
 from ragsidecar.errors import Violation, invalid
 from ragsidecar.knowledge import filters as f
+from ragsidecar.store.interface import MemoryDocument
 from ragsidecar.v1 import retrieval_pb2 as pb
 
 _OPERATORS = {
@@ -147,3 +152,43 @@ def value_message(value: f.Value) -> pb.MetadataValue:
 
 def metadata_messages(values: Mapping[str, Any]) -> dict[str, pb.MetadataValue]:
     return {k: value_message(v) for k, v in values.items()}
+
+
+def document_message(document: MemoryDocument) -> pb.MemoryDocument:
+    message = pb.MemoryDocument(
+        id=document.id,
+        text=document.text,
+        metadata=document.metadata,
+        typed_metadata=metadata_messages(document.typed),
+        created=timestamp_of(f.Instant(document.created)),
+        updated=timestamp_of(f.Instant(document.updated)),
+    )
+    if document.expires_at is not None:
+        message.expires_at.CopyFrom(timestamp_of(f.Instant(document.expires_at)))
+    return message
+
+
+# -- page tokens: the id to list after, bound to the listing's knowledge and filter -------------------------------
+
+
+def page_token(after: str, knowledge: str, keep: f.Filter) -> str:
+    body = json.dumps({"after": after, "of": _listing(knowledge, keep)}, ensure_ascii=False)
+    return base64.urlsafe_b64encode(body.encode("utf-8", "surrogatepass")).decode("ascii")
+
+
+def after_of(token: str, knowledge: str, keep: f.Filter) -> str:
+    """The id a page token lists after ("" for none); INVALID_ARGUMENT for a token of another listing."""
+    if not token:
+        return ""
+    try:
+        body = json.loads(base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8", "surrogatepass"))
+        after, listing = body["after"], body["of"]
+    except (ValueError, KeyError, TypeError, UnicodeError, binascii.Error):
+        raise invalid([Violation("page_token", "not a page token of this call", "INVALID_REQUEST")]) from None
+    if not isinstance(after, str) or listing != _listing(knowledge, keep):
+        raise invalid([Violation("page_token", "a page token of another knowledge or filter", "INVALID_REQUEST")])
+    return after
+
+
+def _listing(knowledge: str, keep: f.Filter) -> str:
+    return hashlib.sha256(repr((knowledge, keep)).encode("utf-8", "surrogatepass")).hexdigest()[:32]

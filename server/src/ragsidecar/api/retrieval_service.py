@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import grpc
 from google.protobuf import json_format, timestamp_pb2
 
+from ragsidecar.api.filter_messages import (
+    after_of,
+    document_message,
+    filter_of,
+    instant_of,
+    metadata_messages,
+    page_token,
+    typed_metadata_of,
+)
 from ragsidecar.api.grpc_errors import deadline_of, translates_errors
 from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
 from ragsidecar.identifiers import id_problems
+from ragsidecar.knowledge import filters
 from ragsidecar.knowledge.declarations import (
     Action,
     Entry,
@@ -39,6 +50,9 @@ _USES = {
     pb.KNOWLEDGE_USE_SEQUENTIAL: Use.SEQUENTIAL,
 }
 _USE_PROTO = {v: k for k, v in _USES.items()}
+_MAX_GET_IDS = 1000
+_DEFAULT_PAGE_SIZE = 100
+_MAX_PAGE_SIZE = 1000
 _RERANK_ORDERS = {
     pb.RERANK_ORDER_UNSPECIFIED: RerankOrder.FUSED,
     pb.RERANK_ORDER_FUSED: RerankOrder.FUSED,
@@ -189,6 +203,7 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
             group_by_document=options.group_by_document if options else None,
             retrieval_mode=_RETRIEVAL_MODES[options.retrieval_mode] if options else None,
         )
+        keep = {name: filter_of(message, f"filters[{name!r}]") for name, message in sorted(request.filters.items())}
         hits, stale, work = await self._runtime.search(
             _target(request.target),
             knowledge_entries(request.outer, "outer"),
@@ -198,6 +213,7 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
             dict(request.resolved_paths),
             scope,
             deadline_of(context, asyncio.get_running_loop().time()),
+            keep=keep,
         )
         return pb.SearchResponse(
             hits=[_chunk(h) for h in hits],
@@ -227,12 +243,67 @@ class RetrievalService(retrieval_pb2_grpc.RetrievalServiceServicer):
         self, request: pb.DeleteDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteDocumentsResponse:
         scope = caller(request)
-        problems = _knowledge_problems(request.knowledge) + _id_problems(list(request.ids), "ids", repeats_allowed=True)
-        if problems:
-            raise invalid(problems)
-        outcome = await self._runtime.catalog.memory.delete(scope, request.knowledge, list(request.ids))
+        memory = self._runtime.catalog.memory
+        if request.HasField("filter"):
+            problems = _knowledge_problems(request.knowledge)
+            if request.ids:
+                problems.append(Violation("ids", "ids and filter cannot both be set", "INVALID_REQUEST"))
+            if problems:
+                raise invalid(problems)
+            keep = filter_of(request.filter, "filter", filters.DOCUMENT_FIELDS)
+            outcome = await memory.delete_matching(scope, request.knowledge, keep)
+        else:
+            problems = _knowledge_problems(request.knowledge)
+            problems += _id_problems(list(request.ids), "ids", repeats_allowed=True)
+            if problems:
+                raise invalid(problems)
+            outcome = await memory.delete(scope, request.knowledge, list(request.ids))
         return pb.DeleteDocumentsResponse(
             deleted=outcome.deleted, not_found=outcome.not_found, document_count=outcome.count
+        )
+
+    @translates_errors
+    async def GetDocuments(
+        self, request: pb.GetDocumentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetDocumentsResponse:
+        scope = caller(request)
+        ids = list(request.ids)
+        problems = _knowledge_problems(request.knowledge)
+        if len(ids) > _MAX_GET_IDS:
+            problems.append(Violation("ids", f"at most {_MAX_GET_IDS} ids per call, not {len(ids)}", "LIMIT_EXCEEDED"))
+        else:
+            problems += _id_problems(ids, "ids", repeats_allowed=True)
+        if problems:
+            raise invalid(problems)
+        found = await self._runtime.catalog.memory.get(scope, request.knowledge, ids, time.time_ns())
+        held = {d.id for d in found}
+        return pb.GetDocumentsResponse(
+            documents=[document_message(d) for d in found],
+            not_found=[i for i in dict.fromkeys(ids) if i not in held],
+        )
+
+    @translates_errors
+    async def ListDocuments(
+        self, request: pb.ListDocumentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListDocumentsResponse:
+        scope = caller(request)
+        problems = _knowledge_problems(request.knowledge)
+        if request.page_size > _MAX_PAGE_SIZE:
+            problems.append(Violation("page_size", f"at most {_MAX_PAGE_SIZE}", "INVALID_REQUEST"))
+        if problems:
+            raise invalid(problems)
+        keep = (
+            filter_of(request.filter, "filter", filters.DOCUMENT_FIELDS)
+            if request.HasField("filter")
+            else filters.KEEP_ALL
+        )
+        after = after_of(request.page_token, request.knowledge, keep)
+        page = await self._runtime.catalog.memory.page(
+            scope, request.knowledge, keep, after, request.page_size or _DEFAULT_PAGE_SIZE, time.time_ns()
+        )
+        return pb.ListDocumentsResponse(
+            documents=[document_message(d) for d in page.documents],
+            next_page_token="" if page.after is None else page_token(page.after, request.knowledge, keep),
         )
 
 
@@ -277,9 +348,19 @@ def memory_documents(documents: Any, limit: int, problems: list[Violation]) -> l
     problems += [
         Violation(f"documents[{i}].text", "must not be blank") for i, d in enumerate(documents) if not d.text.strip()
     ]
+    typed = []
+    for i, d in enumerate(documents):
+        values, found = typed_metadata_of(d.typed_metadata, d.metadata, f"documents[{i}]")
+        typed.append(values)
+        problems += found
     if problems:
         raise invalid(problems)
-    return [MemoryDocument(d.id, d.text, dict(d.metadata)) for d in documents]
+    return [
+        MemoryDocument(
+            d.id, d.text, dict(d.metadata), t, instant_of(d.expires_at).nanos if d.HasField("expires_at") else None
+        )
+        for d, t in zip(documents, typed, strict=True)
+    ]
 
 
 def _knowledge_problems(knowledge: str) -> list[Violation]:
@@ -419,7 +500,14 @@ def _chunk(hit: Hit) -> pb.RetrievedChunk:
     for key in ("line_start", "line_end", "page"):
         if p.get(key):
             setattr(provenance, key, p[key])
-    chunk = pb.RetrievedChunk(chunk_id=hit.chunk_id, source=hit.source, text=hit.text, provenance=provenance)
+    metadata = {k: v for k, v in filters.from_json(p.get("fields") or {}).items() if not k.startswith("$")}
+    chunk = pb.RetrievedChunk(
+        chunk_id=hit.chunk_id,
+        source=hit.source,
+        text=hit.text,
+        provenance=provenance,
+        metadata=metadata_messages(metadata),
+    )
     if hit.score is not None:
         chunk.score = hit.score
         chunk.scores.CopyFrom(pb.HitScores(dense=hit.dense or 0.0, fused=hit.fused or 0.0))

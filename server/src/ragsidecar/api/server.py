@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,6 +101,7 @@ class Sidecar:
         )
         reranker_pb2_grpc.add_RerankerServiceServicer_to_server(RerankerService(self.registry, self.reranker), server)
         runtime = RetrievalRuntime(config, self.registry, self.reranker, self.backend)
+        self._runtime = runtime
         retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalService(runtime), server)
         chat = ChatKnowledgeService(runtime, config.retrieval)
         chat_knowledge_pb2_grpc.add_ChatKnowledgeServiceServicer_to_server(chat, server)
@@ -239,6 +241,21 @@ class Sidecar:
                 log.info("config file %s changed; reloading", self._config_path)
                 await self.reload()
 
+    async def purge_expired(self) -> None:
+        """Removes expired MEMORY and binding documents every [store] purge_interval_s, each store at most
+        interface.PURGE_BOUND documents a round (they are invisible from their expiry on, purged or not)."""
+        interval = self._config.store.purge_interval_s
+        catalog = self._runtime.catalog
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval)
+                return
+            for store in (catalog.memory, catalog.bindings):
+                try:
+                    metrics.STORE_PURGED_DOCUMENTS.inc(await store.purge(time.time_ns()))
+                except Exception:  # the store unreachable: the next round tries again
+                    log.warning("purging expired documents failed", exc_info=True)
+
     async def stop(self) -> None:
         """Stops accepting calls and lets in-flight ones finish within the grace period."""
         if self._stopping.is_set():
@@ -294,5 +311,6 @@ async def serve(config_path: Path, config: Config, environ: dict[str, str]) -> N
         print("ragsidecar ready: models: " + ", ".join(s.spec.id for s in sidecar.registry.statuses()), flush=True)
         spawn(sidecar.watch_config())
         spawn(trim_as_memory_grows())
+        spawn(sidecar.purge_expired())
     await sidecar.wait_stopped()
     await asyncio.to_thread(tracing.shutdown)  # the last calls' spans go out before the process ends

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
+from ragsidecar.knowledge import filters
+
 
 class SourceType(enum.Enum):
     FILE = "FILE"
@@ -68,6 +70,8 @@ class Entry:
     # One hit per document (its best chunk); top_k then counts documents.
     group_by_document: bool = False
     retrieval_mode: RetrievalMode = RetrievalMode.HYBRID
+    # Only chunks whose document (or file) this filter keeps are searched (a Search's per-entry filter).
+    keep: filters.Filter | None = None
     # Where the entry sits in the request, for violations ("target.knowledge[2]", "outer[0]").
     origin: str = ""
 

@@ -54,6 +54,8 @@ class Kind(enum.Enum):
     STRING_LIST = "string list"
 
 
+DOCUMENT_FIELDS = (ID, CREATED, UPDATED, EXPIRES_AT)
+FILE_FIELDS = (PATH, FILE_NAME)
 RESERVED_KINDS = {
     ID: Kind.STRING,
     CREATED: Kind.TIMESTAMP,
@@ -121,6 +123,12 @@ class Not:
 
 
 Filter: TypeAlias = Compare | In | Exists | All | AnyOf | Not
+KEEP_ALL = All(())
+
+
+def expired_at(now: int) -> Filter:
+    """The documents expired at `now` (nanoseconds since the epoch): what no read may see."""
+    return Compare(EXPIRES_AT, Op.LESS_OR_EQUAL, Instant(now))
 
 
 # ---- validation ------------------------------------------------------------------------------------------

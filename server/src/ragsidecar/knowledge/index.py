@@ -28,6 +28,7 @@ import tempfile
 import threading
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ import onnxruntime  # noqa: F401, I001 - imported for its load order, see above
 from usearch.index import Index
 
 from ragsidecar import metrics, tracing
-from ragsidecar.knowledge import leftovers
+from ragsidecar.knowledge import filters, leftovers
 from ragsidecar.knowledge.fusion import FusionSettings, alternate, fed_back, fuse
 from ragsidecar.knowledge.lexical import NO_STEMMING, Lexical
 
@@ -60,6 +61,14 @@ DTYPES = ("f16", "i8")
 DEFAULT_CONNECTIVITY = 16
 DEFAULT_EXPANSION_ADD = 128
 DEFAULT_EXPANSION_SEARCH = 64
+# A filtered search scores a selection of at most this many chunks exactly (numpy over their vectors); a larger
+# one goes through the graph, asking for more neighbours until enough pass the filter (bench/filters.py: at 100k
+# chunks the exact scan of 20k chunks costs about what the graph's over-fetch does, and is exact).
+EXACT_SELECTION = 20_000
+# Selections kept per index, until its next change (each a sorted array of the slots a filter keeps).
+_CACHED_SELECTIONS = 8
+# The graph's first ask for a filtered search: the candidates over the selection's share, times this margin.
+_OVERFETCH_MARGIN = 2.0
 # A compaction is due once dead slots pass both the live chunks and this floor (small indexes never wait on one).
 _COMPACT_AFTER_DEAD = 1024
 
@@ -92,6 +101,17 @@ class Hit:
     dense: float
     bm25: float | None
     fused: float
+
+
+def fields_of(chunk: IndexedChunk) -> dict[str, filters.Value]:
+    """What a filter sees of a chunk: its document's fields as the store recorded them (meta "fields", with
+    "$id" and the timestamps), and for a file's chunk its "$path" and "$file_name"."""
+    meta = chunk.meta
+    fields = filters.from_json(meta.get("fields") or {})
+    if path := meta.get("file"):
+        fields[filters.PATH] = path
+        fields[filters.FILE_NAME] = path.rsplit("/", 1)[-1]
+    return fields
 
 
 def make_hnsw(
@@ -136,6 +156,10 @@ class _Slots:
         self.vectors = np.zeros((0, dimensions), dtype=np.float32)  # grown by doubling: rows past `used` are spare
         self.of_key: dict[str, int] = {}
         self.text_chars = 0  # of the live chunks (kept as they change: sizing an index must not scan it)
+        # The live slots by field and value, built by the first filtered search, then kept as slots change.
+        self.filterable: filters.FieldIndex | None = None
+        # The last filters' selections (a host's memory searches repeat one filter, say its user's, between writes).
+        self.selections: OrderedDict[filters.Filter, np.ndarray] = OrderedDict()
 
     @property
     def used(self) -> int:
@@ -152,6 +176,10 @@ class _Slots:
         self.chunks += chunks
         self.of_key.update(zip(keys, range(first, needed), strict=True))
         self.text_chars += sum(len(c.text) for c in chunks)
+        if self.filterable is not None:
+            self.selections.clear()
+            for slot, chunk in enumerate(chunks, first):
+                self.filterable.add(slot, fields_of(chunk))
         return np.arange(first, needed, dtype=np.int64)
 
     def release(self, keys: Iterable[str]) -> list[int]:
@@ -159,6 +187,45 @@ class _Slots:
         for slot in slots:
             self.text_chars -= len(self.live_chunk(slot).text)
             self.chunks[slot] = None
+            if self.filterable is not None:
+                self.filterable.remove(slot)
+        if slots:
+            self.selections.clear()
+        return slots
+
+    def allowed(self, keep: filters.Filter | None, hide: filters.Filter | None) -> np.ndarray | None:
+        """The live slots a search may find, ascending (read only: it may be cached): those `keep` keeps, less
+        those `hide` keeps; None when that is every live slot. `hide` costs what it selects (expired documents
+        not purged yet), `keep` what it keeps."""
+        if keep is None and hide is None:
+            return None
+        fields = self._filterable()
+        hidden = fields.select(hide) if hide is not None else set()
+        if keep is None and not hidden:
+            return None
+        slots = self._selection(fields, filters.KEEP_ALL if keep is None else keep)
+        if hidden:
+            slots = slots[~np.isin(slots, np.fromiter(hidden, dtype=np.int64, count=len(hidden)))]
+        return slots
+
+    def _filterable(self) -> filters.FieldIndex:
+        if self.filterable is None:
+            self.filterable = filters.FieldIndex()
+            for slot in self.of_key.values():
+                self.filterable.add(slot, fields_of(self.live_chunk(slot)))
+        return self.filterable
+
+    def _selection(self, fields: filters.FieldIndex, keep: filters.Filter) -> np.ndarray:
+        cached = self.selections.get(keep)
+        if cached is not None:
+            self.selections.move_to_end(keep)
+            return cached
+        selected = fields.select(keep)
+        slots = np.sort(np.fromiter(selected, dtype=np.int64, count=len(selected)))
+        slots.flags.writeable = False
+        self.selections[keep] = slots
+        if len(self.selections) > _CACHED_SELECTIONS:
+            self.selections.popitem(last=False)
         return slots
 
     def live_chunk(self, slot: int) -> IndexedChunk:
@@ -412,12 +479,17 @@ class HybridIndex:
         use_dense: bool = True,
         use_lexical: bool = True,
         fusion: FusionSettings = _DEFAULT_FUSION,
+        keep: filters.Filter | None = None,
+        hide: filters.Filter | None = None,
     ) -> list[Hit]:
         """Best `k` chunks by `fusion` of the dense and BM25 top-`candidates` lists (ties: higher cosine first).
         `use_dense` / `use_lexical` pick the lists searched (dense-only or lexical-only retrieval: that list's
-        own order, whatever the fusion's weights); every hit still gets its exact cosine."""
+        own order, whatever the fusion's weights); every hit still gets its exact cosine. `keep`: only chunks
+        whose fields (`fields_of`) the filter keeps are searched, as if the index held nothing else; `hide`: nor
+        those it keeps (expired documents: its cost is what it selects)."""
         with self._lock:
-            live = len(self._slots.of_key)
+            allowed = self._slots.allowed(keep, hide)
+            live = len(self._slots.of_key) if allowed is None else len(allowed)
             if k <= 0 or live == 0:
                 return []
             query = self._unit_query(query_vector)
@@ -428,11 +500,11 @@ class HybridIndex:
             lexical: list[tuple[int, float]] = []
             if use_dense:
                 with tracing.span("dense search", chunks=live, candidates=depth) as span:
-                    dense = self._dense_top(query, depth)
+                    dense = self._dense_top(query, depth, allowed)
                     span.set(hits=len(dense))
             if use_lexical:
                 with tracing.span("lexical search", chunks=live, candidates=depth) as span:
-                    lexical = self._lexical.top(query_text or "", depth)
+                    lexical = self._lexical.top(query_text or "", depth, allowed)
                     span.set(hits=len(lexical))
             with tracing.span("fusion", dense_hits=len(dense), lexical_hits=len(lexical)) as span:
                 hybrid = use_dense and use_lexical
@@ -450,7 +522,8 @@ class HybridIndex:
             order = sorted(contenders, key=lambda p: (-fused[p], -cosines[p], chunk(p).id))[:k]
             hits = [Hit(chunk(p), float(cosines[p]), bm25.get(p), fused[p]) for p in order]
             if len(hits) < k and depth < live:
-                hits += self._beyond(fused, query, query_text, min(k, live), use_dense, use_lexical)[: k - len(hits)]
+                deeper = self._beyond(fused, query, query_text, min(k, live), use_dense, use_lexical, allowed)
+                hits += deeper[: k - len(hits)]
             return hits
 
     def _similarity_to_sum(self, best: list[int], keys: list[int]) -> list[float]:
@@ -461,14 +534,21 @@ class HybridIndex:
         return (vectors[np.fromiter(keys, dtype=np.int64, count=len(keys))] @ centroid).tolist()
 
     def _beyond(
-        self, head: dict[int, float], query: np.ndarray, query_text: str, depth: int, use_dense: bool, use_lexical: bool
+        self,
+        head: dict[int, float],
+        query: np.ndarray,
+        query_text: str,
+        depth: int,
+        use_dense: bool,
+        use_lexical: bool,
+        allowed: np.ndarray | None,
     ) -> list[Hit]:
         """The chunks past the fused head: both lists `depth` deep, taken alternately (a rank at a time).
         Alternating rather than fusing keeps the order of the first ones the same whatever `depth` is. Scores
         step down from the head's lowest, a millionth of it at a time (never a tie: hits from several sources
         are merged by score)."""
-        dense = self._dense_top(query, depth) if use_dense else []
-        lexical = self._lexical.top(query_text or "", depth) if use_lexical else []
+        dense = self._dense_top(query, depth, allowed) if use_dense else []
+        lexical = self._lexical.top(query_text or "", depth, allowed) if use_lexical else []
         rest = [p for p in alternate([p for p, _ in dense], [p for p, _ in lexical]) if p not in head]
         cosines, bm25 = dict(dense), dict(lexical)
         missing = [p for p in rest if p not in cosines]
@@ -486,13 +566,39 @@ class HybridIndex:
         # Normalising makes `dense` a true cosine even if a caller passes an unnormalised embedding.
         return query / norm if norm > 0 else query
 
-    def _dense_top(self, query: np.ndarray, count: int) -> list[tuple[int, float]]:
-        """HNSW candidates re-scored with exact float32 cosines (the graph's f16/i8 distances are approximate)."""
-        matches = self._hnsw.search(query, count, threads=self._settings.threads)
-        keys = np.asarray(matches.keys, dtype=np.int64)
+    def _dense_top(self, query: np.ndarray, count: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """HNSW candidates re-scored with exact float32 cosines (the graph's f16/i8 distances are approximate);
+        within `allowed` slots when given: all of them scored exactly up to EXACT_SELECTION, else the graph's."""
+        if allowed is None:
+            keys = self._graph_top(query, count)
+        elif len(allowed) <= EXACT_SELECTION:
+            keys = allowed
+        else:
+            keys = self._graph_top_within(query, count, allowed)
         exact = self._slots.vectors[keys] @ query
+        if len(keys) > count:
+            best = np.argpartition(-exact, count - 1)[:count]
+            keys, exact = keys[best], exact[best]
         order = np.lexsort((keys, -exact))
         return [(int(keys[i]), float(exact[i])) for i in order]
+
+    def _graph_top(self, query: np.ndarray, count: int) -> np.ndarray:
+        matches = self._hnsw.search(query, count, threads=self._settings.threads)
+        return np.asarray(matches.keys, dtype=np.int64)
+
+    def _graph_top_within(self, query: np.ndarray, count: int, allowed: np.ndarray) -> np.ndarray:
+        """The graph's nearest `count` among `allowed`: it is asked for the share of neighbours that should hold
+        `count` of them (with a margin), and twice as many each time too few pass."""
+        total = len(self._slots.of_key)
+        member = np.zeros(self._slots.used, dtype=bool)
+        member[allowed] = True
+        ask = min(total, int(count * total / len(allowed) * _OVERFETCH_MARGIN) + count)
+        while True:
+            keys = self._graph_top(query, ask)
+            passing = keys[member[keys]]
+            if len(passing) >= count or ask >= total:
+                return passing
+            ask = min(total, 2 * ask)
 
     # ---- persistence -------------------------------------------------------------------------------------
 

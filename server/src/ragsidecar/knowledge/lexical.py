@@ -508,9 +508,10 @@ class Lexical:
 
     # ---- search ------------------------------------------------------------------------------------------
 
-    def top(self, query: str, count: int) -> list[tuple[int, float]]:
+    def top(self, query: str, count: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         """Up to `count` (slot, score) pairs, best first (ties: slot ascending); only texts sharing a term with
-        the query. Query terms that repeat count each time, as in bm25s."""
+        the query, and only `allowed` slots when given (the collection's statistics stay the whole index's).
+        Query terms that repeat count each time, as in bm25s."""
         if count <= 0 or not self._live:
             return []
         repeats = Counter(self._ids[word] for word in terms([query], self.language)[0] if word in self._ids)
@@ -530,6 +531,10 @@ class Lexical:
             factors, df
         )
         scores = np.bincount(slots, contributions, minlength=self._end)
+        if allowed is not None:
+            kept = np.zeros_like(scores)
+            kept[allowed] = scores[allowed]
+            scores = kept
         best = _highest(scores, count)
         return list(zip(best.tolist(), scores[best].tolist(), strict=True))
 

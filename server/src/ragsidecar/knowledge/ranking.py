@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
 from ragsidecar import tracing
 from ragsidecar.config import Config, RetrievalConfig
+from ragsidecar.knowledge import filters
 from ragsidecar.knowledge.catalog import LoadedSource
-from ragsidecar.knowledge.declarations import Entry, RerankOrder, RetrievalMode
+from ragsidecar.knowledge.declarations import Entry, RerankOrder, RetrievalMode, SourceType
 from ragsidecar.knowledge.fusion import FusionSettings, combine_reranked
 from ragsidecar.knowledge.index import HybridIndex
 from ragsidecar.knowledge.results import Hit, Work, document_of
@@ -57,6 +59,10 @@ class Query:
 
     text: str
     vectors: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+# Sources whose documents may expire: a search hides those expired (the purge removes them later).
+_EXPIRING = (SourceType.MEMORY, SourceType.BINDING)
 
 
 class Ranker:
@@ -159,6 +165,8 @@ class Ranker:
                 use_dense=dense,
                 use_lexical=lexical,
                 fusion=self._fusion,
+                keep=entry.keep,
+                hide=filters.expired_at(time.time_ns()) if entry.type in _EXPIRING else None,
             )
             hits = [
                 Hit(h.chunk.id, entry.name, h.chunk.text, h.chunk.meta, h.fused, h.dense, h.bm25, h.fused)

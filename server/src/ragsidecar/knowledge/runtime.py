@@ -18,9 +18,10 @@ import numpy as np
 from ragsidecar.config import Config
 from ragsidecar.errors import ErrorKind, SidecarError, Violation, invalid
 from ragsidecar.inference.registry import ModelRegistry
+from ragsidecar.knowledge import filters
 from ragsidecar.knowledge.budget import BudgetPolicy
 from ragsidecar.knowledge.catalog import Catalog, LoadedSource, source_error
-from ragsidecar.knowledge.declarations import Action, Entry, Llm, Reach, Scope, Target, Use
+from ragsidecar.knowledge.declarations import Action, Entry, Llm, Reach, Scope, SourceType, Target, Use
 from ragsidecar.knowledge.direct import DirectBudgets, DirectMeasure, DirectPlan, direct_block
 from ragsidecar.knowledge.ranking import Query, Ranker, SearchSpec
 from ragsidecar.knowledge.results import Block, EnforceResult, Hit, StaleSource, Work, block_head, render_block
@@ -304,8 +305,10 @@ class RetrievalRuntime:
         scope: Scope,
         deadline: float | None,
         shared: Query | None = None,
+        keep: dict[str, filters.Filter] | None = None,
     ) -> tuple[list[Hit], list[StaleSource], Work]:
-        """`shared`, when given, holds the query's embeddings (a chat turn embeds it once for all owners)."""
+        """`shared`, when given, holds the query's embeddings (a chat turn embeds it once for all owners); `keep`
+        a filter by knowledge name (each name must be among the entries searched; INVALID_ARGUMENT otherwise)."""
         started = time.perf_counter()
         if not query.strip():
             raise invalid([Violation("query", "must not be blank")])
@@ -316,6 +319,8 @@ class RetrievalRuntime:
         problems = [p for e in entries for p in self._checks.entry_problems(e, paths_per_run=True)]
         if problems:
             raise invalid(problems, "INVALID_CONFIGURATION")
+        if keep:
+            entries = _filtered(entries, keep)
         embedded = shared or Query(query)
         hits: list[Hit] = []
         stale: list[StaleSource] = []
@@ -401,3 +406,29 @@ def _drops_out(entry: Entry, err: Exception) -> bool:
 def _surfaced(entry: Entry, err: Exception) -> SidecarError:
     """The error a failure that does not drop its entry out is reported as."""
     return err if isinstance(err, SidecarError) else source_error(entry.name, err)
+
+
+# The reserved fields a filter may name, by source type (INLINE text has none).
+_RESERVED: dict[SourceType | None, tuple[str, ...]] = {
+    SourceType.MEMORY: filters.DOCUMENT_FIELDS,
+    SourceType.BINDING: filters.DOCUMENT_FIELDS,
+    SourceType.FILE: filters.FILE_FIELDS,
+    SourceType.DIRECTORY: filters.FILE_FIELDS,
+}
+
+
+def _filtered(entries: list[Entry], keep: dict[str, filters.Filter]) -> list[Entry]:
+    """The entries with their filters; a filter naming no entry searched, or a reserved field the entry's source
+    does not know, is INVALID_ARGUMENT (reason INVALID_REQUEST)."""
+    searched = {e.name: e for e in entries}
+    problems = [
+        Violation(f"filters[{name!r}]", "names no knowledge this search searches", "INVALID_REQUEST")
+        for name in keep
+        if name not in searched
+    ]
+    for name, node in keep.items():
+        if name in searched:
+            problems += filters.problems(node, f"filters[{name!r}]", _RESERVED.get(searched[name].type, ()))
+    if problems:
+        raise invalid(problems)
+    return [replace(e, keep=keep.get(e.name)) for e in entries]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -43,13 +44,17 @@ import numpy as np
 from ragsidecar import metrics
 from ragsidecar.errors import ErrorKind, SidecarError
 from ragsidecar.identifiers import key_of
+from ragsidecar.knowledge import filters
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
 from ragsidecar.knowledge.sources.units import Unit
 from ragsidecar.store.interface import (
+    LIST_SCAN_BOUND,
+    PURGE_BOUND,
     Binding,
     DeleteOutcome,
     MemoryDocument,
+    Page,
     PartitionIndex,
     Prepare,
     Prepared,
@@ -57,13 +62,13 @@ from ragsidecar.store.interface import (
     check_request_size,
     document_unit,
 )
-from ragsidecar.store.resident import Resident, ResidentIndexes, chunk_keys, indexed, space_of
+from ragsidecar.store.resident import Resident, ResidentIndexes, chunk_keys, indexed, space_of, with_fields
 from ragsidecar.store.snapshots import PartitionSnapshots, SnapshotPolicy
 
 log = logging.getLogger(__name__)
 
 _STRIPES = 64
-_SCHEMA_VERSION = 2
+_SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS partitions (
     id INTEGER PRIMARY KEY,
@@ -76,9 +81,13 @@ CREATE TABLE IF NOT EXISTS partitions (
 );
 CREATE TABLE IF NOT EXISTS documents (
     partition INTEGER NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL, metadata TEXT NOT NULL,
+    typed TEXT NOT NULL DEFAULT '{}',  -- typed metadata, filters.to_json
+    created INTEGER NOT NULL DEFAULT 0, updated INTEGER NOT NULL DEFAULT 0,  -- nanoseconds since the epoch
+    expires INTEGER,                   -- nanoseconds since the epoch; NULL: never
     PRIMARY KEY (partition, id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS documents_in_order ON documents (partition, seq);
+CREATE INDEX IF NOT EXISTS documents_expiring ON documents (expires) WHERE expires IS NOT NULL;
 CREATE TABLE IF NOT EXISTS chunks (
     partition INTEGER NOT NULL, key TEXT NOT NULL, document TEXT NOT NULL, id TEXT NOT NULL, text TEXT NOT NULL,
     meta TEXT NOT NULL, vector BLOB NOT NULL,
@@ -95,6 +104,19 @@ INSERT OR IGNORE INTO changes (id, last) VALUES (0, 0);
 # Schema 1 (0.3.0) lacked the chunks' change stamp: its chunks count as change 0, before any snapshot.
 _UPGRADE_1 = "ALTER TABLE chunks ADD COLUMN changed INTEGER NOT NULL DEFAULT 0"
 _CHANGED_INDEX = "CREATE INDEX IF NOT EXISTS chunks_changed ON chunks (partition, changed)"
+# Schema 2 lacked typed metadata, timestamps and expiry: its documents are stamped with the upgrade's time, and
+# every chunk with a new change, so a snapshot taken before (whose chunks lack their documents' fields) replays all.
+_UPGRADE_2 = (
+    "ALTER TABLE documents ADD COLUMN typed TEXT NOT NULL DEFAULT '{}'",
+    "ALTER TABLE documents ADD COLUMN created INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE documents ADD COLUMN updated INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE documents ADD COLUMN expires INTEGER",
+    "UPDATE documents SET created = :now, updated = :now",
+    "UPDATE changes SET last = last + 1 WHERE id = 0",
+    "UPDATE chunks SET changed = (SELECT last FROM changes WHERE id = 0)",
+)
+# A document row's columns, as _document reads them.
+_DOCUMENT = "d.id, d.text, d.metadata, d.typed, d.expires, d.created, d.updated"
 _VECTOR = np.dtype("<f4")
 
 
@@ -141,13 +163,14 @@ class EmbeddedDocuments:
     # -- reads ------------------------------------------------------------------------------------------
 
     async def units(self, scope: Scope, name: str) -> list[Unit]:
+        """Every document not expired, in the order first written."""
         key = _key(scope, name)
         rows = await asyncio.to_thread(
             self._db.read,
             lambda c: c.execute(
                 "SELECT d.id, d.text FROM documents d JOIN partitions p ON p.id = d.partition WHERE p.key = ? "
-                "ORDER BY d.seq",
-                (key,),
+                "AND (d.expires IS NULL OR d.expires > ?) ORDER BY d.seq",
+                (key, time.time_ns()),
             ).fetchall(),
         )
         return [document_unit(i, text) for i, text in rows]
@@ -251,16 +274,31 @@ class EmbeddedDocuments:
         if partition.space != space:  # another embedder's chunks: none of them can answer this space's queries
             connection.execute("DELETE FROM chunks WHERE partition = ?", (partition.id,))
         removed = _remove_chunks(connection, partition.id, [d.id for d in changed])
-        seq = partition.next_seq
+        seq, now = partition.next_seq, time.time_ns()
+        written = {}
         for document in changed:
             if document.id not in stored:
                 seq += 1
+            created = stored[document.id].created if document.id in stored else now
+            written[document.id] = dataclasses.replace(document, created=created, updated=now)
             connection.execute(
-                "INSERT INTO documents (partition, id, seq, text, metadata) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (partition, id) DO UPDATE SET text = excluded.text, metadata = excluded.metadata",
-                (partition.id, document.id, seq, document.text, json.dumps(document.metadata, ensure_ascii=False)),
+                "INSERT INTO documents (partition, id, seq, text, metadata, typed, created, updated, expires) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (partition, id) DO UPDATE SET text = excluded.text, "
+                "metadata = excluded.metadata, typed = excluded.typed, updated = excluded.updated, "
+                "expires = excluded.expires",
+                (
+                    partition.id,
+                    document.id,
+                    seq,
+                    document.text,
+                    json.dumps(document.metadata, ensure_ascii=False),
+                    json.dumps(filters.to_json(document.typed), ensure_ascii=False),
+                    created,
+                    now,
+                    document.expires_at,
+                ),
             )
-        added = _insert_chunks(connection, partition.id, prepared, change)
+        added = _insert_chunks(connection, partition.id, prepared, change, {i: d.fields() for i, d in written.items()})
         inserted = sum(d.id not in stored for d in changed)
         # The documents' UTF-8 bytes, as the postgres store counts them: one binding_store_bytes means the same.
         grown = sum(d.size() for d in changed) - sum(stored[d.id].size() for d in changed if d.id in stored)
@@ -279,6 +317,30 @@ class EmbeddedDocuments:
         async with self._lock(key):
             outcome = await asyncio.to_thread(self._committed, key, lambda c: _delete(c, key, wanted))
         return outcome
+
+    async def get(self, scope: Scope, name: str, ids: list[str], now: int) -> list[MemoryDocument]:
+        wanted = list(dict.fromkeys(ids))
+        stored = await asyncio.to_thread(self._db.read, lambda c: _stored(c, _key(scope, name), wanted))
+        return [stored[i] for i in wanted if i in stored and not stored[i].expired(now)]
+
+    async def page(self, scope: Scope, name: str, keep: filters.Filter, after: str, limit: int, now: int) -> Page:
+        return await asyncio.to_thread(self._db.read, lambda c: _page(c, _key(scope, name), keep, after, limit, now))
+
+    async def delete_matching(self, scope: Scope, name: str, keep: filters.Filter) -> DeleteOutcome:
+        key = _key(scope, name)
+        async with self._lock(key):
+            ids = await asyncio.to_thread(self._db.read, lambda c: _matching(c, key, keep))
+            return await asyncio.to_thread(self._committed, key, lambda c: _delete(c, key, ids))
+
+    async def purge(self, now: int) -> int:
+        expired = await asyncio.to_thread(self._db.read, lambda c: _expired(c, now))
+        purged = 0
+        for key, ids in expired.items():
+            async with self._lock(key):
+                purge = functools.partial(_purge, key=key, ids=ids, now=now)
+                outcome = await asyncio.to_thread(self._committed, key, purge)
+            purged += outcome.deleted
+        return purged
 
     async def clear(self, scope: Scope, name: str) -> None:
         key = _key(scope, name)
@@ -367,6 +429,9 @@ class _Database:
                 (version,) = self._connection.execute("PRAGMA user_version").fetchone()
                 if version == 1:
                     self._connection.execute(_UPGRADE_1)
+                if version in (1, 2):
+                    for statement in _UPGRADE_2:
+                        self._connection.execute(statement, {"now": time.time_ns()})
                 for statement in (*_SCHEMA.split(";\n"), _CHANGED_INDEX):  # executescript would commit
                     if statement.strip():
                         self._connection.execute(statement)
@@ -429,11 +494,20 @@ def _stored(connection: sqlite3.Connection, key: str, ids: list[str]) -> dict[st
     for start in range(0, len(ids), 500):  # SQLite's bound on parameters per statement
         batch = ids[start : start + 500]
         marks = ",".join("?" * len(batch))
-        for i, text, metadata in connection.execute(
-            f"SELECT id, text, metadata FROM documents WHERE partition = ? AND id IN ({marks})", (partition.id, *batch)
+        for row in connection.execute(
+            f"SELECT {_DOCUMENT} FROM documents d WHERE d.partition = ? AND d.id IN ({marks})", (partition.id, *batch)
         ):
-            found[i] = MemoryDocument(i, text, json.loads(metadata))
+            document = _document(row)
+            found[document.id] = document
     return found
+
+
+def _document(row: tuple) -> MemoryDocument:
+    """A document of its row's _DOCUMENT columns."""
+    i, text, metadata, typed, expires, created, updated = row
+    return MemoryDocument(
+        i, text, json.loads(metadata), filters.from_json(json.loads(typed)), expires, created=created, updated=updated
+    )
 
 
 def _remove_chunks(connection: sqlite3.Connection, partition: int, documents: list[str]) -> list[str]:
@@ -452,8 +526,14 @@ def _remove_chunks(connection: sqlite3.Connection, partition: int, documents: li
 
 
 def _insert_chunks(
-    connection: sqlite3.Connection, partition: int, prepared: Prepared, change: int
+    connection: sqlite3.Connection,
+    partition: int,
+    prepared: Prepared,
+    change: int,
+    fields: dict[str, dict[str, filters.Value]] | None = None,
 ) -> tuple[list[str], list[IndexedChunk], np.ndarray] | None:
+    """Stores the prepared chunks; returns them as the index holds them, with their documents' `fields` (the
+    rows keep no fields: a load joins them from the documents)."""
     if not prepared.chunks:
         return None
     keys = chunk_keys(prepared.chunks)
@@ -476,14 +556,16 @@ def _insert_chunks(
             for key, c, i, vector in zip(keys, prepared.chunks, chunks, vectors, strict=True)
         ],
     )
+    if fields is not None:
+        chunks = [with_fields(c, fields[c.meta["document_id"]]) for c in chunks]
     return keys, chunks, vectors
 
 
 def _chunk_rows(connection: sqlite3.Connection, key: str, space: str, since: int = -1) -> list[tuple]:
     """The chunks of the partition in `space` written after change `since` (all by default), in document order."""
     return connection.execute(
-        "SELECT c.key, c.id, c.text, c.meta, c.vector FROM chunks c JOIN partitions p ON p.id = c.partition "
-        "JOIN documents d ON d.partition = c.partition AND d.id = c.document "
+        f"SELECT c.key, c.id, c.text, c.meta, c.vector, {_DOCUMENT} FROM chunks c "
+        "JOIN partitions p ON p.id = c.partition JOIN documents d ON d.partition = c.partition AND d.id = c.document "
         "WHERE p.key = ? AND p.space = ? AND c.changed > ? ORDER BY d.seq, c.key",
         (key, space, since),
     ).fetchall()
@@ -500,9 +582,17 @@ def _chunk_keys(connection: sqlite3.Connection, key: str, space: str) -> set[str
 
 
 def _chunks(rows: list[tuple]) -> tuple[list[str], list[IndexedChunk], np.ndarray]:
-    """(key, id, text, meta, vector) rows as keys, chunks and their float32 vectors."""
+    """(key, id, text, meta, vector, *document) rows as keys, chunks (with their document's fields) and their
+    float32 vectors."""
     vectors = np.stack([np.frombuffer(r[4], dtype=_VECTOR) for r in rows])
-    return [r[0] for r in rows], [IndexedChunk(r[1], r[2], json.loads(r[3])) for r in rows], vectors
+    fields: dict[str, dict[str, filters.Value]] = {}
+    chunks = []
+    for r in rows:
+        document = r[5]
+        if document not in fields:
+            fields[document] = _document(r[5:]).fields()
+        chunks.append(with_fields(IndexedChunk(r[1], r[2], json.loads(r[3])), fields[document]))
+    return [r[0] for r in rows], chunks, vectors
 
 
 def _next_change(connection: sqlite3.Connection) -> int:
@@ -561,6 +651,49 @@ def _delete(connection: sqlite3.Connection, key: str, ids: list[str]) -> tuple[D
     return outcome, _Change(partition.space, change, removed, None) if stored else None
 
 
+def _page(connection: sqlite3.Connection, key: str, keep: filters.Filter, after: str, limit: int, now: int) -> Page:
+    partition = _partition(connection, key)
+    if partition is None:
+        return Page([], None)
+    rows = connection.execute(
+        f"SELECT {_DOCUMENT} FROM documents d WHERE d.partition = ? AND d.id > ? ORDER BY d.id LIMIT ?",
+        (partition.id, after, LIST_SCAN_BOUND),
+    ).fetchall()
+    found: list[MemoryDocument] = []
+    for row in rows:
+        document = _document(row)
+        if not document.expired(now) and filters.matches(keep, document.fields()):
+            found.append(document)
+            if len(found) == limit:
+                return Page(found, document.id)
+    return Page(found, rows[-1][0] if len(rows) == LIST_SCAN_BOUND else None)
+
+
+def _matching(connection: sqlite3.Connection, key: str, keep: filters.Filter) -> list[str]:
+    partition = _partition(connection, key)
+    if partition is None:
+        return []
+    rows = connection.execute(f"SELECT {_DOCUMENT} FROM documents d WHERE d.partition = ?", (partition.id,))
+    return [d.id for d in map(_document, rows) if filters.matches(keep, d.fields())]
+
+
+def _expired(connection: sqlite3.Connection, now: int) -> dict[str, list[str]]:
+    """Up to PURGE_BOUND expired documents' ids, by partition key."""
+    found: dict[str, list[str]] = {}
+    for key, document in connection.execute(
+        "SELECT p.key, d.id FROM documents d JOIN partitions p ON p.id = d.partition "
+        "WHERE d.expires IS NOT NULL AND d.expires <= ? LIMIT ?",
+        (now, PURGE_BOUND),
+    ):
+        found.setdefault(key, []).append(document)
+    return found
+
+
+def _purge(connection: sqlite3.Connection, key: str, ids: list[str], now: int) -> tuple[DeleteOutcome, _Change | None]:
+    """Deletes those of `ids` still expired at `now` (a write may have renewed one since they were found)."""
+    return _delete(connection, key, [i for i, d in _stored(connection, key, ids).items() if d.expired(now)])
+
+
 def _clear(connection: sqlite3.Connection, key: str) -> None:
     partition = _partition(connection, key)
     if partition is not None:
@@ -613,10 +746,11 @@ def _import(connection: sqlite3.Connection, key: str, scope: Scope, name: str, d
     if _partition(connection, key) is not None:
         return 0
     partition = _create(connection, key, scope, name)
+    now = time.time_ns()
     connection.executemany(
-        "INSERT INTO documents (partition, id, seq, text, metadata) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO documents (partition, id, seq, text, metadata, created, updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
-            (partition.id, d.id, seq, d.text, json.dumps(d.metadata, ensure_ascii=False))
+            (partition.id, d.id, seq, d.text, json.dumps(d.metadata, ensure_ascii=False), now, now)
             for seq, d in enumerate(documents, 1)
         ],
     )

@@ -15,6 +15,7 @@ log). store/factory.py picks one at start-up; no other module asks which one run
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import numpy as np
 
 from ragsidecar.errors import Violation, invalid
+from ragsidecar.knowledge import filters
 from ragsidecar.knowledge.declarations import Entry, Scope, SourceType, Use
 from ragsidecar.knowledge.sources.units import Provenance, Unit
 
@@ -38,13 +40,36 @@ class MemoryDocument:
     id: str
     text: str
     metadata: dict[str, str]
+    # Typed metadata (filters.Value by key; no key of `metadata`, none starting with "$").
+    typed: dict[str, filters.Value] = field(default_factory=dict)
+    # When it expires, in nanoseconds since the epoch; None: never.
+    expires_at: int | None = None
+    # When its id was first written and when it last changed (nanoseconds; the store sets them, 0 before).
+    created: int = field(default=0, compare=False)
+    updated: int = field(default=0, compare=False)
 
     def size(self) -> int:
-        """UTF-8 bytes of the id, text and metadata: what the per-call limit counts."""
+        """UTF-8 bytes of the id, text and metadata (typed values as JSON): what the per-call limit counts."""
+        typed = json.dumps(filters.to_json(self.typed), ensure_ascii=False) if self.typed else ""
         return sum(
             len(s.encode("utf-8", "surrogatepass"))
-            for s in (self.id, self.text, *self.metadata.keys(), *self.metadata.values())
+            for s in (self.id, self.text, *self.metadata.keys(), *self.metadata.values(), typed)
         )
+
+    def fields(self) -> dict[str, filters.Value]:
+        """What a filter sees of the document: its metadata (string entries under "$" keys are not filterable),
+        its typed metadata, "$id" and its timestamps."""
+        fields: dict[str, filters.Value] = {k: v for k, v in self.metadata.items() if not k.startswith("$")}
+        fields.update(self.typed)
+        fields[filters.ID] = self.id
+        fields[filters.CREATED] = filters.Instant(self.created)
+        fields[filters.UPDATED] = filters.Instant(self.updated)
+        if self.expires_at is not None:
+            fields[filters.EXPIRES_AT] = filters.Instant(self.expires_at)
+        return fields
+
+    def expired(self, now: int) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
 
     def unit(self) -> Unit:
         return document_unit(self.id, self.text)
@@ -68,6 +93,21 @@ class DeleteOutcome:
     deleted: int
     not_found: int
     count: int
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page of a listing: the documents a filter kept, and the id to list after for the next page (None: this
+    was the last). A page may hold fewer documents than asked when the scan reached its bound first."""
+
+    documents: list[MemoryDocument]
+    after: str | None
+
+
+# Documents one listing call reads at most (what a page costs, whatever the filter keeps).
+LIST_SCAN_BOUND = 5000
+# Expired documents one purge removes at most (the next one goes on).
+PURGE_BOUND = 1000
 
 
 def check_request_size(documents: list[MemoryDocument], limit: int) -> None:
@@ -122,6 +162,19 @@ class DocumentStore(Protocol):
         """Adds or replaces documents by id; durable when it returns. Unchanged documents cost nothing."""
 
     async def delete(self, scope: Scope, name: str, ids: list[str]) -> DeleteOutcome: ...
+
+    async def get(self, scope: Scope, name: str, ids: list[str], now: int) -> list[MemoryDocument]:
+        """The documents of those ids not expired at `now` (nanoseconds), each once, in the order asked."""
+
+    async def page(self, scope: Scope, name: str, keep: filters.Filter, after: str, limit: int, now: int) -> Page:
+        """Up to `limit` documents past id `after` (UTF-8 byte order) that `keep` keeps and that have not expired
+        at `now`, reading at most LIST_SCAN_BOUND documents."""
+
+    async def delete_matching(self, scope: Scope, name: str, keep: filters.Filter) -> DeleteOutcome:
+        """Deletes every document `keep` keeps (expired ones included)."""
+
+    async def purge(self, now: int) -> int:
+        """Deletes up to PURGE_BOUND documents expired at `now`, in every partition; returns how many."""
 
     async def clear(self, scope: Scope, name: str) -> None:
         """Empties the partition."""

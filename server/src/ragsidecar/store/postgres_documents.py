@@ -49,6 +49,7 @@ from psycopg.types.json import Jsonb
 from ragsidecar import metrics
 from ragsidecar.errors import ErrorKind, SidecarError
 from ragsidecar.identifiers import key_of
+from ragsidecar.knowledge import filters
 from ragsidecar.knowledge.chunking import Chunk, chunk_meta
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.knowledge.index import IndexedChunk
@@ -56,8 +57,11 @@ from ragsidecar.knowledge.sources.units import Unit
 from ragsidecar.store.cursors import across_tenants
 from ragsidecar.store.database import one_row
 from ragsidecar.store.interface import (
+    LIST_SCAN_BOUND,
+    PURGE_BOUND,
     DeleteOutcome,
     MemoryDocument,
+    Page,
     PartitionIndex,
     Prepare,
     Prepared,
@@ -215,6 +219,36 @@ class PostgresMemoryStore:
         await self._count_log(logged)
         return outcome
 
+    async def get(self, scope: Scope, name: str, ids: list[str], now: int) -> list[MemoryDocument]:
+        key = self.partition(scope, name)
+        wanted = list(dict.fromkeys(ids))
+        stored = await self._database.run(lambda c: _stored_in(c, key, wanted), tenant=key.tenant)
+        return [stored[i] for i in wanted if i in stored and not stored[i].expired(now)]
+
+    async def page(self, scope: Scope, name: str, keep: filters.Filter, after: str, limit: int, now: int) -> Page:
+        key = self.partition(scope, name)
+        return await self._database.run(lambda c: _page(c, key, keep, after, limit, now), tenant=key.tenant)
+
+    async def delete_matching(self, scope: Scope, name: str, keep: filters.Filter) -> DeleteOutcome:
+        key = self.partition(scope, name)
+
+        def delete(connection: psycopg.Connection) -> tuple[DeleteOutcome, int]:
+            return _delete(connection, key, _matching(connection, key, keep), self._log_entries)
+
+        outcome, logged = await self._database.run(delete, tenant=key.tenant)
+        await self._count_log(logged)
+        return outcome
+
+    async def purge(self, now: int) -> int:
+        expired = await self._database.run(lambda c: _expired(c, self._namespace, now))
+        purged = 0
+        for key, ids in expired.items():
+            purge = functools.partial(_purge, key=key, ids=ids, now=now, log_entries=self._log_entries)
+            outcome, logged = await self._database.run(purge, tenant=key.tenant)
+            await self._count_log(logged)
+            purged += outcome.deleted
+        return purged
+
     async def clear(self, scope: Scope, name: str) -> None:
         """Empties the partition: every replica's index of it reloads (an empty space) on its next search."""
         key = self.partition(scope, name)
@@ -256,22 +290,31 @@ def write(
     namespace's partitions past `max_namespace_bytes` raises RESOURCE_EXHAUSTED (the transaction rolls back:
     nothing of it stays)."""
     partition = _lock_partition(connection, key)
-    stored = {
-        i: (text, metadata)
-        for i, text, metadata in connection.execute(
-            "SELECT id, text, metadata FROM ragsidecar_memory_documents WHERE partition = %s AND tenant = %s "
-            "AND id = ANY(%s)",
-            (partition.id, key.tenant, [d.id for d in documents]),
-        )
-    }
-    changed = [d for d in documents if d.id not in stored or stored[d.id] != (d.text, d.metadata)]
+    stored = _stored(connection, key.tenant, partition.id, [d.id for d in documents])
+    changed = [d for d in documents if stored.get(d.id) != d]
     if not changed:
         return UpsertOutcome(0, 0, len(documents), partition.documents), 0
-    change = partition.changes + 1
+    change, now = partition.changes + 1, time.time_ns()
+    written = {d.id: replace(d, created=stored[d.id].created if d.id in stored else now, updated=now) for d in changed}
     connection.cursor().executemany(
-        "INSERT INTO ragsidecar_memory_documents (partition, id, tenant, text, metadata) VALUES (%s, %s, %s, %s, %s) "
-        "ON CONFLICT (partition, id) DO UPDATE SET text = EXCLUDED.text, metadata = EXCLUDED.metadata",
-        [(partition.id, d.id, key.tenant, d.text, Jsonb(d.metadata)) for d in changed],
+        "INSERT INTO ragsidecar_memory_documents (partition, id, tenant, text, metadata, typed, created, updated, "
+        "expires) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (partition, id) DO UPDATE SET "
+        "text = EXCLUDED.text, metadata = EXCLUDED.metadata, typed = EXCLUDED.typed, updated = EXCLUDED.updated, "
+        "expires = EXCLUDED.expires",
+        [
+            (
+                partition.id,
+                d.id,
+                key.tenant,
+                d.text,
+                Jsonb(d.metadata),
+                Jsonb(filters.to_json(d.typed)),
+                d.created,
+                d.updated,
+                d.expires_at,
+            )
+            for d in written.values()
+        ],
     )
     removed = _remove_chunks(connection, key.tenant, partition.id, [d.id for d in changed], change)
     # A space new to a partition that already has documents lacks theirs: it is filled in on a search.
@@ -285,11 +328,10 @@ def write(
         space,
         [(c, v) for c, v in zip(prepared.chunks, prepared.vectors, strict=True) if c.provenance.document_id in ids],
         change,
+        {i: d.fields() for i, d in written.items()},
     )
     replaced = sum(d.id in stored for d in changed)
-    grown = sum(d.size() for d in changed) - sum(
-        MemoryDocument(d.id, *stored[d.id]).size() for d in changed if d.id in stored
-    )
+    grown = sum(d.size() for d in changed) - sum(stored[d.id].size() for d in changed if d.id in stored)
     # Only the writer's own space still holds every document (the changed ones' chunks left the others).
     _advance(
         connection,
@@ -401,9 +443,15 @@ def drop_orphaned_corpora(connection: psycopg.Connection) -> int:
 
 
 def _insert_chunks(
-    connection: psycopg.Connection, key: PartitionKey, space: int, embedded: list[tuple[Chunk, np.ndarray]], change: int
+    connection: psycopg.Connection,
+    key: PartitionKey,
+    space: int,
+    embedded: list[tuple[Chunk, np.ndarray]],
+    change: int,
+    fields: dict[str, dict[str, filters.Value]],
 ) -> None:
-    """Chunks (renumbered within their documents) with their keys and vectors, stamped with `change`."""
+    """Chunks (renumbered within their documents) with their keys and vectors, stamped with `change`; each chunk's
+    meta carries its document's `fields` (what filters see)."""
     if not embedded:
         return
     use_vectors(connection)
@@ -420,7 +468,7 @@ def _insert_chunks(
                 change,
                 c.id,
                 c.text,
-                Jsonb(chunk_meta(c)),
+                Jsonb({**chunk_meta(c), "fields": filters.to_json(fields[c.provenance.document_id])}),
                 Vector(v),
             )
             for chunk_key, c, (_, v) in zip(chunk_keys(chunks), chunks, embedded, strict=True)
@@ -506,10 +554,10 @@ def _delete(
         return DeleteOutcome(0, len(ids), 0), 0
     partition = _lock_partition(connection, key)
     deleted = [
-        MemoryDocument(*r)
+        _document(r)
         for r in connection.execute(
-            "DELETE FROM ragsidecar_memory_documents WHERE partition = %s AND tenant = %s AND id = ANY(%s) "
-            "RETURNING id, text, metadata",
+            "DELETE FROM ragsidecar_memory_documents d WHERE d.partition = %s AND d.tenant = %s AND d.id = ANY(%s) "
+            f"RETURNING {_DOCUMENT}",
             (partition.id, key.tenant, ids),
         )
     ]
@@ -521,6 +569,19 @@ def _delete(
     _advance(connection, key.tenant, partition, change, count, -sum(d.size() for d in deleted))
     logged = _log_removals(connection, key.tenant, removed, change_log_entries)
     return DeleteOutcome(len(deleted), len(ids) - len(deleted), count), logged
+
+
+def _purge(
+    connection: psycopg.Connection, key: PartitionKey, ids: list[str], now: int, log_entries: int
+) -> tuple[DeleteOutcome, int]:
+    """Deletes those of `ids` still expired at `now` (a write may have renewed one since they were found)."""
+    stored = _stored_in(connection, key, ids)
+    return _delete(connection, key, [i for i, d in stored.items() if d.expired(now)], log_entries)
+
+
+def _stored_in(connection: psycopg.Connection, key: PartitionKey, ids: list[str]) -> dict[str, MemoryDocument]:
+    partition = _partition_row(connection, key)
+    return {} if partition is None else _stored(connection, key.tenant, partition.id, ids)
 
 
 def _clear(connection: psycopg.Connection, key: PartitionKey) -> None:
@@ -580,11 +641,77 @@ def _partition_row(connection: psycopg.Connection, key: PartitionKey) -> _Partit
 
 
 def _documents(connection: psycopg.Connection, key: PartitionKey) -> list[tuple[str, str]]:
+    """The partition's documents not expired, in the order first written."""
     return connection.execute(
         "SELECT d.id, d.text FROM ragsidecar_memory_documents d JOIN ragsidecar_memory_partitions p "
-        "ON p.id = d.partition WHERE p.key = %s AND p.tenant = %s AND d.tenant = %s ORDER BY d.seq",
-        (key.key, key.tenant, key.tenant),
+        "ON p.id = d.partition WHERE p.key = %s AND p.tenant = %s AND d.tenant = %s "
+        "AND (d.expires IS NULL OR d.expires > %s) ORDER BY d.seq",
+        (key.key, key.tenant, key.tenant, time.time_ns()),
     ).fetchall()
+
+
+# A document row's columns, as _document reads them.
+_DOCUMENT = "d.id, d.text, d.metadata, d.typed, d.expires, d.created, d.updated"
+
+
+def _document(row: tuple) -> MemoryDocument:
+    i, text, metadata, typed, expires, created, updated = row
+    return MemoryDocument(i, text, metadata, filters.from_json(typed), expires, created=created, updated=updated)
+
+
+def _stored(connection: psycopg.Connection, tenant: str, partition: int, ids: list[str]) -> dict[str, MemoryDocument]:
+    rows = connection.execute(
+        f"SELECT {_DOCUMENT} FROM ragsidecar_memory_documents d WHERE d.partition = %s AND d.tenant = %s "
+        "AND d.id = ANY(%s)",
+        (partition, tenant, ids),
+    )
+    return {d.id: d for d in map(_document, rows)}
+
+
+def _page(
+    connection: psycopg.Connection, key: PartitionKey, keep: filters.Filter, after: str, limit: int, now: int
+) -> Page:
+    partition = _partition_row(connection, key)
+    if partition is None:
+        return Page([], None)
+    rows = connection.execute(
+        f"SELECT {_DOCUMENT} FROM ragsidecar_memory_documents d WHERE d.partition = %s AND d.tenant = %s "
+        'AND d.id COLLATE "C" > %s ORDER BY d.id COLLATE "C" LIMIT %s',
+        (partition.id, key.tenant, after, LIST_SCAN_BOUND),
+    ).fetchall()
+    found: list[MemoryDocument] = []
+    for row in rows:
+        document = _document(row)
+        if not document.expired(now) and filters.matches(keep, document.fields()):
+            found.append(document)
+            if len(found) == limit:
+                return Page(found, document.id)
+    return Page(found, rows[-1][0] if len(rows) == LIST_SCAN_BOUND else None)
+
+
+def _matching(connection: psycopg.Connection, key: PartitionKey, keep: filters.Filter) -> list[str]:
+    partition = _partition_row(connection, key)
+    if partition is None:
+        return []
+    rows = connection.execute(
+        f"SELECT {_DOCUMENT} FROM ragsidecar_memory_documents d WHERE d.partition = %s AND d.tenant = %s",
+        (partition.id, key.tenant),
+    )
+    return [d.id for d in map(_document, rows) if filters.matches(keep, d.fields())]
+
+
+def _expired(connection: psycopg.Connection, namespace: str, now: int) -> dict[PartitionKey, list[str]]:
+    """Up to PURGE_BOUND documents of the namespace expired at `now`, every tenant's, by partition."""
+    across_tenants(connection)
+    found: dict[PartitionKey, list[str]] = {}
+    for tenant, session, source, document in connection.execute(
+        "SELECT p.tenant, p.session, p.source, d.id FROM ragsidecar_memory_documents d "
+        "JOIN ragsidecar_memory_partitions p ON p.id = d.partition AND p.tenant = d.tenant "
+        "WHERE d.expires <= %s AND p.namespace = %s LIMIT %s",
+        (now, namespace, PURGE_BOUND),
+    ):
+        found.setdefault(PartitionKey(namespace, tenant, session, source), []).append(document)
+    return found
 
 
 @dataclass(frozen=True)
@@ -640,12 +767,14 @@ def _fill(
     missing = _missing_documents(connection, key.tenant, partition.id, space)
     covered = {i for i, text in missing if texts.get(i) == text}
     change = partition.changes + 1
+    stored = _stored(connection, key.tenant, partition.id, list(covered))
     _insert_chunks(
         connection,
         key,
         space,
         [(c, v) for c, v in zip(prepared.chunks, prepared.vectors, strict=True) if c.provenance.document_id in covered],
         change,
+        {i: d.fields() for i, d in stored.items()},
     )
     _advance(connection, key.tenant, partition, change, partition.documents, 0)
     if len(covered) == len(missing):
@@ -742,6 +871,7 @@ def _apply(resident: Resident, changes: _Changes) -> bool:
     keys, chunks, vectors = changes.added
     if keys and vectors.shape[1] != resident.index.dimensions:
         return False
+    vectors = vectors.reshape(len(keys), resident.index.dimensions)
     readded = set(keys)
     removed = [k for k in changes.removed if k not in readded]
     resident.index.update(removed, chunks, vectors, keys, position=changes.position)

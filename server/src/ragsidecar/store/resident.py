@@ -8,6 +8,7 @@ without one it is rebuilt from the stored chunks and vectors. Nothing is embedde
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 from ragsidecar import metrics
 from ragsidecar.cache import ByteLRU
 from ragsidecar.identifiers import key_of
+from ragsidecar.knowledge import filters
 from ragsidecar.knowledge.chunking import Chunk, chunk_meta
 from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
 from ragsidecar.store.snapshots import PartitionSnapshots
@@ -40,6 +42,11 @@ def chunk_keys(chunks: list[Chunk]) -> list[str]:
 
 def indexed(chunk: Chunk) -> IndexedChunk:
     return IndexedChunk(chunk.id, chunk.text, chunk_meta(chunk))
+
+
+def with_fields(chunk: IndexedChunk, fields: Mapping[str, filters.Value]) -> IndexedChunk:
+    """The chunk with its document's fields in its meta, where filters (index.fields_of) and hits read them."""
+    return IndexedChunk(chunk.id, chunk.text, {**chunk.meta, "fields": filters.to_json(fields)})
 
 
 @dataclass

@@ -10,8 +10,10 @@ by its manifest (the partition is then rebuilt from its rows, as before snapshot
 Snapshots are written by one background thread per process (`snapshotter`), never on a write's path: after
 `after_changes` chunk changes since the last one, or once the partition has seen no change for `idle_s`
 (`SnapshotPolicy`). The write goes to a temp folder renamed into place; a process killed meanwhile leaves a
-temp folder that the next start sweeps. Evicting an index from the resident LRU drops it from memory; the
-next search of its partition loads its snapshot and replays what came after.
+temp folder that the next start sweeps. Evicting an index from the resident LRU drops it from memory once its
+pending snapshot, if any, is written (the snapshotter holds it until then: an index evicted right after its
+build is saved, not built again on every search); the next search of its partition loads its snapshot and
+replays what came after.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import logging
 import shutil
 import threading
 import time
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,14 +110,14 @@ class _Pending:
     snapshots: PartitionSnapshots
     partition: str
     space: str
-    index: weakref.ref[HybridIndex]
+    index: HybridIndex
     unsaved: int = 0
     last_change: float = field(default_factory=time.monotonic)
 
 
 class _Snapshotter:
-    """One daemon thread writing the snapshots that are due, one at a time; an index evicted (collected) before
-    its snapshot is skipped: its partition replays a little more on its next open."""
+    """One daemon thread writing the snapshots that are due, one at a time. It holds each index with changes not
+    yet saved (an evicted one too) until its snapshot is written."""
 
     def __init__(self) -> None:
         self._pending: dict[tuple[int, str], _Pending] = {}
@@ -129,8 +130,8 @@ class _Snapshotter:
         with self._wake:
             key = (id(snapshots), partition)
             entry = self._pending.get(key)
-            if entry is None or entry.index() is not index or entry.space != space:
-                entry = self._pending[key] = _Pending(snapshots, partition, space, weakref.ref(index))
+            if entry is None or entry.index is not index or entry.space != space:
+                entry = self._pending[key] = _Pending(snapshots, partition, space, index)
             entry.unsaved += chunks
             entry.last_change = time.monotonic()
             if self._thread is None:
@@ -166,8 +167,8 @@ class _Snapshotter:
                     self._save(key, entry, unsaved)
 
     def _save(self, key: tuple[int, str], entry: _Pending, unsaved: int) -> None:
-        index = entry.index()
-        if index is not None and not entry.snapshots.closed:
+        index = entry.index
+        if not entry.snapshots.closed:
             try:
                 started = time.perf_counter()
                 entry.snapshots.save(entry.partition, entry.space, index)
@@ -179,7 +180,7 @@ class _Snapshotter:
         with self._wake:
             if self._pending.get(key) is entry:
                 entry.unsaved -= unsaved
-                if entry.unsaved <= 0 or index is None:
+                if entry.unsaved <= 0:
                     del self._pending[key]
 
 

@@ -1,0 +1,315 @@
+"""Restarts, evictions and new replicas: what a MEMORY partition's first search costs, with and without its
+index snapshot (store/snapshots.py), side by side in one run for the embedded store and a PostgreSQL replica.
+
+Data as bench/store.py makes it (SciFact abstracts with their real bge-small-en-v1.5 vectors plus noisy copies,
+one chunk per document, 384 dimensions; its queries, embedding excluded). Per size and store, driven through the
+store's DocumentStore calls as the server drives them, with the default [retrieval] and [store] settings:
+
+  built         the first search of a partition no index or snapshot of which exists: embedded, the build from
+                the SQLite rows after the bulk load; postgres, a replica with no snapshot (a fresh data folder)
+                loading the partition from the database.
+  snapshot s    the background snapshot's write (after the build, the partition idle).
+  restart       after WRITES_AFTER one-document upserts made once the snapshot was written, the store closed
+                and opened again on the same data folder (and database): the first search, which loads the
+                snapshot and replays those writes.
+  evicted       a store whose resident bound (retrieval.memory_cache_bytes) is too small to keep the index, so
+                every search opens it again: the p50 of EVICTED_SEARCHES such searches (each a snapshot load).
+  steady        p50 of the queries searched on the resident index (index + hybrid search).
+  8 vs 1        searches per second of 8 threads searching the resident index at once over one at a time.
+  recall@10     the dense side's top 10 against exact float32 cosine.
+  KB/chunk      a process of its own opens the store from the snapshot and searches once: its resident memory
+                over what it held before opening (imports done, models not loaded), per chunk.
+
+    .venv/bin/python bench/restart.py [--sizes 1000,10000] [--stores embedded,postgres] [--queries 50]
+    (add 100000 to --sizes for the 100k figures: its build takes minutes on 2 shared cores)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+from store import (
+    LOAD_BATCH,
+    MODEL,
+    REPO,
+    REQUEST_BYTES,
+    RESIDENT_BYTES,
+    SCOPE,
+    SEED,
+    SOURCE,
+    Corpus,
+    Queries,
+    Searching,
+    Vectors,
+    base_set,
+    dense_recall,
+    derive,
+    documents_of,
+    new_documents,
+    p,
+)
+
+from ragsidecar.config_loading import load_config
+from ragsidecar.store.interface import DocumentStore
+from ragsidecar.store.snapshots import SnapshotPolicy
+
+RESULTS = REPO / "bench" / "results"
+WRITES_AFTER = 20
+EVICTED_SEARCHES = 5
+CONCURRENCY = 8
+STORES = ("embedded", "postgres")
+
+
+@dataclass
+class Figures:
+    store: str
+    chunks: int
+    built_s: float = float("nan")
+    snapshot_s: float = float("nan")
+    restart_s: float = float("nan")
+    evicted_s: list[float] = field(default_factory=list)
+    steady_ms: list[float] = field(default_factory=list)
+    parallel: float = float("nan")  # 8 threads' searches per second over one thread's
+    recall: float = float("nan")
+    kb_per_chunk: float = float("nan")
+
+
+class Opener:
+    """Opens (and reopens) one backend's MEMORY store on one data folder (and, for postgres, one database)."""
+
+    def __init__(self, backend: str, data: Path, vectors: Vectors, searching: Searching, dsn: str = "") -> None:
+        self.backend, self.data, self.vectors, self.searching, self.dsn = backend, data, vectors, searching, dsn
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+
+    async def open(self, resident_bytes: int = RESIDENT_BYTES) -> DocumentStore:
+        policy = SnapshotPolicy()
+        if self.backend == "embedded":
+            from ragsidecar.store.embedded import EmbeddedBackend
+
+            backend = EmbeddedBackend(
+                self.data, resident_bytes, 1 << 20, REQUEST_BYTES, self.searching.threads, self.searching.dtype, policy
+            )
+            self._closers.append(backend.close)
+            return backend.documents("memory", self.vectors)
+        from ragsidecar.config import Config, PathsConfig, RetrievalConfig, StoreConfig
+        from ragsidecar.store.database import open_database
+        from ragsidecar.store.postgres import PostgresBackend
+
+        config = Config(
+            paths=PathsConfig(data_dir=str(self.data)),
+            retrieval=RetrievalConfig(
+                memory_cache_bytes=resident_bytes,
+                index_threads=self.searching.threads,
+                index_dtype=self.searching.dtype,
+            ),
+            store=StoreConfig(backend="postgres", pool_size=2),
+        )
+        database = open_database(config, {"RAGSIDECAR_STORE_DSN": self.dsn})
+        assert database is not None
+        postgres = PostgresBackend(config, database)
+        await postgres.start()
+        self._closers.append(postgres.close)
+        return postgres.documents("memory", self.vectors)
+
+    async def close(self) -> None:
+        for close in self._closers:
+            await close()
+        self._closers.clear()
+
+
+async def first_search(store: DocumentStore, searching: Searching, queries: Queries) -> float:
+    started = time.perf_counter()
+    await searching.search(store, queries.vectors[0], queries.texts[0])
+    return time.perf_counter() - started
+
+
+def snapshot_written(data: Path, after: float, timeout: float = 1800.0) -> float:
+    """Seconds from `after` (a perf_counter time) until a snapshot manifest newer than it is under `data`."""
+    deadline = time.monotonic() + timeout
+    wall = time.time() - (time.perf_counter() - after)
+    while time.monotonic() < deadline:
+        for manifest in (data / "snapshots").glob("*/*/manifest.json"):
+            if manifest.stat().st_mtime > wall:
+                return manifest.stat().st_mtime - wall
+        time.sleep(0.05)
+    raise SystemExit(f"no snapshot under {data} after {timeout} s")
+
+
+async def steady(figures: Figures, store: DocumentStore, searching: Searching, queries: Queries, corpus: Corpus):
+    dense = []
+    for vector, text in zip(queries.vectors, queries.texts, strict=True):
+        started = time.perf_counter()
+        await searching.search(store, vector, text)
+        figures.steady_ms.append((time.perf_counter() - started) * 1000)
+        dense.append(documents_of(await searching.search(store, vector, "", use_lexical=False)))
+    figures.recall = dense_recall(dense, corpus, queries)
+    partition = await store.index(SCOPE, SOURCE, MODEL, searching.analysis)
+
+    def search(n: int) -> None:
+        i = n % len(queries.texts)
+        partition.index.search(queries.vectors[i], queries.texts[i], 10, searching.candidates, fusion=searching.fusion)
+
+    rates = []
+    for threads in (1, CONCURRENCY, 1, CONCURRENCY):  # interleaved: both meet the same moments of the machine
+        count = 8 * len(queries.texts)
+        with ThreadPoolExecutor(threads) as pool:
+            started = time.perf_counter()
+            list(pool.map(search, range(count)))
+            rates.append(count / (time.perf_counter() - started))
+    figures.parallel = (rates[1] + rates[3]) / (rates[0] + rates[2])
+
+
+def resident_kb_per_chunk(backend: str, data: Path, dsn: str, chunks: int) -> float:
+    """A process of its own opens the store on `data` from its snapshot and searches once."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--measure-rss", backend, str(data), dsn],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    ).stdout
+    grown = json.loads(out.strip().splitlines()[-1])["grown_bytes"]
+    return grown / chunks / 1024
+
+
+async def measure_rss(backend: str, data: Path, dsn: str) -> None:
+    config = load_config(REPO / "config" / "ragsidecar.toml", environ={})
+    searching = Searching.of(config)
+    opener = Opener(backend, data, Vectors(searching.analysis), searching, dsn)
+    import ragsidecar.store.embedded  # noqa: F401 - loaded before measuring: the process's empty size holds the code
+    import ragsidecar.store.postgres  # noqa: F401
+
+    vector = np.ones(384, np.float32) / np.sqrt(384)
+    before = psutil.Process().memory_info().rss
+    store = await opener.open()
+    partition = await store.index(SCOPE, SOURCE, MODEL, searching.analysis)
+    partition.index.search(vector, "cell", 10, searching.candidates, fusion=searching.fusion)
+    grown = psutil.Process().memory_info().rss - before
+    await opener.close()
+    print(json.dumps({"grown_bytes": grown}))
+
+
+async def one_store(
+    backend: str, size: int, corpus: Corpus, written: list[Corpus], queries: Queries, searching: Searching, server
+) -> Figures:
+    vectors = Vectors(searching.analysis)
+    vectors.add(corpus)
+    for document in written:
+        vectors.add(document)
+    figures = Figures(backend, size + len(written))
+    dsn = server.database(f"bench_restart_{size}") if backend == "postgres" else ""
+    with tempfile.TemporaryDirectory(prefix=f"bench-restart-{backend}-") as folder:
+        data = Path(folder)
+        writer = Opener(backend, data / "writer", vectors, searching, dsn)
+        store = await writer.open()
+        for start in range(0, len(corpus.ids), LOAD_BATCH):
+            await store.upsert(SCOPE, SOURCE, corpus.slice(start, start + LOAD_BATCH).documents())
+        if backend == "postgres":  # the writer is replica A; B is the replica measured, with a data folder of its own
+            replica = Opener(backend, data / "replica", vectors, searching, dsn)
+            searched, searched_data = await replica.open(), data / "replica"
+        else:
+            replica, searched, searched_data = writer, store, data / "writer"
+        started = time.perf_counter()
+        figures.built_s = await first_search(searched, searching, queries)
+        figures.snapshot_s = snapshot_written(searched_data, started) - figures.built_s
+        everything = Corpus.joined([corpus, *written])
+        for document in written:
+            await store.upsert(SCOPE, SOURCE, document.documents())
+        await steady(figures, searched, searching, queries, everything)
+        await replica.close()
+        await writer.close()
+
+        restarted = Opener(backend, searched_data, vectors, searching, dsn)
+        figures.restart_s = await first_search(await restarted.open(), searching, queries)
+        await restarted.close()
+        evicting = Opener(backend, searched_data, vectors, searching, dsn)
+        store = await evicting.open(resident_bytes=1)
+        figures.evicted_s = [await first_search(store, searching, queries) for _ in range(EVICTED_SEARCHES)]
+        await evicting.close()
+        figures.kb_per_chunk = resident_kb_per_chunk(backend, searched_data, dsn, figures.chunks)
+    print(f"  {backend}: {row(figures)}", flush=True)
+    return figures
+
+
+def row(f: Figures) -> str:
+    return (
+        f"| {f.chunks:,} | {f.store} | {f.built_s:.2f} | {f.snapshot_s:.2f} | {f.restart_s * 1000:.0f} | "
+        f"{p(f.evicted_s, 50) * 1000:.0f} | {p(f.steady_ms, 50):.2f} | {f.parallel:.2f} | {f.recall:.4f} | "
+        f"{f.kb_per_chunk:.1f} |"
+    )
+
+
+async def measure_all(sizes: list[int], stores: list[str], query_count: int) -> list[Figures]:
+    config = load_config(REPO / "config" / "ragsidecar.toml", environ={})
+    searching = Searching.of(config)
+    base, queries = base_set(config, query_count)
+    server = None
+    if "postgres" in stores:
+        sys.path.insert(0, str(REPO / "tests"))
+        from postgres import Postgres
+
+        server = Postgres()
+    try:
+        figures = []
+        for size in sizes:
+            rng = np.random.default_rng(SEED)
+            corpus, written = derive(base, size, rng), new_documents(base, WRITES_AFTER, rng)
+            print(f"{size:,} chunks:", flush=True)
+            for backend in stores:
+                figures.append(await one_store(backend, size, corpus, written, queries, searching, server))
+        return figures
+    finally:
+        if server is not None:
+            server.close()
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--measure-rss":
+        asyncio.run(measure_rss(sys.argv[2], Path(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else ""))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000", help="bulk-loaded chunks per partition (100000: minutes)")
+    parser.add_argument("--stores", default=",".join(STORES))
+    parser.add_argument("--queries", type=int, default=50)
+    args = parser.parse_args()
+    stores = args.stores.split(",")
+    if unknown := set(stores) - set(STORES):
+        parser.error(f"unknown stores {sorted(unknown)}; known: {', '.join(STORES)}")
+    overall, load_start = time.perf_counter(), os.getloadavg()[0]
+    figures = asyncio.run(measure_all([int(s) for s in args.sizes.split(",")], stores, args.queries))
+    lines = [
+        "# Restarts, evictions and new replicas",
+        "",
+        f"`.venv/bin/python bench/restart.py --sizes {args.sizes} --stores {args.stores} --queries {args.queries}`"
+        " (the docstring says what each column times). built: the first search with no index and no snapshot "
+        "(postgres: a replica with no snapshot); restart and evicted: the first search from the snapshot.",
+        "",
+        "| chunks | store | built s | snapshot s | restart ms | evicted p50 ms | steady p50 ms | 8 vs 1 | "
+        "recall@10 | KB/chunk |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *(row(f) for f in figures),
+        "",
+        f"{os.cpu_count()} cores, load average {load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end; "
+        f"total {time.perf_counter() - overall:.0f} s.",
+    ]
+    table = "\n".join(lines) + "\n"
+    print("\n" + table)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "restart.md").write_text(table)
+
+
+if __name__ == "__main__":
+    main()
