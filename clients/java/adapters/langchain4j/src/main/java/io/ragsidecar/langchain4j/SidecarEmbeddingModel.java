@@ -43,9 +43,12 @@ public final class SidecarEmbeddingModel implements EmbeddingModel {
     this.http = HttpClient.newBuilder().connectTimeout(b.timeout).build();
   }
 
-  /** A model calling the sidecar's HTTP API at this base URL, for example {@code http://127.0.0.1:8080}. */
-  public static Builder builder(URI baseUrl) {
-    return new Builder(baseUrl);
+  /**
+   * A model calling the sidecar's HTTP API at this base URL (for example {@code http://127.0.0.1:8080}) with this
+   * configured bi-encoder: the sidecar's {@code [retrieval] embedder} gives the vectors its MEMORY search uses.
+   */
+  public static Builder builder(URI baseUrl, String model) {
+    return new Builder(baseUrl, model);
   }
 
   @Override
@@ -105,18 +108,13 @@ public final class SidecarEmbeddingModel implements EmbeddingModel {
   /** Configures a {@link SidecarEmbeddingModel}. */
   public static final class Builder {
     private final URI baseUrl;
-    private String model = "";
+    private final String model;
     private String bearerToken;
     private Duration timeout = Duration.ofSeconds(30);
 
-    private Builder(URI baseUrl) {
+    private Builder(URI baseUrl, String model) {
       this.baseUrl = Objects.requireNonNull(baseUrl, "baseUrl");
-    }
-
-    /** A configured bi-encoder's id; the sidecar's default embedder when not set. */
-    public Builder model(String model) {
       this.model = Objects.requireNonNull(model, "model");
-      return this;
     }
 
     /** The sidecar's RAGSIDECAR_TOKEN, when it sets one. */

@@ -72,7 +72,7 @@ class SidecarEmbeddingStoreTest {
     }
     sidecar = Sidecar.startWithHttp(httpPort);
     client = sidecar.clientBuilder().defaultDeadline(Duration.ofSeconds(120)).build();
-    embedder = SidecarEmbeddingModel.builder(URI.create("http://127.0.0.1:" + httpPort)).build();
+    embedder = SidecarEmbeddingModel.builder(URI.create("http://127.0.0.1:" + httpPort), "bge-small-en-v1.5").build();
   }
 
   @AfterAll
