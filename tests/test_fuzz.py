@@ -214,6 +214,21 @@ RPCS = [
         "DeleteDocuments",
         lambda _: rpb.DeleteDocumentsRequest(**who(), knowledge="notes", ids=["n1", "n2"]),
     ),
+    rpc("RetrievalService", "GetDocuments", lambda _: rpb.GetDocumentsRequest(**who(), knowledge="notes", ids=["n1"])),
+    rpc(
+        "RetrievalService",
+        "ListDocuments",
+        lambda _: rpb.ListDocumentsRequest(
+            **who(),
+            knowledge="notes",
+            page_size=2,
+            filter=rpb.Filter(
+                comparison=rpb.Comparison(
+                    field="src", operator=rpb.COMPARISON_OPERATOR_EQUAL, value=rpb.MetadataValue(string_value="mail")
+                )
+            ),
+        ),
+    ),
     rpc("ChatKnowledgeService", "GroundTurn", ground_turn),
     rpc(
         "ChatKnowledgeService",

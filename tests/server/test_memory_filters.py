@@ -415,3 +415,30 @@ def test_an_expired_document_is_invisible_at_once_purged_and_not_back_after_a_re
     assert listed(restarted, at) == ["keep"]
     assert searched(restarted, at, None, "fleeting note tides") == ["keep"]
     assert upsert(restarted, at, [lasting]).document_count == 1
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def test_a_filter_nested_past_the_decoders_limit_is_refused_and_the_server_serves_on(
+    server: Sidecar, filled: common_pb2.Scope
+) -> None:
+    """150 negations, written on the wire by hand (the client's own protobuf refuses to build them)."""
+    node = b"\x1a\x03" + pb.Exists(field="a").SerializeToString()  # Filter.exists (field 3)
+    for _ in range(149):
+        node = b"\x32" + _varint(len(node)) + node  # Filter.negation (field 6)
+    head = pb.ListDocumentsRequest(principal=PRINCIPAL, scope=filled, knowledge="notes").SerializeToString()
+    payload = head + b"\x22" + _varint(len(node)) + node  # ListDocumentsRequest.filter (field 4)
+    call = server.channel().unary_unary(
+        "/ragsidecar.v1.RetrievalService/ListDocuments",
+        request_serializer=lambda raw: raw,
+        response_deserializer=pb.ListDocumentsResponse.FromString,
+    )
+    code, reason, _ = refused(lambda: call(payload, timeout=30))
+    assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST")
+    assert listed(server, filled) == list("abcde")

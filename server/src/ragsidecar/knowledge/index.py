@@ -64,7 +64,7 @@ DEFAULT_EXPANSION_SEARCH = 64
 # A filtered search scores a selection of at most this many chunks exactly (numpy over their vectors); a larger
 # one goes through the graph, asking for more neighbours until enough pass the filter (bench/filters.py: at 100k
 # chunks the exact scan of 20k chunks costs about what the graph's over-fetch does, and is exact).
-EXACT_SELECTION = 20_000
+EXACT_SELECTION = 5_000
 # Selections kept per index, until its next change (each a sorted array of the slots a filter keeps).
 _CACHED_SELECTIONS = 8
 # The graph's first ask for a filtered search: the candidates over the selection's share, times this margin.
