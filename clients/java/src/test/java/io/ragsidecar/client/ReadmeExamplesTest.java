@@ -117,7 +117,7 @@ class ReadmeExamplesTest {
           }""");
 
   private static final List<String> CLASS_NAMES = List.of("readme.Connecting", "readme.Tracing", "readme.Reranking",
-      "readme.Retrieval", "readme.Chat", "readme.SidecarRerankerProvider", "readme.SidecarRetrievalProvider");
+      "readme.Retrieval", "readme.Memory", "readme.Chat", "readme.SidecarRerankerProvider", "readme.SidecarRetrievalProvider");
 
   @Test
   void everyJavaExampleCompiles(@TempDir Path out) {
