@@ -95,9 +95,11 @@ bench: setup
 	$(PY) bench/chat.py
 	$(PY) bench/footprint.py
 	$(PY) bench/store.py
+	$(PY) bench/restart.py
 	$(PY) bench/feedback.py
 	$(PY) bench/lexical.py
 	$(PY) bench/directory.py
+	$(PY) bench/filters.py
 	$(PY) bench/soak.py --minutes $(SOAK_MINUTES)
 
 # The soak alone: mixed traffic with model reloads for SOAK_MINUTES (memory and latency over time).

@@ -21,7 +21,13 @@ store's DocumentStore calls as the server drives them, with the default [retriev
                 over what it held before opening (imports done, models not loaded), per chunk.
 
     .venv/bin/python bench/restart.py [--sizes 1000,10000] [--stores embedded,postgres] [--queries 50]
+                                      [--vectors real|synthetic]
     (add 100000 to --sizes for the 100k figures: its build takes minutes on 2 shared cores)
+
+--vectors synthetic keeps the SciFact texts but draws the base vectors from bench/index.py's clustered
+generator (and the queries' too), for a machine where embedding the 5183 abstracts once (bench/beir.py's cache)
+is too slow: the times and memory do not depend on what the vectors mean; recall@10 is then that of the
+clustered set.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from beir import read_collection
+from index import clustered
 from store import (
     LOAD_BATCH,
     MODEL,
@@ -142,7 +150,7 @@ def snapshot_written(data: Path, after: float, timeout: float = 1800.0) -> float
     wall = time.time() - (time.perf_counter() - after)
     while time.monotonic() < deadline:
         for manifest in (data / "snapshots").glob("*/*/manifest.json"):
-            if manifest.stat().st_mtime > wall:
+            if not manifest.parent.name.startswith(".") and manifest.stat().st_mtime > wall:
                 return manifest.stat().st_mtime - wall
         time.sleep(0.05)
     raise SystemExit(f"no snapshot under {data} after {timeout} s")
@@ -252,10 +260,18 @@ def row(f: Figures) -> str:
     )
 
 
-async def measure_all(sizes: list[int], stores: list[str], query_count: int) -> list[Figures]:
+def synthetic_base(query_count: int) -> tuple[Corpus, Queries]:
+    """SciFact's texts with clustered synthetic vectors (bench/index.py), nothing embedded."""
+    data = read_collection("scifact")
+    claims = list(data.queries.values())[:query_count]
+    vectors, query_vectors = clustered(len(data.doc_ids), len(claims))
+    return Corpus(data.doc_ids, data.doc_texts, vectors), Queries(claims, query_vectors)
+
+
+async def measure_all(sizes: list[int], stores: list[str], query_count: int, synthetic: bool) -> list[Figures]:
     config = load_config(REPO / "config" / "ragsidecar.toml", environ={})
     searching = Searching.of(config)
-    base, queries = base_set(config, query_count)
+    base, queries = synthetic_base(query_count) if synthetic else base_set(config, query_count)
     server = None
     if "postgres" in stores:
         sys.path.insert(0, str(REPO / "tests"))
@@ -284,16 +300,19 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000", help="bulk-loaded chunks per partition (100000: minutes)")
     parser.add_argument("--stores", default=",".join(STORES))
     parser.add_argument("--queries", type=int, default=50)
+    parser.add_argument("--vectors", choices=("real", "synthetic"), default="real")
     args = parser.parse_args()
     stores = args.stores.split(",")
     if unknown := set(stores) - set(STORES):
         parser.error(f"unknown stores {sorted(unknown)}; known: {', '.join(STORES)}")
     overall, load_start = time.perf_counter(), os.getloadavg()[0]
-    figures = asyncio.run(measure_all([int(s) for s in args.sizes.split(",")], stores, args.queries))
+    sizes = [int(s) for s in args.sizes.split(",")]
+    figures = asyncio.run(measure_all(sizes, stores, args.queries, args.vectors == "synthetic"))
     lines = [
         "# Restarts, evictions and new replicas",
         "",
-        f"`.venv/bin/python bench/restart.py --sizes {args.sizes} --stores {args.stores} --queries {args.queries}`"
+        f"`.venv/bin/python bench/restart.py --sizes {args.sizes} --stores {args.stores} --queries {args.queries} "
+        f"--vectors {args.vectors}`"
         " (the docstring says what each column times). built: the first search with no index and no snapshot "
         "(postgres: a replica with no snapshot); restart and evicted: the first search from the snapshot.",
         "",

@@ -16,6 +16,7 @@ import pytest
 
 from ragsidecar.knowledge import lexical
 from ragsidecar.knowledge.lexical import Lexical, terms
+from ragsidecar.knowledge.merge_policy import TieredMergePolicy
 
 ABSTRACTS = list(ir_data.corpus("scifact").values())
 CLAIMS = list(ir_data.queries("scifact").values())
@@ -25,8 +26,7 @@ RELATIVE = 1e-4
 @pytest.fixture
 def small_tiers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lexical, "FLUSH_TEXTS", 16)
-    monkeypatch.setattr(lexical, "TIER_BASE", 1000)
-    monkeypatch.setattr(lexical, "TIER_FANOUT", 3)
+    monkeypatch.setattr(lexical, "MERGE_POLICY", TieredMergePolicy(fanout=3, base=1000))
     monkeypatch.setattr(lexical, "INLINE_MERGE_POSTINGS", 6000)
     monkeypatch.setattr(lexical, "VOCABULARY_FLOOR", 256)
 

@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import itertools
 import shutil
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -118,7 +119,7 @@ def snapshots_written(data: Path, count: int = 1, timeout: float = 30.0) -> list
     """The snapshot folders under data/snapshots, once `count` of them have their manifest."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        manifests = list((data / "snapshots").glob("*/*/manifest.json"))
+        manifests = [m for m in (data / "snapshots").glob("*/*/manifest.json") if not m.parent.name.startswith(".")]
         if len(manifests) >= count:
             return sorted(m.parent for m in manifests)
         time.sleep(0.05)
@@ -197,3 +198,25 @@ async def test_leftover_temp_folders_are_swept_when_the_store_opens(stores: Stor
     shutil.copytree(folder, leftover)
     await stores.open()
     assert not leftover.exists() and folder.exists()
+
+
+async def test_a_database_of_schema_1_gets_its_change_stamps_and_snapshots_then_follow(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    opened = Stores("embedded", data, "")
+    store = await opened.open()
+    await store.upsert(AT, "notes", documents(range(12)))
+    await opened.close_all()
+    with sqlite3.connect(data / "memory.sqlite3") as old:  # as 0.3.0 left it: no change stamps
+        old.executescript(
+            "DROP INDEX chunks_changed; ALTER TABLE chunks DROP COLUMN changed; DROP TABLE changes; "
+            "PRAGMA user_version = 1;"
+        )
+
+    store = await opened.open()
+    await store.upsert(AT, "notes", documents(range(12, 14)))
+    await settled(store, data)
+    await store.upsert(AT, "notes", documents(range(14, 15)))
+    await opened.close_all()
+    partition = await (await opened.open()).index(AT, "notes", MODEL, ANALYSIS)
+    assert sorted(c.text for c in partition.index.chunks()) == sorted(d.text for d in documents(range(15)))
+    await opened.close_all()

@@ -442,3 +442,32 @@ def test_a_filter_nested_past_the_decoders_limit_is_refused_and_the_server_serve
     code, reason, _ = refused(lambda: call(payload, timeout=30))
     assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST")
     assert listed(server, filled) == list("abcde")
+
+
+def test_a_directory_source_is_filtered_by_path_and_file_name(store: Store, server: Sidecar) -> None:
+    folder = store.folder / "knowledge" / "handbook"
+    (folder / "ops").mkdir(parents=True, exist_ok=True)
+    (folder / "ops" / "tides.md").write_text("Tides turn twice a day at the harbour.\n")
+    (folder / "boats.txt").write_text("Boats leave the harbour when the tide turns.\n")
+    (folder / "ferry.md").write_text("The ferry crosses the harbour at noon.\n")
+    handbook = entry("handbook", "DIRECTORY", "SEARCH", "handbook")
+
+    def files(keep: pb.Filter) -> list[str]:
+        request = pb.SearchRequest(
+            principal=PRINCIPAL, scope=scope("files"), target=pb.Target(name="t", knowledge=[handbook]), query="harbour"
+        )
+        request.filters["handbook"].CopyFrom(keep)
+        return sorted(h.provenance.file for h in stub(server).Search(request, timeout=60).hits)
+
+    assert files(compare("$file_name", "==", "boats.txt")) == ["handbook/boats.txt"]
+    assert files(one_of("$path", ["handbook/ops/tides.md", "handbook/ferry.md"])) == [
+        "handbook/ferry.md",
+        "handbook/ops/tides.md",
+    ]
+    assert files(negation(compare("$file_name", ">=", "f"))) == ["handbook/boats.txt"]
+    code, reason, fields = refused(lambda: files(compare("$created", ">", T(seconds=1))))
+    assert (code, reason, fields) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_REQUEST",
+        ["filters['handbook'].comparison.field"],
+    )

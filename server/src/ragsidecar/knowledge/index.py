@@ -5,9 +5,10 @@ on both sides (usearch adds and removes graph nodes; the BM25 side keeps collect
 incrementally), so a search right after a write sees it at the price of a steady search. Each chunk sits in
 a slot (its usearch key and its row of float32 vectors); a removed chunk leaves a dead slot behind. Once dead
 slots outnumber live ones, a compaction rebuilds the index from its live chunks on a background thread
-(`compactor`), replays the changes made meanwhile and swaps the result in, so memory stays proportional to
-what is live and the graph does not decay. Every method is thread-safe (one lock per index, held for the
-milliseconds a change or a search takes; never while a compaction builds).
+(knowledge/compaction.py), replays the changes made meanwhile and swaps the result in, so memory stays proportional to
+what is live and the graph does not decay. Every method is thread-safe: searches (and a snapshot's copy) share
+the index's read-write lock and run at once; a change holds it alone for the milliseconds it takes, never while
+a compaction builds.
 
 Persistence is one folder, replaced atomically; its manifest names the source it indexes, so a start-up
 `sweep` can drop indexes a newer one superseded. A folder of the previous format (immutable, bm25s files) is
@@ -21,15 +22,14 @@ import heapq
 import json
 import logging
 import os
-import queue
 import re
 import shutil
 import tempfile
 import threading
 import uuid
-import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from usearch.index import Index
 
 from ragsidecar import metrics, tracing
 from ragsidecar.knowledge import filters, leftovers
+from ragsidecar.knowledge.compaction import compactor
 from ragsidecar.knowledge.fusion import FusionSettings, alternate, fed_back, fuse
 from ragsidecar.knowledge.lexical import NO_STEMMING, Lexical
 
@@ -103,6 +104,13 @@ class Hit:
     fused: float
 
 
+def _required_field(node: filters.Filter | None) -> str | None:
+    """The field every chunk the filter keeps holds, when it is a comparison other than != (else None)."""
+    if isinstance(node, filters.Compare) and node.op is not filters.Op.NOT_EQUAL:
+        return node.field
+    return None
+
+
 def fields_of(chunk: IndexedChunk) -> dict[str, filters.Value]:
     """What a filter sees of a chunk: its document's fields as the store recorded them (meta "fields", with
     "$id" and the timestamps), and for a file's chunk its "$path" and "$file_name"."""
@@ -158,8 +166,13 @@ class _Slots:
         self.text_chars = 0  # of the live chunks (kept as they change: sizing an index must not scan it)
         # The live slots by field and value, built by the first filtered search, then kept as slots change.
         self.filterable: filters.FieldIndex | None = None
+        # Live chunks holding each field (kept as they change, cheaply): a search hiding by a field no chunk has
+        # needs no field index.
+        self.holding: Counter[str] = Counter()
         # The last filters' selections (a host's memory searches repeat one filter, say its user's, between writes).
         self.selections: OrderedDict[filters.Filter, np.ndarray] = OrderedDict()
+        # Searches run together (under the index's read lock) and share the two above: one selects at a time.
+        self.selecting = threading.Lock()
 
     @property
     def used(self) -> int:
@@ -176,6 +189,8 @@ class _Slots:
         self.chunks += chunks
         self.of_key.update(zip(keys, range(first, needed), strict=True))
         self.text_chars += sum(len(c.text) for c in chunks)
+        for chunk in chunks:
+            self.holding.update(list(chunk.meta.get("fields") or ()))  # the field names (a mapping adds its values)
         if self.filterable is not None:
             self.selections.clear()
             for slot, chunk in enumerate(chunks, first):
@@ -185,7 +200,9 @@ class _Slots:
     def release(self, keys: Iterable[str]) -> list[int]:
         slots = [slot for key in keys if (slot := self.of_key.pop(key, None)) is not None]
         for slot in slots:
-            self.text_chars -= len(self.live_chunk(slot).text)
+            chunk = self.live_chunk(slot)
+            self.text_chars -= len(chunk.text)
+            self.holding.subtract(list(chunk.meta.get("fields") or ()))
             self.chunks[slot] = None
             if self.filterable is not None:
                 self.filterable.remove(slot)
@@ -197,13 +214,17 @@ class _Slots:
         """The live slots a search may find, ascending (read only: it may be cached): those `keep` keeps, less
         those `hide` keeps; None when that is every live slot. `hide` costs what it selects (expired documents
         not purged yet), `keep` what it keeps."""
+        needed = _required_field(hide)
+        if needed is not None and self.holding[needed] <= 0:
+            hide = None  # it could select nothing
         if keep is None and hide is None:
             return None
-        fields = self._filterable()
-        hidden = fields.select(hide) if hide is not None else set()
-        if keep is None and not hidden:
-            return None
-        slots = self._selection(fields, filters.KEEP_ALL if keep is None else keep)
+        with self.selecting:
+            fields = self._filterable()
+            hidden = fields.select(hide) if hide is not None else set()
+            if keep is None and not hidden:
+                return None
+            slots = self._selection(fields, filters.KEEP_ALL if keep is None else keep)
         if hidden:
             slots = slots[~np.isin(slots, np.fromiter(hidden, dtype=np.int64, count=len(hidden)))]
         return slots
@@ -241,12 +262,53 @@ class _Slots:
         self.chunks = [None if r is None else _chunk(r) for r in records]
         self.of_key = {r.get("key", r["id"]): slot for slot, r in enumerate(records) if r is not None}
         self.text_chars = sum(len(c.text) for c in self.chunks if c is not None)
+        self.holding = Counter(name for c in self.chunks if c is not None for name in c.meta.get("fields") or ())
 
     def live(self) -> tuple[list[str], list[IndexedChunk], np.ndarray]:
         """Keys, chunks and vectors of the live slots, in slot order."""
         order = sorted(self.of_key.items(), key=lambda item: item[1])
         slots = [slot for _, slot in order]
         return [key for key, _ in order], [self.live_chunk(s) for s in slots], self.vectors[slots]
+
+
+class _ReadWriteLock:
+    """Searches (and snapshots) share it; a change holds it alone. A waiting change stops new readers from
+    entering, so a stream of searches never starves a write."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writing = False
+        self._writers_waiting = 0
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._condition:
+            while self._writing or self._writers_waiting:
+                self._condition.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._readers -= 1
+                if not self._readers:
+                    self._condition.notify_all()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._condition:
+            self._writers_waiting += 1
+            while self._writing or self._readers:
+                self._condition.wait()
+            self._writers_waiting -= 1
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._writing = False
+                self._condition.notify_all()
 
 
 class HybridIndex:
@@ -265,7 +327,8 @@ class HybridIndex:
         self._settings = _Settings(
             dimensions, threads, dtype, connectivity, expansion_add, expansion_search, lexical_language
         )
-        self._lock = threading.Lock()
+        self._lock = _ReadWriteLock()
+        self._graph_search = threading.Lock()
         self._slots = _Slots(dimensions)
         self._hnsw = self._settings.hnsw()
         self._lexical = Lexical(lexical_language)
@@ -346,7 +409,7 @@ class HybridIndex:
             )
         if len(set(keys)) != len(keys):
             raise ValueError("chunk keys must be unique")
-        with self._lock:
+        with self._lock.writing():
             self._remove_locked([*removed, *keys])
             if chunks:
                 slots = self._slots.append(keys, chunks, vectors)
@@ -362,7 +425,7 @@ class HybridIndex:
     def remove(self, keys: Iterable[str]) -> int:
         """Removes the chunks under `keys` (absent ones are ignored); returns how many were removed."""
         keys = list(keys)
-        with self._lock:
+        with self._lock.writing():
             removed = self._remove_locked(keys)
             self._record(lambda index: index.remove(keys))
         if removed and self.compaction_due():
@@ -392,7 +455,7 @@ class HybridIndex:
         if self.compact():
             return
         while True:
-            with self._lock:
+            with self._lock.writing():
                 lexical = self._lexical
                 merge = lexical.start_merge()
             if merge is None:
@@ -400,16 +463,16 @@ class HybridIndex:
             try:
                 merge.run()
             except BaseException:
-                with self._lock:
+                with self._lock.writing():
                     lexical.cancel_merge(merge)  # its segments may be merged again later
                 raise
-            with self._lock:
+            with self._lock.writing():
                 lexical.finish_merge(merge)
 
     def compact(self) -> bool:
         """Rebuilds the index from its live chunks without holding the lock while it builds; changes made
         meanwhile are replayed onto the result, which then takes this index's place. False when not due."""
-        with self._lock:
+        with self._lock.writing():
             if not self.compaction_due():
                 return False
             keys, chunks, vectors = self._slots.live()
@@ -419,10 +482,10 @@ class HybridIndex:
             fresh.add(chunks, vectors, keys)
             fresh.maintain()
         except BaseException:
-            with self._lock:
+            with self._lock.writing():
                 self._changes_during_compaction = None
             raise
-        with self._lock:
+        with self._lock.writing():
             for change in self._changes_during_compaction:
                 change(fresh)
             self._changes_during_compaction = None
@@ -454,20 +517,20 @@ class HybridIndex:
 
     def vectors(self) -> np.ndarray:
         """The live chunks' vectors, in the order of `chunks()`."""
-        with self._lock:
+        with self._lock.reading():
             return self._slots.live()[2]
 
     def chunks(self) -> list[IndexedChunk]:
-        with self._lock:
+        with self._lock.reading():
             return self._slots.live()[1]
 
     def keys(self) -> set[str]:
-        with self._lock:
+        with self._lock.reading():
             return set(self._slots.of_key)
 
     def nbytes(self) -> int:
         """Estimated resident bytes: vectors (float32 rows and the graph's copy), chunk texts, the BM25 side."""
-        with self._lock:
+        with self._lock.reading():
             return 2 * self._slots.vectors.nbytes + self._slots.text_chars + self._lexical.nbytes()
 
     def search(
@@ -487,7 +550,7 @@ class HybridIndex:
         own order, whatever the fusion's weights); every hit still gets its exact cosine. `keep`: only chunks
         whose fields (`fields_of`) the filter keeps are searched, as if the index held nothing else; `hide`: nor
         those it keeps (expired documents: its cost is what it selects)."""
-        with self._lock:
+        with self._lock.reading():
             allowed = self._slots.allowed(keep, hide)
             live = len(self._slots.of_key) if allowed is None else len(allowed)
             if k <= 0 or live == 0:
@@ -583,22 +646,25 @@ class HybridIndex:
         return [(int(keys[i]), float(exact[i])) for i in order]
 
     def _graph_top(self, query: np.ndarray, count: int) -> np.ndarray:
-        matches = self._hnsw.search(query, count, threads=self._settings.threads)
+        with self._graph_search:  # usearch's per-thread search contexts are numbered per call: one call at a time
+            matches = self._hnsw.search(query, count, threads=self._settings.threads)
         return np.asarray(matches.keys, dtype=np.int64)
 
     def _graph_top_within(self, query: np.ndarray, count: int, allowed: np.ndarray) -> np.ndarray:
         """The graph's nearest `count` among `allowed`: it is asked for the share of neighbours that should hold
-        `count` of them (with a margin), and twice as many each time too few pass."""
+        `count` of them (with a margin), and twice as many each time too few pass; once the ask would reach the
+        whole graph, every selected chunk instead (the caller scores them exactly)."""
         total = len(self._slots.of_key)
         member = np.zeros(self._slots.used, dtype=bool)
         member[allowed] = True
-        ask = min(total, int(count * total / len(allowed) * _OVERFETCH_MARGIN) + count)
-        while True:
+        ask = int(count * total / len(allowed) * _OVERFETCH_MARGIN) + count
+        while ask < total:
             keys = self._graph_top(query, ask)
             passing = keys[member[keys]]
-            if len(passing) >= count or ask >= total:
+            if len(passing) >= count:
                 return passing
-            ask = min(total, 2 * ask)
+            ask *= 2
+        return allowed  # the graph would be walked whole: every selected chunk is scored instead
 
     # ---- persistence -------------------------------------------------------------------------------------
 
@@ -628,17 +694,18 @@ class HybridIndex:
     def _write_files(self, temp: Path) -> tuple[int, int, int]:
         """Writes every slot (a dead one as a null line); returns (live chunks, slots, position). Changes wait
         for the snapshot only, not for the files' fsync."""
-        with self._lock:
+        with self._lock.reading():
             slots = self._slots
             key_at = {slot: key for key, slot in slots.of_key.items()}
             records = [
                 None if chunk is None else _record(key_at[slot], chunk) for slot, chunk in enumerate(slots.chunks)
             ]
             vectors = slots.vectors[: slots.used].copy()
-            self._hnsw.save(str(temp / _DENSE))
+            graph = self._hnsw.save()  # into memory: the file is written after the lock is let go
             (temp / _BM25).mkdir()
             self._lexical.save(temp / _BM25)
             live, position = len(slots.of_key), self._position
+        (temp / _DENSE).write_bytes(graph or b"")
         with open(temp / _VECTORS, "wb") as f:
             np.save(f, vectors, allow_pickle=False)
         with open(temp / _CHUNKS, "w", encoding="utf-8") as f:
@@ -737,47 +804,14 @@ def _chunk(record: dict[str, Any]) -> IndexedChunk:
 
 
 def _read_records(path: Path) -> list[dict[str, Any] | None]:
-    """One record per slot; None for a dead one."""
+    """One record per slot; None for a dead one. The lines are parsed as one JSON array: a parse per line cost
+    most of a snapshot's load."""
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
-
-
-class _Compactor:
-    """One background thread keeping up the indexes that asked (each at most once in its queue): compactions
-    and large BM25 merges, so that no write and no search waits for them; an index dropped meanwhile is skipped."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[int, weakref.ref[HybridIndex]]] = queue.SimpleQueue()
-        self._queued: set[int] = set()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        metrics.INDEX_COMPACTIONS_PENDING.set_function(lambda: len(self._queued))
-
-    def request(self, index: HybridIndex) -> None:
-        with self._lock:
-            if id(index) in self._queued:
-                return
-            self._queued.add(id(index))
-            self._queue.put((id(index), weakref.ref(index)))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="index-compactor", daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            identity, reference = self._queue.get()
-            with self._lock:
-                self._queued.discard(identity)
-            index = reference()
-            if index is None:
-                continue
-            try:
-                index.maintain()
-            except Exception:  # the index keeps serving as it is; its next change asks again
-                log.exception("index upkeep failed")
-
-
-compactor = _Compactor()
+        lines = [line for line in f.read().split("\n") if line]
+    records = json.loads("[" + ",".join(lines) + "]")
+    if not isinstance(records, list) or len(records) != len(lines):
+        raise IndexCorrupt(f"{path}: {len(lines)} lines are not one record each")
+    return records
 
 
 # ---- atomic folder replacement ---------------------------------------------------------------------------

@@ -21,7 +21,6 @@ time, so scores never drift.
 from __future__ import annotations
 
 import json
-import math
 import operator
 import re
 import threading
@@ -37,6 +36,7 @@ import Stemmer
 from bm25s import stopwords as bm25s_stopwords
 
 from ragsidecar.knowledge.languages import LANGUAGES, NO_STEMMING
+from ragsidecar.knowledge.merge_policy import SegmentSize, TieredMergePolicy
 
 # The languages bm25s ships stopwords for, with its lists.
 _STOPWORDS: dict[str, frozenset[str]] = {
@@ -105,18 +105,11 @@ B = 0.6
 # a search converts the memtable's postings of its terms from Python lists).
 FLUSH_TEXTS = 256
 FLUSH_POSTINGS = 1 << 15
-# Tiered merging: tier 0 holds segments of fewer than TIER_BASE live postings, each tier above spans a factor
-# TIER_FANOUT; a tier's TIER_FANOUT smallest segments are merged once it holds that many. A posting is rewritten
-# about log_FANOUT(postings / TIER_BASE) times in its life, and a search visits under TIER_FANOUT segments a tier.
-# Two rather than 8: searches visit fewer segments (3 rather than 5 to 11 at 10k to 100k texts; 10-30% faster,
-# measured side by side), for a few more rewrites of each posting.
-TIER_FANOUT = 2
-TIER_BASE = 1 << 16
+# Which segments merge, and when (knowledge/merge_policy.py).
+MERGE_POLICY = TieredMergePolicy()
 # Merges of up to this many postings run inside add() and remove() (tens of milliseconds); larger ones wait for
 # merge(), which the owner runs off the request path.
 INLINE_MERGE_POSTINGS = 1 << 20
-# A segment whose postings are mostly of removed or replaced texts is rewritten on its own.
-DEAD_SHARE = 0.5
 # A vocabulary of this many terms or more drops those no posting holds once they are over half of it (checked each
 # time merges have dropped as many postings as the segments hold).
 VOCABULARY_FLOOR = 1 << 14
@@ -490,21 +483,10 @@ class Lexical:
             self._run(merge)
 
     def _due(self) -> list[list[_Segment]]:
-        """Due merges, cheapest kind first: each mostly dead segment alone, then the TIER_FANOUT smallest
-        segments of each full tier, lower tiers first."""
-        idle = [s for s in self._segments if s.id not in self._merging]
-        due = [[s] for s in idle if self._dead[s.id] > DEAD_SHARE * len(s.slots)]
-        tiers: dict[int, list[_Segment]] = {}
-        for s in idle:
-            tiers.setdefault(self._tier(s), []).append(s)
-        for _, members in sorted(tiers.items()):
-            if len(members) >= TIER_FANOUT:
-                due.append(sorted(members, key=lambda s: len(s.slots))[:TIER_FANOUT])
-        return due
-
-    def _tier(self, segment: _Segment) -> int:
-        live = len(segment.slots) - self._dead[segment.id]
-        return 0 if live < TIER_BASE else 1 + int(math.log(live / TIER_BASE, TIER_FANOUT))
+        """The merges MERGE_POLICY finds due among the segments no merge holds, cheapest kind first."""
+        idle = {s.id: s for s in self._segments if s.id not in self._merging}
+        sizes = [SegmentSize(s.id, len(s.slots), self._dead[s.id]) for s in idle.values()]
+        return [[idle[i] for i in group] for group in MERGE_POLICY.due(sizes)]
 
     # ---- search ------------------------------------------------------------------------------------------
 
