@@ -63,6 +63,7 @@ export type {
   GetDocumentsResult,
   ListDocumentsInput,
   ListDocumentsResult,
+  ScoredDocument,
   DirectKnowledgeBlock,
   EnforceInput,
   EnforceResult,

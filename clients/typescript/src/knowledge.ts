@@ -241,6 +241,13 @@ export interface GetDocumentsResult {
   readonly notFound: readonly string[];
 }
 
+/** A document `searchDocuments` found. */
+export interface ScoredDocument {
+  readonly document: StoredDocument;
+  /** The cosine similarity (-1..1) of the query and the document's best chunk. */
+  readonly similarity: number;
+}
+
 export interface ListDocumentsResult {
   /** The page's documents, in the byte order of their UTF-8 ids. */
   readonly documents: readonly StoredDocument[];
@@ -408,6 +415,13 @@ export interface RetrievalClient {
   getDocuments(request: GetDocumentsInput, options?: CallOptions): Promise<GetDocumentsResult>;
   /** One page of the MEMORY documents a filter keeps, by id. */
   listDocuments(request: ListDocumentsInput, options?: CallOptions): Promise<ListDocumentsResult>;
+  /**
+   * The MEMORY documents a search ranks, each once and whole: `search` of the one knowledge the request names (hits
+   * grouped by document), then `getDocuments` of their ids (one deleted or expired in between is left out). Each
+   * `similarity` is the cosine of the query and the document's best chunk (what `minScore` compares with when the
+   * entry does not rerank).
+   */
+  searchDocuments(request: SearchInput, options?: CallOptions): Promise<readonly ScoredDocument[]>;
   /** Every MEMORY document a filter keeps, a page at a time as the iteration goes (each document present throughout once). */
   iterateDocuments(request: Omit<ListDocumentsInput, "pageToken">, options?: CallOptions): AsyncIterable<StoredDocument>;
 }
@@ -577,7 +591,7 @@ export async function send<Req, Res>(rpc: (request: Req, options: object) => Pro
 }
 
 export function retrievalClient(rpc: Client<typeof RetrievalService>): RetrievalClient {
-  return {
+  const retrieval: RetrievalClient = {
     async validateConfiguration(request, options = {}) {
       const actionKnowledge: Record<string, { names: string[] }> = {};
       for (const [action, names] of Object.entries(request.actionKnowledge ?? {})) actionKnowledge[action] = { names: [...names] };
@@ -712,6 +726,25 @@ export function retrievalClient(rpc: Client<typeof RetrievalService>): Retrieval
       return listPage(rpc, request, options);
     },
 
+    async searchDocuments(request, options = {}) {
+      const [knowledge, ...others] = request.knowledge ?? [];
+      if (knowledge === undefined || others.length > 0) {
+        throw new TypeError(`searchDocuments searches one MEMORY knowledge; the request names ${JSON.stringify(request.knowledge ?? [])}`);
+      }
+      const result = await retrieval.search({ ...request, search: { ...request.search, groupByDocument: true } }, options);
+      const similarity = new Map<string, number>();
+      for (const hit of result.hits) {
+        if (!similarity.has(hit.provenance.documentId)) similarity.set(hit.provenance.documentId, hit.scores?.dense ?? 0);
+      }
+      if (similarity.size === 0) return [];
+      const found = await retrieval.getDocuments({ principal: request.principal, scope: request.scope, knowledge, ids: [...similarity.keys()] }, options);
+      const byId = new Map(found.documents.map((d) => [d.id, d]));
+      return [...similarity].flatMap(([id, score]) => {
+        const document = byId.get(id);
+        return document ? [{ document, similarity: score }] : [];
+      });
+    },
+
     async *iterateDocuments(request, options = {}) {
       let pageToken = "";
       do {
@@ -721,4 +754,5 @@ export function retrievalClient(rpc: Client<typeof RetrievalService>): Retrieval
       } while (pageToken !== "");
     },
   };
+  return retrieval;
 }

@@ -117,20 +117,15 @@ export class SidecarStore extends BaseStore {
       return items.slice(offset, offset + limit);
     }
     const { knowledge } = this.input;
-    const result = await this.input.client.retrieval.search({
+    const found = await this.input.client.retrieval.searchDocuments({
       ...this.caller(),
       target: { name: this.input.targetName ?? "SidecarStore", knowledge: [{ name: knowledge, type: "MEMORY", use: "SEARCH" }] },
       knowledge: [knowledge],
       query: op.query,
       topK: offset + limit,
-      search: { groupByDocument: true },
       filters: { [knowledge]: filter },
     });
-    const scores = new Map(result.hits.map((hit) => [hit.provenance.documentId, hit.scores?.dense ?? 0] as const));
-    const ranked = [...scores.keys()].slice(offset, offset + limit);
-    if (ranked.length === 0) return [];
-    const found = await this.input.client.retrieval.getDocuments({ ...this.caller(), ids: ranked });
-    return found.documents.map((d) => ({ ...toItem(d), score: scores.get(d.id)! }));
+    return found.slice(offset).map(({ document, similarity }) => ({ ...toItem(document), score: similarity }));
   }
 
   private selection(namespacePrefix: readonly string[], filter: Record<string, unknown> | undefined): Filter {

@@ -100,27 +100,15 @@ export class SidecarVectorStore extends VectorStore {
    */
   override async similaritySearchWithScore(query: string, k = 4, filter?: this["FilterType"], _callbacks?: Callbacks): Promise<[DocumentInterface, number][]> {
     const { knowledge } = this.input;
-    const result = await this.client.retrieval.search({
+    const found = await this.client.retrieval.searchDocuments({
       ...this.caller(),
       target: { name: this.input.targetName ?? "SidecarVectorStore", knowledge: [{ name: knowledge, type: "MEMORY", use: "SEARCH" }] },
       knowledge: [knowledge],
       query,
       topK: k,
-      search: { groupByDocument: true },
       ...(filter ? { filters: { [knowledge]: translateFilter(filter) } } : {}),
     });
-    const similarity = new Map<string, number>();
-    for (const hit of result.hits) {
-      if (!similarity.has(hit.provenance.documentId)) similarity.set(hit.provenance.documentId, hit.scores?.dense ?? 0);
-    }
-    if (similarity.size === 0) return [];
-    // The hits are chunks; the documents are read back whole by id (one call). One removed meanwhile is skipped.
-    const found = await this.client.retrieval.getDocuments({ ...this.caller(), knowledge, ids: [...similarity.keys()] });
-    const byId = new Map(found.documents.map((d) => [d.id, d]));
-    return [...similarity].flatMap(([id, score]) => {
-      const stored = byId.get(id);
-      return stored ? [[toDocument(stored), score] as [DocumentInterface, number]] : [];
-    });
+    return found.map(({ document, similarity }) => [toDocument(document), similarity]);
   }
 
   /** Deletes by `ids`, or every document a `filter` keeps; one of the two. */

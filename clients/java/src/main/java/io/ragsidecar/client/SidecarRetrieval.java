@@ -2,8 +2,10 @@ package io.ragsidecar.client;
 
 import io.grpc.MethodDescriptor;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Collection;
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -303,6 +305,49 @@ public final class SidecarRetrieval {
     return search(searchRequest(target, query, topK).putAllFilters(Objects.requireNonNull(filters, "filters"))
         .build());
   }
+
+  /**
+   * The MEMORY documents a search ranks, each once and whole: {@link #search(SearchRequest)} of the one knowledge
+   * the request names (its hits grouped by document), then {@link #getDocuments} of their ids, so each comes with its
+   * text, metadata and times as stored. A document deleted or expired between the two calls is left out. Each one's
+   * {@link ScoredDocument#similarity() similarity} is the cosine of the query and its best chunk, which the request's
+   * {@code min_score} compares with when the entry does not rerank.
+   *
+   * @throws IllegalArgumentException when the request does not name exactly one knowledge
+   */
+  public List<ScoredDocument> searchDocuments(SearchRequest request) {
+    if (request.getKnowledgeCount() != 1) {
+      throw new IllegalArgumentException("searchDocuments searches one MEMORY knowledge; the request names "
+          + request.getKnowledgeList());
+    }
+    SearchRequest grouped = request.toBuilder()
+        .setSearch(request.getSearch().toBuilder().setGroupByDocument(true)).build();
+    Map<String, Double> similarity = new LinkedHashMap<>();
+    for (KnowledgeChunk hit : search(grouped).hits()) {
+      similarity.putIfAbsent(hit.documentId(), (double) hit.proto().getScores().getDense());
+    }
+    if (similarity.isEmpty()) {
+      return List.of();
+    }
+    Map<String, StoredDocument> stored = new HashMap<>();
+    getDocuments(request.getKnowledge(0), similarity.keySet()).documents().forEach(d -> stored.put(d.id(), d));
+    List<ScoredDocument> out = new ArrayList<>(similarity.size());
+    similarity.forEach((id, score) -> {
+      StoredDocument d = stored.get(id);
+      if (d != null) {
+        out.add(new ScoredDocument(d, score));
+      }
+    });
+    return out;
+  }
+
+  /**
+   * A document {@link #searchDocuments} found.
+   *
+   * @param document the document as stored
+   * @param similarity the cosine similarity (-1..1) of the query and the document's best chunk
+   */
+  public record ScoredDocument(StoredDocument document, double similarity) {}
 
   // ---- MEMORY writes --------------------------------------------------------------------------------------------
 

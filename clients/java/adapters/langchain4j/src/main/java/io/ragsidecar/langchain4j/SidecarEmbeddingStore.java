@@ -9,7 +9,6 @@ import dev.langchain4j.store.embedding.EmbeddingSearchResult;
 import dev.langchain4j.store.embedding.EmbeddingStore;
 import dev.langchain4j.store.embedding.filter.Filter;
 import io.ragsidecar.client.Filters;
-import io.ragsidecar.client.KnowledgeChunk;
 import io.ragsidecar.client.KnowledgeScope;
 import io.ragsidecar.client.RagSidecarClient;
 import io.ragsidecar.client.RetrievalRequests;
@@ -29,8 +28,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.UUID;
-import java.util.function.Function;
-import java.util.stream.Collectors;
 
 /**
  * A LangChain4j {@link EmbeddingStore} of {@link TextSegment}s kept as the sidecar's MEMORY documents of one knowledge
@@ -69,7 +66,7 @@ public final class SidecarEmbeddingStore implements EmbeddingStore<TextSegment> 
     this.knowledge = b.knowledge;
     this.target = RetrievalRequests.target(b.targetName,
         List.of(RetrievalRequests.memory(b.knowledge, KnowledgeUse.KNOWLEDGE_USE_SEARCH).build()));
-    this.search = b.search.toBuilder().setGroupByDocument(true).build();
+    this.search = b.search;
     this.timeToLive = b.timeToLive;
   }
 
@@ -156,24 +153,11 @@ public final class SidecarEmbeddingStore implements EmbeddingStore<TextSegment> 
     if (request.filter() != null) {
       call.putFilters(knowledge, LangChain4jFilters.translate(request.filter()));
     }
-    Map<String, Double> relevance = new LinkedHashMap<>();
-    for (KnowledgeChunk hit : retrieval.search(call.build()).hits()) {
-      relevance.putIfAbsent(hit.documentId(), (hit.proto().getScores().getDense() + 1.0) / 2);
-    }
-    if (relevance.isEmpty()) {
-      return new EmbeddingSearchResult<>(List.of());
-    }
-    // The hits are the sidecar's chunks of the segments; the segments are read back whole, by id (one call).
-    Map<String, StoredDocument> stored = retrieval.getDocuments(knowledge, relevance.keySet()).documents().stream()
-        .collect(Collectors.toMap(StoredDocument::id, Function.identity()));
-    List<EmbeddingMatch<TextSegment>> matches = new ArrayList<>();
-    relevance.forEach((id, score) -> {
-      StoredDocument d = stored.get(id);
-      if (d != null) {   // removed or expired since the search
-        matches.add(new EmbeddingMatch<>(score, id, null, TextSegment.from(d.text(), metadata(d))));
-      }
-    });
-    return new EmbeddingSearchResult<>(matches);
+    // LangChain4j's relevance, (cos + 1) / 2, of the sidecar's cosine; matches carry no embedding (none is exchanged).
+    return new EmbeddingSearchResult<>(retrieval.searchDocuments(call.build()).stream()
+        .map(found -> new EmbeddingMatch<>((found.similarity() + 1) / 2, found.document().id(), null,
+            TextSegment.from(found.document().text(), metadata(found.document()))))
+        .toList());
   }
 
   private MemoryDocument document(String id, TextSegment segment, Instant now) {

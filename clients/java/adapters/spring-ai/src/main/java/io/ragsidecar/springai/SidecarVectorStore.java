@@ -1,7 +1,6 @@
 package io.ragsidecar.springai;
 
 import com.google.protobuf.Timestamp;
-import io.ragsidecar.client.KnowledgeChunk;
 import io.ragsidecar.client.KnowledgeScope;
 import io.ragsidecar.client.Metadata;
 import io.ragsidecar.client.RagSidecarClient;
@@ -18,13 +17,9 @@ import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
-import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.Set;
-import java.util.function.Function;
-import java.util.stream.Collectors;
 import org.springframework.ai.document.Document;
 import org.springframework.ai.vectorstore.SearchRequest;
 import org.springframework.ai.vectorstore.VectorStore;
@@ -70,7 +65,7 @@ public final class SidecarVectorStore implements VectorStore {
     this.knowledge = b.knowledge;
     this.target = RetrievalRequests.target(b.targetName,
         List.of(RetrievalRequests.memory(b.knowledge, KnowledgeUse.KNOWLEDGE_USE_SEARCH).build()));
-    this.search = b.search.toBuilder().setGroupByDocument(true).build();
+    this.search = b.search;
     this.timeToLive = b.timeToLive;
   }
 
@@ -125,24 +120,8 @@ public final class SidecarVectorStore implements VectorStore {
     if (filter != null) {
       call.putFilters(knowledge, filter);
     }
-    Map<String, Double> similarity = new LinkedHashMap<>();
-    for (KnowledgeChunk hit : retrieval.search(call.build()).hits()) {
-      similarity.putIfAbsent(hit.documentId(), (double) hit.proto().getScores().getDense());
-    }
-    if (similarity.isEmpty()) {
-      return List.of();
-    }
-    // The hits carry chunks; the host added whole documents, so they are read back by id (one call).
-    Map<String, StoredDocument> stored = retrieval.getDocuments(knowledge, similarity.keySet()).documents().stream()
-        .collect(Collectors.toMap(StoredDocument::id, Function.identity()));
-    List<Document> out = new ArrayList<>(similarity.size());
-    similarity.forEach((id, score) -> {
-      StoredDocument d = stored.get(id);
-      if (d != null) {   // deleted or expired since the search
-        out.add(document(d, score));
-      }
-    });
-    return out;
+    return retrieval.searchDocuments(call.build()).stream()
+        .map(found -> document(found.document(), found.similarity())).toList();
   }
 
   private MemoryDocument memoryDocument(Document document, Instant now) {
