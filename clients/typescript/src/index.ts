@@ -59,6 +59,11 @@ export type {
   ContextBlock,
   DeleteDocumentsInput,
   DeleteResult,
+  GetDocumentsInput,
+  GetDocumentsResult,
+  ListDocumentsInput,
+  ListDocumentsResult,
+  ScoredDocument,
   DirectKnowledgeBlock,
   EnforceInput,
   EnforceResult,
@@ -136,6 +141,8 @@ export type {
   SidecarSource,
 } from "./lifecycle.js";
 /** The generated messages and service descriptors of the sidecar's contracts. */
+export { FILTER_FIELDS, filters } from "./memory.js";
+export type { ComparisonOperatorName, Filter, MetadataValue, StoredDocument } from "./memory.js";
 export * as reranker_pb from "./gen/ragsidecar/v1/reranker_pb.js";
 export * as retrieval_pb from "./gen/ragsidecar/v1/retrieval_pb.js";
 export * as chat_knowledge_pb from "./gen/ragsidecar/v1/chat_knowledge_pb.js";

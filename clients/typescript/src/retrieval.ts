@@ -1,6 +1,6 @@
 // The RetrievalService facade: plain typed objects in, plain typed objects out, typed errors.
 import { fromJson, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampDate, ValueSchema } from "@bufbuild/protobuf/wkt";
+import { timestampDate, timestampFromDate, ValueSchema } from "@bufbuild/protobuf/wkt";
 import type { Client } from "@connectrpc/connect";
 import { ErrorReason } from "./gen/ragsidecar/v1/common_pb.js";
 import {
@@ -19,6 +19,7 @@ import {
   type TargetSchema,
 } from "./gen/ragsidecar/v1/retrieval_pb.js";
 import { callMapped, type CallOptions } from "./call.js";
+import { fromMetadataValues, fromStoredDocument, toFilter, toMetadataValues, type Filter, type MetadataValue, type StoredDocument } from "./memory.js";
 import { toTiming, toUsage, type RerankTiming, type RerankUsage } from "./reranker.js";
 
 // ---------------------------------------------------------------------------------------------------------
@@ -187,12 +188,19 @@ export interface SearchInput extends TargetRequestInit {
   readonly minScore?: number;
   /** Replaces each entry's search options. */
   readonly search?: SearchOptionsInit;
+  /** Filters by knowledge name: only chunks whose document the filter keeps are searched (each name searched). */
+  readonly filters?: Readonly<Record<string, Filter>>;
 }
 
 export interface MemoryDocumentInit {
   readonly id: string;
   readonly text: string;
+  /** String metadata; filters see each entry as a string. A key may not also be in typedMetadata. */
   readonly metadata?: Readonly<Record<string, string>>;
+  /** Typed metadata: strings, numbers, booleans, Dates and string lists, filterable with their types. */
+  readonly typedMetadata?: Readonly<Record<string, MetadataValue>>;
+  /** When the document expires: from then on no read sees it, and the sidecar purges it. */
+  readonly expiresAt?: Date;
 }
 
 export interface UpsertDocumentsInput extends CallerInit {
@@ -203,7 +211,47 @@ export interface UpsertDocumentsInput extends CallerInit {
 
 export interface DeleteDocumentsInput extends CallerInit {
   readonly knowledge: string;
+  /** The ids to delete; at least one unless `filter` is given (not both). */
+  readonly ids?: readonly string[];
+  /** Deletes every document the filter keeps (expired ones included); `filters.everything()` deletes them all. */
+  readonly filter?: Filter;
+}
+
+export interface GetDocumentsInput extends CallerInit {
+  readonly knowledge: string;
+  /** 1 to 1,000 ids. */
   readonly ids: readonly string[];
+}
+
+export interface ListDocumentsInput extends CallerInit {
+  readonly knowledge: string;
+  /** Only the documents it keeps; unset lists every document. */
+  readonly filter?: Filter;
+  /** Most documents per page: unset or 0 means 100, at most 1,000. */
+  readonly pageSize?: number;
+  /** The previous page's nextPageToken (same knowledge and filter); unset for the first page. */
+  readonly pageToken?: string;
+}
+
+export interface GetDocumentsResult {
+  /** The documents found, in the order their ids were first asked for. */
+  readonly documents: readonly StoredDocument[];
+  /** Ids asked for that are absent or expired, in the order asked. */
+  readonly notFound: readonly string[];
+}
+
+/** A document `searchDocuments` found. */
+export interface ScoredDocument {
+  readonly document: StoredDocument;
+  /** The cosine similarity (-1..1) of the query and the document's best chunk. */
+  readonly similarity: number;
+}
+
+export interface ListDocumentsResult {
+  /** The page's documents, in the byte order of their UTF-8 ids. */
+  readonly documents: readonly StoredDocument[];
+  /** The next page's token; "" when this page is the last. */
+  readonly nextPageToken: string;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -264,6 +312,8 @@ export interface RetrievedChunk {
   readonly score: number | undefined;
   /** Pipeline scores; undefined for DIRECT and SEQUENTIAL text. */
   readonly scores: HitScores | undefined;
+  /** The metadata of the hit's MEMORY or chat-binding document (typed, and string metadata as strings); {} otherwise. */
+  readonly metadata: Readonly<Record<string, MetadataValue>>;
 }
 
 export interface StaleFallback {
@@ -360,6 +410,19 @@ export interface RetrievalClient {
   search(request: SearchInput, options?: CallOptions): Promise<SearchResult>;
   upsertDocuments(request: UpsertDocumentsInput, options?: CallOptions): Promise<UpsertResult>;
   deleteDocuments(request: DeleteDocumentsInput, options?: CallOptions): Promise<DeleteResult>;
+  /** Reads MEMORY documents by id; absent and expired ones are in notFound. */
+  getDocuments(request: GetDocumentsInput, options?: CallOptions): Promise<GetDocumentsResult>;
+  /** One page of the MEMORY documents a filter keeps, by id. */
+  listDocuments(request: ListDocumentsInput, options?: CallOptions): Promise<ListDocumentsResult>;
+  /**
+   * The MEMORY documents a search ranks, each once and whole: `search` of the one knowledge the request names (hits
+   * grouped by document), then `getDocuments` of their ids (one deleted or expired in between is left out). Each
+   * `similarity` is the cosine of the query and the document's best chunk (what `minScore` compares with when the
+   * entry does not rerank).
+   */
+  searchDocuments(request: SearchInput, options?: CallOptions): Promise<readonly ScoredDocument[]>;
+  /** Every MEMORY document a filter keeps, a page at a time as the iteration goes (each document present throughout once). */
+  iterateDocuments(request: Omit<ListDocumentsInput, "pageToken">, options?: CallOptions): AsyncIterable<StoredDocument>;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -479,6 +542,7 @@ function fromChunk(chunk: RetrievedChunkMessage): RetrievedChunk {
     scores: chunk.scores
       ? { dense: chunk.scores.dense, bm25: chunk.scores.bm25, fused: chunk.scores.fused, rerank: chunk.scores.rerank }
       : undefined,
+    metadata: fromMetadataValues(chunk.metadata),
   };
 }
 
@@ -504,9 +568,21 @@ function fromCounts(counts: readonly SourceCountMessage[]): SourceCount[] {
   return counts.map((c) => ({ name: c.name, count: c.count }));
 }
 
+async function listPage(rpc: Client<typeof RetrievalService>, request: ListDocumentsInput, options: CallOptions): Promise<ListDocumentsResult> {
+  const message = {
+    ...toCaller(request),
+    knowledge: request.knowledge,
+    pageSize: request.pageSize ?? 0,
+    pageToken: request.pageToken ?? "",
+    ...(request.filter ? { filter: toFilter(request.filter) } : {}),
+  };
+  const response = await callMapped(rpc.listDocuments, message, options);
+  return { documents: response.documents.map(fromStoredDocument), nextPageToken: response.nextPageToken };
+}
+
 /** Sends a request built beforehand (a malformed init throws its TypeError, unwrapped); maps the failure. */
 export function retrievalClient(rpc: Client<typeof RetrievalService>): RetrievalClient {
-  return {
+  const retrieval: RetrievalClient = {
     async validateConfiguration(request, options = {}) {
       const actionKnowledge: Record<string, { names: string[] }> = {};
       for (const [action, names] of Object.entries(request.actionKnowledge ?? {})) actionKnowledge[action] = { names: [...names] };
@@ -588,6 +664,7 @@ export function retrievalClient(rpc: Client<typeof RetrievalService>): Retrieval
         ...(request.topK !== undefined ? { topK: request.topK } : {}),
         ...(request.minScore !== undefined ? { minScore: request.minScore } : {}),
         ...(request.search ? { search: toSearchOptions(request.search) } : {}),
+        filters: Object.fromEntries(Object.entries(request.filters ?? {}).map(([name, f]) => [name, toFilter(f, `filters["${name}"]`)])),
       };
       const response = await callMapped(rpc.search, message, options);
       return {
@@ -602,7 +679,13 @@ export function retrievalClient(rpc: Client<typeof RetrievalService>): Retrieval
       const message = {
         ...toCaller(request),
         knowledge: request.knowledge,
-        documents: request.documents.map((d) => ({ id: d.id, text: d.text, metadata: { ...(d.metadata ?? {}) } })),
+        documents: request.documents.map((d, i) => ({
+          id: d.id,
+          text: d.text,
+          metadata: { ...(d.metadata ?? {}) },
+          typedMetadata: toMetadataValues(d.typedMetadata ?? {}, `documents[${i}].typedMetadata`),
+          ...(d.expiresAt ? { expiresAt: timestampFromDate(d.expiresAt) } : {}),
+        })),
       };
       const response = await callMapped(rpc.upsertDocuments, message, options);
       return {
@@ -614,9 +697,53 @@ export function retrievalClient(rpc: Client<typeof RetrievalService>): Retrieval
     },
 
     async deleteDocuments(request, options = {}) {
-      const message = { ...toCaller(request), knowledge: request.knowledge, ids: [...request.ids] };
+      const message = {
+        ...toCaller(request),
+        knowledge: request.knowledge,
+        ids: [...(request.ids ?? [])],
+        ...(request.filter ? { filter: toFilter(request.filter) } : {}),
+      };
       const response = await callMapped(rpc.deleteDocuments, message, options);
       return { deleted: response.deleted, notFound: response.notFound, documentCount: response.documentCount };
     },
+
+    async getDocuments(request, options = {}) {
+      const message = { ...toCaller(request), knowledge: request.knowledge, ids: [...request.ids] };
+      const response = await callMapped(rpc.getDocuments, message, options);
+      return { documents: response.documents.map(fromStoredDocument), notFound: [...response.notFound] };
+    },
+
+    listDocuments(request, options = {}) {
+      return listPage(rpc, request, options);
+    },
+
+    async searchDocuments(request, options = {}) {
+      const [knowledge, ...others] = request.knowledge ?? [];
+      if (knowledge === undefined || others.length > 0) {
+        throw new TypeError(`searchDocuments searches one MEMORY knowledge; the request names ${JSON.stringify(request.knowledge ?? [])}`);
+      }
+      const result = await retrieval.search({ ...request, search: { ...request.search, groupByDocument: true } }, options);
+      const similarity = new Map<string, number>();
+      for (const hit of result.hits) {
+        if (!similarity.has(hit.provenance.documentId)) similarity.set(hit.provenance.documentId, hit.scores?.dense ?? 0);
+      }
+      if (similarity.size === 0) return [];
+      const found = await retrieval.getDocuments({ principal: request.principal, scope: request.scope, knowledge, ids: [...similarity.keys()] }, options);
+      const byId = new Map(found.documents.map((d) => [d.id, d]));
+      return [...similarity].flatMap(([id, score]) => {
+        const document = byId.get(id);
+        return document ? [{ document, similarity: score }] : [];
+      });
+    },
+
+    async *iterateDocuments(request, options = {}) {
+      let pageToken = "";
+      do {
+        const page = await listPage(rpc, { ...request, pageToken }, options);
+        yield* page.documents;
+        pageToken = page.nextPageToken;
+      } while (pageToken !== "");
+    },
   };
+  return retrieval;
 }

@@ -9,6 +9,7 @@ import "./readiness.suite.ts";
 import "./package.suite.ts";
 import "./lifecycle.suite.ts";
 import "./retrieval.suite.ts";
+import "./memory.suite.ts";
 import "./search_options.suite.ts";
 import "./chat.suite.ts";
 import "./retry.suite.ts";

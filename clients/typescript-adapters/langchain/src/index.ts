@@ -108,3 +108,6 @@ function toDocument(chunk: RetrievedChunk): Document {
     },
   });
 }
+
+export { SidecarVectorStore, translateFilter } from "./vectorstore.js";
+export type { SidecarVectorStoreFilter, SidecarVectorStoreInput } from "./vectorstore.js";

@@ -1,6 +1,7 @@
 package io.ragsidecar.client;
 
 import io.ragsidecar.v1.RetrievedChunk;
+import java.util.Map;
 import java.util.Objects;
 import java.util.OptionalDouble;
 
@@ -39,6 +40,14 @@ public record KnowledgeChunk(String chunkId, String source, String text, double 
         : OptionalDouble.empty();
     return new KnowledgeChunk(c.getChunkId(), c.getSource(), c.getText(), c.hasScore() ? c.getScore() : Double.NaN,
         rerank, c.getProvenance().getDocumentId(), c.getProvenance().getFile(), c);
+  }
+
+  /**
+   * The metadata of the hit's MEMORY or chat-binding document (its typed metadata, and its string metadata as
+   * strings), as {@link Metadata#toJava} gives them; empty for other sources.
+   */
+  public Map<String, Object> metadata() {
+    return Metadata.toJava(proto.getMetadataMap());
   }
 
   /** Whether the chunk was ranked (SEARCH); DIRECT and SEQUENTIAL text is not, and its {@link #score()} is NaN. */

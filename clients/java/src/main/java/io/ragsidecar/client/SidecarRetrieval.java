@@ -2,15 +2,29 @@ package io.ragsidecar.client;
 
 import io.grpc.MethodDescriptor;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Collection;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.NoSuchElementException;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.Spliterator;
+import java.util.Spliterators;
 import java.util.concurrent.CompletableFuture;
 import java.util.function.Function;
 import java.util.function.Supplier;
+import java.util.stream.Stream;
+import java.util.stream.StreamSupport;
+import io.ragsidecar.v1.Filter;
+import io.ragsidecar.v1.GetDocumentsRequest;
+import io.ragsidecar.v1.GetDocumentsResponse;
+import io.ragsidecar.v1.ListDocumentsRequest;
+import io.ragsidecar.v1.ListDocumentsResponse;
 import io.ragsidecar.v1.DeleteDocumentsRequest;
 import io.ragsidecar.v1.DeleteDocumentsResponse;
 import io.ragsidecar.v1.EnforceRequest;
@@ -283,6 +297,58 @@ public final class SidecarRetrieval {
     return searchAsync(searchRequest(target, query, topK, options));
   }
 
+  /**
+   * {@link #search(Target, String, int)} keeping only the chunks whose document a filter keeps, by knowledge name
+   * (each name must be among the searched entries; see {@link Filters}).
+   */
+  public SearchResult search(Target target, String query, int topK, Map<String, Filter> filters) {
+    return search(searchRequest(target, query, topK).putAllFilters(Objects.requireNonNull(filters, "filters"))
+        .build());
+  }
+
+  /**
+   * The MEMORY documents a search ranks, each once and whole: {@link #search(SearchRequest)} of the one knowledge
+   * the request names (its hits grouped by document), then {@link #getDocuments} of their ids, so each comes with its
+   * text, metadata and times as stored. A document deleted or expired between the two calls is left out. Each one's
+   * {@link ScoredDocument#similarity() similarity} is the cosine of the query and its best chunk, which the request's
+   * {@code min_score} compares with when the entry does not rerank.
+   *
+   * @throws IllegalArgumentException when the request does not name exactly one knowledge
+   */
+  public List<ScoredDocument> searchDocuments(SearchRequest request) {
+    if (request.getKnowledgeCount() != 1) {
+      throw new IllegalArgumentException("searchDocuments searches one MEMORY knowledge; the request names "
+          + request.getKnowledgeList());
+    }
+    SearchRequest grouped = request.toBuilder()
+        .setSearch(request.getSearch().toBuilder().setGroupByDocument(true)).build();
+    Map<String, Double> similarity = new LinkedHashMap<>();
+    for (KnowledgeChunk hit : search(grouped).hits()) {
+      similarity.putIfAbsent(hit.documentId(), (double) hit.proto().getScores().getDense());
+    }
+    if (similarity.isEmpty()) {
+      return List.of();
+    }
+    Map<String, StoredDocument> stored = new HashMap<>();
+    getDocuments(request.getKnowledge(0), similarity.keySet()).documents().forEach(d -> stored.put(d.id(), d));
+    List<ScoredDocument> out = new ArrayList<>(similarity.size());
+    similarity.forEach((id, score) -> {
+      StoredDocument d = stored.get(id);
+      if (d != null) {
+        out.add(new ScoredDocument(d, score));
+      }
+    });
+    return out;
+  }
+
+  /**
+   * A document {@link #searchDocuments} found.
+   *
+   * @param document the document as stored
+   * @param similarity the cosine similarity (-1..1) of the query and the document's best chunk
+   */
+  public record ScoredDocument(StoredDocument document, double similarity) {}
+
   // ---- MEMORY writes --------------------------------------------------------------------------------------------
 
   /**
@@ -319,6 +385,114 @@ public final class SidecarRetrieval {
   /** Asynchronous {@link #deleteDocuments(DeleteDocumentsRequest)}. */
   public CompletableFuture<DeleteResult> deleteDocumentsAsync(DeleteDocumentsRequest request) {
     return async(RetrievalServiceGrpc.getDeleteDocumentsMethod(), () -> scoped(request), DeleteResult::fromProto);
+  }
+
+  /**
+   * Deletes every MEMORY document the filter keeps (expired ones included) in this facade's scope;
+   * {@link Filters#everything()} deletes them all. A bad filter is a {@link ValidationException} naming the part.
+   */
+  public DeleteResult deleteDocuments(String knowledge, Filter filter) {
+    return deleteDocuments(DeleteDocumentsRequest.newBuilder().setKnowledge(knowledge)
+        .setFilter(Objects.requireNonNull(filter, "filter")).build());
+  }
+
+  // ---- MEMORY reads ---------------------------------------------------------------------------------------------
+
+  /** Reads MEMORY documents by id; absent and expired ones are in {@link DocumentsFound#notFound()}. */
+  public DocumentsFound getDocuments(GetDocumentsRequest request) {
+    return DocumentsFound.fromProto(context.call(RetrievalServiceGrpc.getGetDocumentsMethod(), scoped(request),
+        timeout));
+  }
+
+  /** {@link #getDocuments(GetDocumentsRequest)} of these ids (1 to 1,000), in this facade's scope. */
+  public DocumentsFound getDocuments(String knowledge, Collection<String> ids) {
+    return getDocuments(GetDocumentsRequest.newBuilder().setKnowledge(knowledge).addAllIds(ids).build());
+  }
+
+  /** Asynchronous {@link #getDocuments(GetDocumentsRequest)}. */
+  public CompletableFuture<DocumentsFound> getDocumentsAsync(GetDocumentsRequest request) {
+    return async(RetrievalServiceGrpc.getGetDocumentsMethod(), () -> scoped(request), DocumentsFound::fromProto);
+  }
+
+  /**
+   * One page of the MEMORY documents a filter keeps, in the byte order of their UTF-8 ids; pass
+   * {@link DocumentPage#nextPageToken()} with the same knowledge and filter for the next one.
+   */
+  public DocumentPage listDocuments(ListDocumentsRequest request) {
+    return DocumentPage.fromProto(context.call(RetrievalServiceGrpc.getListDocumentsMethod(), scoped(request),
+        timeout));
+  }
+
+  /**
+   * {@link #listDocuments(ListDocumentsRequest)} in this facade's scope: {@code filter} {@code null} lists every
+   * document, {@code pageSize} 0 means 100 (at most 1,000), {@code pageToken} empty or {@code null} is the first page.
+   */
+  public DocumentPage listDocuments(String knowledge, Filter filter, int pageSize, String pageToken) {
+    return listDocuments(listRequest(knowledge, filter, pageSize, pageToken));
+  }
+
+  /** Asynchronous {@link #listDocuments(ListDocumentsRequest)}. */
+  public CompletableFuture<DocumentPage> listDocumentsAsync(ListDocumentsRequest request) {
+    return async(RetrievalServiceGrpc.getListDocumentsMethod(), () -> scoped(request), DocumentPage::fromProto);
+  }
+
+  /**
+   * Every MEMORY document the filter keeps ({@code null}: all), fetched a page of {@code pageSize} at a time as the
+   * stream is consumed (each page one ListDocuments call, so a document present throughout comes exactly once).
+   */
+  public Stream<StoredDocument> streamDocuments(String knowledge, Filter filter, int pageSize) {
+    Iterator<StoredDocument> pages = new Iterator<>() {
+      private Iterator<StoredDocument> page = Collections.emptyIterator();
+      private String token = "";
+      private boolean last;
+
+      @Override
+      public boolean hasNext() {
+        while (!page.hasNext() && !last) {
+          DocumentPage next = listDocuments(knowledge, filter, pageSize, token);
+          page = next.documents().iterator();
+          token = next.nextPageToken();
+          last = token.isEmpty();
+        }
+        return page.hasNext();
+      }
+
+      @Override
+      public StoredDocument next() {
+        if (!hasNext()) {
+          throw new NoSuchElementException();
+        }
+        return page.next();
+      }
+    };
+    return StreamSupport.stream(Spliterators.spliteratorUnknownSize(pages, Spliterator.ORDERED | Spliterator.NONNULL),
+        false);
+  }
+
+  /**
+   * What {@link #getDocuments} found.
+   *
+   * @param documents the documents found, in the order their ids were first asked for
+   * @param notFound ids asked for that are absent or expired, in the order asked
+   */
+  public record DocumentsFound(List<StoredDocument> documents, List<String> notFound) {
+    static DocumentsFound fromProto(GetDocumentsResponse r) {
+      return new DocumentsFound(r.getDocumentsList().stream().map(StoredDocument::fromProto).toList(),
+          List.copyOf(r.getNotFoundList()));
+    }
+  }
+
+  /**
+   * A page of {@link #listDocuments}.
+   *
+   * @param documents the page's documents, by id
+   * @param nextPageToken the next page's token; empty when this page is the last
+   */
+  public record DocumentPage(List<StoredDocument> documents, String nextPageToken) {
+    static DocumentPage fromProto(ListDocumentsResponse r) {
+      return new DocumentPage(r.getDocumentsList().stream().map(StoredDocument::fromProto).toList(),
+          r.getNextPageToken());
+    }
   }
 
   /**
@@ -396,6 +570,16 @@ public final class SidecarRetrieval {
     return searchRequest(target, query, topK).setSearch(Objects.requireNonNull(options, "options")).build();
   }
 
+  private static ListDocumentsRequest listRequest(String knowledge, Filter filter, int pageSize, String pageToken) {
+    if (pageSize < 0) {
+      throw new IllegalArgumentException("pageSize must not be negative: " + pageSize);
+    }
+    ListDocumentsRequest.Builder request = ListDocumentsRequest.newBuilder()
+        .setKnowledge(Objects.requireNonNull(knowledge, "knowledge")).setPageSize(pageSize)
+        .setPageToken(pageToken == null ? "" : pageToken);
+    return (filter == null ? request : request.setFilter(filter)).build();
+  }
+
   static LinkedHashMap<String, Integer> counts(List<SourceCount> counts) {
     LinkedHashMap<String, Integer> out = new LinkedHashMap<>();
     for (SourceCount c : counts) {
@@ -440,6 +624,16 @@ public final class SidecarRetrieval {
   }
 
   private DeleteDocumentsRequest scoped(DeleteDocumentsRequest r) {
+    Objects.requireNonNull(r, "request");
+    return scope == null ? r : r.toBuilder().setPrincipal(scope.principal()).setScope(scope.scope()).build();
+  }
+
+  private GetDocumentsRequest scoped(GetDocumentsRequest r) {
+    Objects.requireNonNull(r, "request");
+    return scope == null ? r : r.toBuilder().setPrincipal(scope.principal()).setScope(scope.scope()).build();
+  }
+
+  private ListDocumentsRequest scoped(ListDocumentsRequest r) {
     Objects.requireNonNull(r, "request");
     return scope == null ? r : r.toBuilder().setPrincipal(scope.principal()).setScope(scope.scope()).build();
   }

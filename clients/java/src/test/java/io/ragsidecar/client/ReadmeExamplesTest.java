@@ -55,6 +55,7 @@ class ReadmeExamplesTest {
       "class Reranking {\n  static void rerank(RagSidecarClient client) {\n" + EXAMPLE + "\n  }\n}",
       "class Retrieval {\n  static void retrieve(RagSidecarClient client, String sessionId,\n"
           + "      LinkedHashMap<String, Object> actionParams) {\n" + EXAMPLE + "\n  }\n}",
+      "class Memory {\n  static void remember(RagSidecarClient client) {\n" + EXAMPLE + "\n  }\n}",
       "class Chat {\n  interface Provider {\n    void send(List<io.ragsidecar.v1.ChatMessage> conversation);\n  }\n\n"
           + "  static void ground(RagSidecarClient client, List<io.ragsidecar.v1.ChatMessage> storedConversation,\n"
           + "      String stateText, Provider provider) {\n" + EXAMPLE + "\n  }\n}",
@@ -116,7 +117,7 @@ class ReadmeExamplesTest {
           }""");
 
   private static final List<String> CLASS_NAMES = List.of("readme.Connecting", "readme.Tracing", "readme.Reranking",
-      "readme.Retrieval", "readme.Chat", "readme.SidecarRerankerProvider", "readme.SidecarRetrievalProvider");
+      "readme.Retrieval", "readme.Memory", "readme.Chat", "readme.SidecarRerankerProvider", "readme.SidecarRetrievalProvider");
 
   @Test
   void everyJavaExampleCompiles(@TempDir Path out) {

@@ -87,12 +87,13 @@ public final class Sidecar implements AutoCloseable {
   }
 
   /**
-   * Starts a plain sidecar that also serves the HTTP API ({@link #httpUrl()}), for tests of the frameworks' own
-   * Cohere and OpenAI clients pointed at it.
+   * Starts a sidecar with its own knowledge, as {@link #start(String, boolean, boolean)} has it, that also serves the
+   * HTTP API ({@link #httpUrl()}): for the frameworks' own Cohere and OpenAI clients pointed at it, and the adapters'
+   * embedding models.
    */
   public static Sidecar startWithHttp() {
     int httpPort = ConnectionTest.freePort();
-    Sidecar sidecar = start(null, false, false, 0, Map.of("RAGSIDECAR_HTTP_PORT", String.valueOf(httpPort)));
+    Sidecar sidecar = start(null, false, true, 0, Map.of("RAGSIDECAR_HTTP_PORT", String.valueOf(httpPort)));
     sidecar.httpPort = httpPort;
     return sidecar;
   }

@@ -140,7 +140,7 @@ import io.ragsidecar.client.KnowledgeScope;
   @Test
   void theReadmeExampleAugmentsWithTheRerankedScore(@TempDir Path out) throws ReflectiveOperationException {
     List<ReadmeExamples.Block> blocks = ReadmeExamples.javaBlocks(ReadmeExamples.readme());
-    assertEquals(1, blocks.size(), "the README's java blocks");
+    assertEquals(2, blocks.size(), "the README's java blocks");
     String unit = ReadmeExamples.unit(README_IMPORTS, ReadmeExamples.onPort(blocks.get(0), port),
         "public final class LangChain4jExample {\n  public static RetrievalAugmentor augmentor() {\n"
             + ReadmeExamples.EXAMPLE + "\n    return augmentor;\n  }\n}");

@@ -146,7 +146,7 @@ class SidecarSpringAiTest {
   @Test
   void theReadmeExampleAnswersAndLeavesNoThreadBehind(@TempDir Path out) throws ReflectiveOperationException {
     List<ReadmeExamples.Block> blocks = ReadmeExamples.javaBlocks(ReadmeExamples.readme());
-    assertEquals(1, blocks.size(), "the README's java blocks");
+    assertEquals(2, blocks.size(), "the README's java blocks");
     String unit = ReadmeExamples.unit(README_IMPORTS, ReadmeExamples.onPort(blocks.get(0), port),
         "public final class SpringAiExample {\n  public static String answer(ChatModel chatModel, String question) {\n"
             + ReadmeExamples.EXAMPLE + "\n    return answer;\n  }\n}");
