@@ -34,7 +34,7 @@ BACKENDS = ["embedded", "postgres"]
 NOTES = entry("notes", "MEMORY", "SEARCH")
 STEPS = 4
 SEQUENCE = entry("steps", "FILE", "SEQUENTIAL", "steps.jsonl")
-FIXTURE_0_2_0 = Path(__file__).resolve().parent / "data" / "memory-0.2.0"
+FIXTURE_0_2_0 = Path(__file__).resolve().parents[1] / "data" / "memory-0.2.0"
 # What a data folder may hold: the SQLite database with its WAL and shared-memory files, and the FILE and
 # DIRECTORY indexes' folder.
 DATA_FILES = {"memory.sqlite3", "memory.sqlite3-wal", "memory.sqlite3-shm", "indexes"}

@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import functools
 import random
 import shutil
-import threading
 import time
-from collections.abc import Iterator
 
 import grpc
 import ir_data
 import pytest
+from rerank_helpers import docs, rerank_load
 from sidecar import MODELS, Sidecar, default_config, error_details
 
 from ragsidecar.v1 import reranker_pb2
 
 CROSS = "ms-marco-MiniLM-L-12-v2"
 BI = "bge-small-en-v1.5"
-
-
-def docs(*texts: str) -> list[reranker_pb2.RerankDocument]:
-    return [reranker_pb2.RerankDocument(id=f"d{i}", text=t) for i, t in enumerate(texts)]
 
 
 def scifact_cases(count: int, negatives: int, seed: int = 7) -> list[tuple[str, str, list[str]]]:
@@ -60,12 +54,12 @@ def test_list_models_names_every_configured_model(sidecar: Sidecar) -> None:
 
 
 @pytest.mark.parametrize("model", [CROSS, BI])
-def test_the_relevant_scifact_abstract_ranks_first(sidecar: Sidecar, model: str) -> None:
+def test_the_relevant_scifact_abstract_ranks_first(packaged_sidecar: Sidecar, model: str) -> None:
     cases = scifact_cases(count=12, negatives=9)
     first = 0
     for query, relevant, others in cases:
         texts = others[:4] + [relevant] + others[4:]
-        response = rerank(sidecar, query, docs(*texts), model=model)
+        response = rerank(packaged_sidecar, query, docs(*texts), model=model)
         assert response.model == model
         first += response.results[0].index == 4
     assert first >= 11, f"{model}: relevant abstract first for {first} of {len(cases)} queries"
@@ -214,7 +208,7 @@ def test_any_text_is_scored(sidecar: Sidecar, text: str) -> None:
 
 
 def test_queue_full_is_resource_exhausted(make_sidecar) -> None:
-    config = default_config()
+    config = default_config(packaged=True)  # the packaged model's inference is slow enough to queue behind
     config["inference"].update(workers=1, max_queued_pairs=30, max_batch_tokens=512, cache_bytes=0)
     server = make_sidecar(config).start()
     err = raised(lambda: rerank(server, "q", docs(*[f"doc {i}" for i in range(31)])))
@@ -233,7 +227,7 @@ def test_queue_full_is_resource_exhausted(make_sidecar) -> None:
 
 
 def test_deadlines_and_cancellation_drop_queued_work(make_sidecar) -> None:
-    config = default_config()
+    config = default_config(packaged=True)  # the packaged model's inference is slow enough to queue behind
     config["inference"].update(workers=1, max_batch_tokens=1024, cache_bytes=0)
     server = make_sidecar(config).start()
     stub = server.reranker()
@@ -310,40 +304,6 @@ def swap_models(server: Sidecar, outcomes: list[str]) -> None:
         assert time.monotonic() < deadline, server.log()
         time.sleep(0.1)
     calls_completed(outcomes, 8)
-
-
-@contextlib.contextmanager
-def rerank_load(server: Sidecar, clients: int, documents: int) -> Iterator[list[str]]:
-    """Client threads sending Rerank calls until the block ends; yields their outcomes: "ok", "short"
-    (results missing) or a status code name."""
-    stop = threading.Event()
-    outcomes: list[str] = []
-
-    def load() -> None:
-        stub = server.reranker()
-        i = 0
-        while not stop.is_set():
-            i += 1
-            try:
-                response = stub.Rerank(
-                    reranker_pb2.RerankRequest(
-                        query=f"query {i}", documents=docs(*[f"doc {d} {i}" for d in range(documents)])
-                    ),
-                    timeout=30,
-                )
-                outcomes.append("ok" if len(response.results) == documents else "short")
-            except grpc.RpcError as err:
-                outcomes.append(err.code().name)
-
-    workers = [threading.Thread(target=load, daemon=True) for _ in range(clients)]
-    for worker in workers:
-        worker.start()
-    try:
-        yield outcomes
-    finally:
-        stop.set()
-        for worker in workers:
-            worker.join(30)
 
 
 def test_config_swap_under_load_fails_no_call(make_sidecar) -> None:
