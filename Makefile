@@ -60,11 +60,12 @@ lint: $(VENV)/.installed $(GEN_STAMP) clients/typescript/node_modules/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# Every Python test, spread over one xdist worker per core (each worker has its own session fixtures: PostgreSQL,
-# shared sidecars, tiny models' folder). PYTEST_WORKERS=0 runs them in this process.
+# Every Python test, spread over one xdist worker per core, a file at a time (each worker has its own session
+# fixtures, PostgreSQL and shared sidecars; a file's module-scoped sidecars start once). PYTEST_WORKERS=0 runs them
+# in this process.
 PYTEST_WORKERS ?= auto
 test-python: setup
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The unit layer (tests/unit: every pure test, in process, no server, no models), in seconds; `make test` runs
 # every layer (tests/unit, tests/contract, tests/server, tests/e2e).

@@ -126,20 +126,23 @@ def test_result_cache_answers_repeated_pairs(make_sidecar) -> None:
         assert result.raw_score == by_text[[*others, relevant][result.index]]
 
 
-def test_long_documents_never_lose_the_query_and_can_be_windowed(sidecar: Sidecar) -> None:
+def test_long_documents_never_lose_the_query_and_can_be_windowed(packaged_sidecar: Sidecar) -> None:
+    # The packaged cross-encoder: how far the answer past the cut lifts the logit is the model's doing.
     query = "Which enzyme converts angiotensin I to angiotensin II?"
     filler = " ".join(f"Paragraph {i} describes unrelated weather patterns over the northern sea." for i in range(60))
     answer = "Angiotensin-converting enzyme (ACE) converts angiotensin I into angiotensin II."
     long_doc = filler + " " + answer
     truncated = rerank(
-        sidecar, query, docs(long_doc), long_document_strategy=reranker_pb2.LONG_DOCUMENT_STRATEGY_TRUNCATE
+        packaged_sidecar, query, docs(long_doc), long_document_strategy=reranker_pb2.LONG_DOCUMENT_STRATEGY_TRUNCATE
     )
-    windowed = rerank(sidecar, query, docs(long_doc), long_document_strategy=reranker_pb2.LONG_DOCUMENT_STRATEGY_WINDOW)
+    windowed = rerank(
+        packaged_sidecar, query, docs(long_doc), long_document_strategy=reranker_pb2.LONG_DOCUMENT_STRATEGY_WINDOW
+    )
     assert truncated.usage.truncated_documents == 1
     assert windowed.results[0].best_window > 0
     assert windowed.results[0].raw_score > truncated.results[0].raw_score + 3
     # A tight per-document cap still keeps the whole query: the answer-bearing start scores high.
-    capped = rerank(sidecar, query, docs(answer + " " + filler), max_document_tokens=24)
+    capped = rerank(packaged_sidecar, query, docs(answer + " " + filler), max_document_tokens=24)
     assert capped.usage.truncated_documents == 1 and capped.results[0].relevance_score > 0.5
 
 
