@@ -4,6 +4,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from retrieval_helpers import retrieval_config
 from sidecar import Sidecar, default_config
 
 LAYERS = ("unit", "contract", "server", "e2e")
@@ -72,13 +73,6 @@ def knowledge_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("knowledge")
     build_knowledge(root)
     return root
-
-
-def retrieval_config(root: Path, data: Path, packaged: bool = False) -> dict:
-    config = default_config(packaged)
-    config["paths"]["knowledge_roots"] = [str(root)]
-    config["paths"]["data_dir"] = str(data)
-    return config
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import grpc
 import ir_data
 import pytest
 from google.protobuf import struct_pb2
-from sidecar import Sidecar
+from sidecar import Sidecar, default_config
 
 from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc
 from ragsidecar.v1 import retrieval_pb2 as pb
@@ -19,6 +19,14 @@ from ragsidecar.v1 import retrieval_pb2 as pb
 PRINCIPAL = common_pb2.Principal(id="agent-host")
 SCOPE = common_pb2.Scope(tenant="acme", session="s1")
 SCIFACT_DOCS = 240
+
+
+def retrieval_config(root: Path, data: Path, packaged: bool = False) -> dict:
+    """default_config() with `root` as the only knowledge root and `data` as the data folder."""
+    config = default_config(packaged)
+    config["paths"]["knowledge_roots"] = [str(root)]
+    config["paths"]["data_dir"] = str(data)
+    return config
 
 
 def scifact_queries(count: int) -> list[tuple[str, str]]:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import retrieval_config
 from google.protobuf import struct_pb2
 from retrieval_helpers import (
     PRINCIPAL,
@@ -19,6 +18,7 @@ from retrieval_helpers import (
     llm,
     params,
     raised,
+    retrieval_config,
     scifact_queries,
     stub,
     target,

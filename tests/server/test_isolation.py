@@ -11,9 +11,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import retrieval_config
 from memory_helpers import found_ids, refused, upsert
-from retrieval_helpers import PRINCIPAL, SCOPE, stub
+from retrieval_helpers import PRINCIPAL, SCOPE, retrieval_config, stub
 from sidecar import Sidecar
 
 from ragsidecar.identifiers import MAX_ID_CHARS

@@ -9,8 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, target, write_documents
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, retrieval_config, target, write_documents
 from sidecar import Sidecar
 
 from ragsidecar.knowledge.fusion import FEEDBACK_MIN_CANDIDATES

@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, target, write_documents
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, retrieval_config, target, write_documents
 from sidecar import Sidecar
 
 from ragsidecar.v1 import reranker_pb2, retrieval_pb2_grpc

@@ -11,7 +11,6 @@ from pathlib import Path
 import grpc
 import ir_data
 import pytest
-from conftest import retrieval_config
 from retrieval_helpers import (
     BUILT,
     DISK,
@@ -21,6 +20,7 @@ from retrieval_helpers import (
     llm,
     load,
     params,
+    retrieval_config,
     scifact_ids,
     target,
     write_abstracts,

@@ -22,8 +22,7 @@ from pathlib import Path
 import grpc
 import ir_data
 import pytest
-from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL, entry, llm, params, scifact_ids, target
+from retrieval_helpers import PRINCIPAL, entry, llm, params, retrieval_config, scifact_ids, target
 from sidecar import Sidecar, error_details
 
 from ragsidecar.v1 import chat_knowledge_pb2 as cpb

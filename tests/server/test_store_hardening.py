@@ -16,9 +16,19 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import retrieval_config
 from memory_helpers import found_ids, refused, upsert
-from retrieval_helpers import BUILT, DISK, PRINCIPAL, SCOPE, entry, load, stub, target, write_abstracts
+from retrieval_helpers import (
+    BUILT,
+    DISK,
+    PRINCIPAL,
+    SCOPE,
+    entry,
+    load,
+    retrieval_config,
+    stub,
+    target,
+    write_abstracts,
+)
 from sidecar import Sidecar
 
 from ragsidecar.v1 import (
