@@ -60,13 +60,17 @@ lint: $(VENV)/.installed $(GEN_STAMP) clients/typescript/node_modules/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# Every Python test, spread over one xdist worker per core, a file at a time (each worker has its own session
+# fixtures, PostgreSQL and shared sidecars; a file's module-scoped sidecars start once). PYTEST_WORKERS=0 runs them
+# in this process.
+PYTEST_WORKERS ?= auto
 test-python: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
-# The unit layer (tests/unit: pure functions, no server, no models) and the quickest server tests, in under a
-# minute; `make test` still runs everything (the slow, postgres and install markers included).
+# The unit layer (tests/unit: every pure test, in process, no server, no models), in seconds; `make test` runs
+# every layer (tests/unit, tests/contract, tests/server, tests/e2e).
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow and not postgres and not install" tests/unit tests/test_cli.py
+	$(PY) -m pytest -q tests/unit
 
 # The client's suite on the protobuf-java it is compiled against and, with the same classes, on the newest 4.x; the
 # adapters' suites; then the external consumer on each protobuf line, with the artifacts taken from dist/maven.
@@ -84,7 +88,10 @@ test-typescript: setup dist-npm
 	cd clients/typescript-adapters/langchain && npm test
 	tests/external/run-outside-repo.sh npm-consumer bash -c '$(NPM_CI) && npm test'
 
-test: lint test-python test-java test-typescript
+# The Java and TypeScript suites after the Python one, side by side (each mostly waits on its own sidecars and
+# build tools); their output is kept whole per suite.
+test: lint test-python
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-java test-typescript
 
 bench: setup
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev,bench]'

@@ -1,4 +1,5 @@
-"""Builders for RetrievalService requests and a knowledge folder of real files (SciFact abstracts and more)."""
+"""Builders for RetrievalService requests, a knowledge folder of real files (SciFact abstracts and more), and the
+calls and metric labels the retrieval tests share."""
 
 from __future__ import annotations
 
@@ -6,15 +7,26 @@ import json
 from pathlib import Path
 from typing import Any
 
+import grpc
 import ir_data
+import pytest
 from google.protobuf import struct_pb2
+from sidecar import Sidecar, default_config
 
-from ragsidecar.v1 import common_pb2
+from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc
 from ragsidecar.v1 import retrieval_pb2 as pb
 
 PRINCIPAL = common_pb2.Principal(id="agent-host")
 SCOPE = common_pb2.Scope(tenant="acme", session="s1")
 SCIFACT_DOCS = 240
+
+
+def retrieval_config(root: Path, data: Path, packaged: bool = False) -> dict:
+    """default_config() with `root` as the only knowledge root and `data` as the data folder."""
+    config = default_config(packaged)
+    config["paths"]["knowledge_roots"] = [str(root)]
+    config["paths"]["data_dir"] = str(data)
+    return config
 
 
 def scifact_queries(count: int) -> list[tuple[str, str]]:
@@ -130,3 +142,35 @@ def params(**values: Any) -> list[pb.Param]:
 
 def llm(window: int | None = 8000, model: str = "test-model") -> pb.Llm:
     return pb.Llm(model=model, input_window_tokens=window) if window else pb.Llm(model=model)
+
+
+def stub(server: Sidecar) -> retrieval_pb2_grpc.RetrievalServiceStub:
+    return retrieval_pb2_grpc.RetrievalServiceStub(server.channel())
+
+
+def raised(call) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as caught:
+        call()
+    return caught.value
+
+
+BUILT = {"how": "built"}
+
+
+DISK = {"how": "disk"}
+
+
+def write_abstracts(folder: Path, files: int, per_file: int) -> None:
+    corpus = ir_data.corpus("scifact")
+    ids = scifact_ids()
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        with (folder / f"part{f}.jsonl").open("w") as out:
+            for doc_id in ids[f * per_file : (f + 1) * per_file]:
+                out.write(json.dumps({"id": doc_id, "text": corpus[doc_id]}) + "\n")
+
+
+def load(server, names=("science",), entries=None) -> pb.RequireLoadedResponse:
+    entries = entries or [entry("science", "DIRECTORY", "SEARCH", "science")]
+    request = pb.RequireLoadedRequest(principal=PRINCIPAL, scope=SCOPE, target=target(entries), names=list(names))
+    return retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).RequireLoaded(request, timeout=300)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
+import hashlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import tomllib
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import tomli_w
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
@@ -35,41 +40,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def default_config() -> dict[str, Any]:
+def default_config(packaged: bool = False) -> dict[str, Any]:
+    """The repository's config with a relative data folder. Its models are the tiny ones the tests build, under the
+    packaged models' ids (tests/tiny_models.py); `packaged`: the real packaged models, for a test about what a
+    model does (ranking quality, tokenization limits, vector sizes)."""
     config = tomllib.loads(DEFAULT_CONFIG.read_text())
-    config["paths"]["models_dir"] = str(MODELS)
+    config["paths"]["models_dir"] = str(MODELS if packaged else tiny_models_dir())
     config["paths"]["data_dir"] = "data"
+    if not packaged:  # the tiny embedder's meaning is in its word tokens' mean, not in [CLS]
+        for model in config["models"]:
+            if model["kind"] == "bi-encoder":
+                model["pooling"] = "mean"
     return config
 
 
-def to_toml(value: dict[str, Any]) -> str:
-    """A small TOML writer for test configs (tables, arrays of tables, scalars, arrays)."""
-    lines: list[str] = []
-    scalars = {k: v for k, v in value.items() if not isinstance(v, (dict, list)) or _is_plain_list(v)}
-    lines += [f"{k} = {_scalar(v)}" for k, v in scalars.items()]
-    for key, table in value.items():
-        if isinstance(table, dict):
-            lines.append(f"\n[{key}]")
-            lines += [f"{k} = {_scalar(v)}" for k, v in table.items()]
-        elif isinstance(table, list) and not _is_plain_list(table):
-            for item in table:
-                lines.append(f"\n[[{key}]]")
-                lines += [f"{k} = {_scalar(v)}" for k, v in item.items()]
-    return "\n".join(lines) + "\n"
+@functools.cache
+def tiny_models_dir() -> Path:
+    """The tiny models, built once into .cache/tiny-models/<digest of their builder> and reused by every later
+    session and xdist worker (a build lands under its final name whole, so concurrent builders never see half)."""
+    builder = Path(__file__).with_name("tiny_models.py")
+    folder = REPO / ".cache" / "tiny-models" / hashlib.sha256(builder.read_bytes()).hexdigest()[:16]
+    if not folder.is_dir():
+        from tiny_models import build
+
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix="partial-", dir=folder.parent))
+        build(partial)
+        try:
+            partial.rename(folder)
+        except OSError:  # another worker finished first: its build is the same model
+            shutil.rmtree(partial, ignore_errors=True)
+    return folder
 
 
-def _is_plain_list(value: Any) -> bool:
-    return isinstance(value, list) and not any(isinstance(v, dict) for v in value)
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list):
-        return "[" + ", ".join(_scalar(v) for v in value) + "]"
-    return repr(value)
+# A test config (a dict of tables) as TOML text.
+to_toml = tomli_w.dumps
 
 
 class Sidecar:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the sidecar as its container image holds it. The Containerfile runs this script and nothing else,
-# and tests/test_install.py runs it too: the image's steps are tested without a container engine.
+# and tests/e2e/test_install.py runs it too: the image's steps are tested without a container engine.
 #
 # usage: install.sh SOURCE PREFIX
 #   SOURCE  the project: a checkout, or an sdist (.tar.gz) built from one

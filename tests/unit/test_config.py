@@ -5,13 +5,12 @@ and the TOML writer. No server, no models."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import msgspec
 import pytest
 
+from ragsidecar.cli import main
 from ragsidecar.config import ConfigError, bounds, schema_keys
 from ragsidecar.config_loading import load_config
 from ragsidecar.config_writer import to_toml
@@ -89,16 +88,11 @@ def test_errors_name_the_key_and_the_allowed_range(tmp_path: Path, text: str, me
     assert str(refused.value).startswith(message)
 
 
-def test_a_refused_config_exits_with_code_2_naming_the_key(tmp_path: Path) -> None:
+def test_a_refused_config_exits_with_code_2_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write(tmp_path, "[retrieval]\nmax_sequential_cursors = 0\n")
-    shown = subprocess.run(
-        [sys.executable, "-m", "ragsidecar", "config", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert shown.returncode == 2
-    assert "invalid configuration: retrieval.max_sequential_cursors: must be positive, got 0" in shown.stderr
+    assert main(["config", "--config", str(path)]) == 2
+    refusal = "invalid configuration: retrieval.max_sequential_cursors: must be positive, got 0"
+    assert refusal in capsys.readouterr().err
 
 
 def test_bounds_read_as_ranges() -> None:

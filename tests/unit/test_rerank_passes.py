@@ -1,5 +1,5 @@
 """The passes of a FUSED rerank (knowledge/ranking.py's rerank_passes); through the server in
-tests/test_rerank_cascade.py."""
+tests/server/test_rerank_cascade.py."""
 
 from __future__ import annotations
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import msgspec
+import tomli_w
 
 from ragsidecar.config import Config
 
@@ -21,29 +19,6 @@ def to_toml(config: Config) -> str:
         data_dir=str(config.resolve(config.paths.data_dir)),
         knowledge_roots=tuple(str(root) for root in config.knowledge_roots()),
     )
-    resolved = msgspec.structs.replace(config, paths=paths)
-    lines: list[str] = []
-    for section in config.__struct_fields__:
-        value = getattr(resolved, section)
-        if isinstance(value, msgspec.Struct):
-            lines += ["", f"[{section}]", *_toml_pairs(value)]
-        elif section == "models":
-            for model in value:
-                lines += ["", "[[models]]", *_toml_pairs(model)]
-    return "\n".join(lines).lstrip() + "\n"
-
-
-def _toml_pairs(table: msgspec.Struct) -> list[str]:
-    return [f"{name} = {_toml_value(getattr(table, name))}" for name in table.__struct_fields__]
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
-    if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    return repr(value)
+    resolved = msgspec.to_builtins(msgspec.structs.replace(config, paths=paths), enc_hook=str)
+    # The file's tables and [[models]]; the scalars (base_dir) are where the file was, not settings.
+    return tomli_w.dumps({key: value for key, value in resolved.items() if isinstance(value, dict | list | tuple)})

@@ -22,7 +22,7 @@ import ir_data
 import numpy as np
 import openai
 import pytest
-from sidecar import DEFAULT_CONFIG, MODELS, REPO, Sidecar, default_config, free_port
+from sidecar import DEFAULT_CONFIG, REPO, Sidecar, default_config, free_port
 
 from ragsidecar.config import InferenceConfig, ModelConfig
 from ragsidecar.inference.models import load_model
@@ -31,12 +31,12 @@ from ragsidecar.v1 import reranker_pb2
 CROSS = "ms-marco-MiniLM-L-12-v2"
 BI = "bge-small-en-v1.5"
 TOKEN = "s3cret-token"
-TLS = Path(__file__).resolve().parent / "data" / "tls"
+TLS = Path(__file__).resolve().parents[1] / "data" / "tls"
 LONG_TEXT = "a long document about reranking and retrieval " * 60
 
 
-def http_config(**inference: int) -> dict:
-    config = default_config()
+def http_config(packaged: bool = False, **inference: int) -> dict:
+    config = default_config(packaged)
     config["inference"].update(cache_bytes=0, **inference)
     config["http"] = {"port": free_port()}
     return config
@@ -130,8 +130,9 @@ async def test_the_openai_sdk_embeds_as_the_embedder_does(served: Sidecar) -> No
     as_base64 = client.embeddings.create(model=BI, input=texts)  # the SDK's default encoding
     as_floats = client.embeddings.create(model=BI, input=texts, encoding_format="float", dimensions=384)
     one = client.embeddings.create(model=BI, input=texts[0])
-    spec = ModelConfig(id=BI, kind="bi-encoder", path=BI)
-    model = await load_model(spec, MODELS / BI, InferenceConfig())
+    (served_embedder,) = [m for m in served.config["models"] if m["id"] == BI]
+    spec = ModelConfig(id=BI, kind="bi-encoder", path=BI, pooling=served_embedder["pooling"])
+    model = await load_model(spec, Path(served.config["paths"]["models_dir"]) / BI, InferenceConfig())
     try:
         expected = (await model.embed(texts)).vectors
     finally:
@@ -441,7 +442,8 @@ def test_the_http_stack_loads_only_when_it_serves() -> None:
 def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sidecar, list[httpx.Response]]]:
     """A sidecar with one worker, a 30-pair queue and 1 MiB bodies; with the answers it gave while its models were
     still loading (asked at once, whichever test runs first)."""
-    config = http_config(workers=1, max_queued_pairs=30, max_batch_tokens=1024)
+    # The packaged models: their load and inference are slow enough to call into and to queue behind.
+    config = http_config(packaged=True, workers=1, max_queued_pairs=30, max_batch_tokens=1024)
     config["server"]["max_message_bytes"] = 1 << 20
     server = Sidecar(tmp_path_factory.mktemp("small-http"), config)
     try:

@@ -11,10 +11,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import retrieval_config
 from opentelemetry.proto.trace.v1 import trace_pb2
 from otlp_receiver import WAIT_S, Receiver, start
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, retrieval_config, target
 from sidecar import REPO, Sidecar, free_port
 
 from ragsidecar.tracing import wanted

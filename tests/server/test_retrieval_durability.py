@@ -11,31 +11,24 @@ from pathlib import Path
 import grpc
 import ir_data
 import pytest
-from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, params, scifact_ids, target
+from retrieval_helpers import (
+    BUILT,
+    DISK,
+    PRINCIPAL,
+    SCOPE,
+    entry,
+    llm,
+    load,
+    params,
+    retrieval_config,
+    scifact_ids,
+    target,
+    write_abstracts,
+)
 from sidecar import error_details
 
 from ragsidecar.v1 import retrieval_pb2 as pb
 from ragsidecar.v1 import retrieval_pb2_grpc
-
-BUILT = {"how": "built"}
-DISK = {"how": "disk"}
-
-
-def write_abstracts(folder: Path, files: int, per_file: int) -> None:
-    corpus = ir_data.corpus("scifact")
-    ids = scifact_ids()
-    folder.mkdir(parents=True, exist_ok=True)
-    for f in range(files):
-        with (folder / f"part{f}.jsonl").open("w") as out:
-            for doc_id in ids[f * per_file : (f + 1) * per_file]:
-                out.write(json.dumps({"id": doc_id, "text": corpus[doc_id]}) + "\n")
-
-
-def load(server, names=("science",), entries=None) -> pb.RequireLoadedResponse:
-    entries = entries or [entry("science", "DIRECTORY", "SEARCH", "science")]
-    request = pb.RequireLoadedRequest(principal=PRINCIPAL, scope=SCOPE, target=target(entries), names=list(names))
-    return retrieval_pb2_grpc.RetrievalServiceStub(server.channel()).RequireLoaded(request, timeout=300)
 
 
 def search(server, query: str, entries=None) -> pb.SearchResponse:

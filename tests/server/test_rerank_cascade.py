@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, target, write_documents
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, retrieval_config, target, write_documents
 from sidecar import Sidecar
 
 from ragsidecar.v1 import reranker_pb2, retrieval_pb2_grpc
@@ -35,7 +34,8 @@ DOCS = entry("docs", "DIRECTORY", "SEARCH", "docs")
 def cascading(tmp_path_factory: pytest.TempPathFactory) -> Sidecar:
     root = tmp_path_factory.mktemp("cascade-knowledge")
     write_documents(root / "docs", DOCUMENTS)
-    config = retrieval_config(root, tmp_path_factory.mktemp("data"))
+    # The packaged reranker: how far the late document's relevance falls when cut is the model's doing.
+    config = retrieval_config(root, tmp_path_factory.mktemp("data"), packaged=True)
     config["retrieval"].update(
         rerank_candidates=POOL, rerank_document_tokens=CUT, rerank_head_candidates=HEAD, rerank_weight=0.5
     )

@@ -9,11 +9,21 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import retrieval_config
 from google.protobuf import struct_pb2
-from retrieval_helpers import PRINCIPAL, SCOPE, build_knowledge, entry, llm, params, scifact_queries, target
+from retrieval_helpers import (
+    PRINCIPAL,
+    SCOPE,
+    build_knowledge,
+    entry,
+    llm,
+    params,
+    raised,
+    retrieval_config,
+    scifact_queries,
+    stub,
+    target,
+)
 from sidecar import Sidecar, error_details
-from test_retrieval import raised, stub
 
 from ragsidecar.identifiers import MAX_ID_CHARS
 from ragsidecar.v1 import common_pb2

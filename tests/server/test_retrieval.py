@@ -8,23 +8,11 @@ import threading
 import time
 
 import grpc
-import pytest
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, params, scifact_queries, target
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, params, raised, scifact_queries, stub, target
 from sidecar import Sidecar, default_config, error_details
 
-from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import common_pb2
 from ragsidecar.v1 import retrieval_pb2 as pb
-
-
-def stub(server: Sidecar) -> retrieval_pb2_grpc.RetrievalServiceStub:
-    return retrieval_pb2_grpc.RetrievalServiceStub(server.channel())
-
-
-def raised(call) -> grpc.RpcError:
-    with pytest.raises(grpc.RpcError) as caught:
-        call()
-    return caught.value
-
 
 SCIENCE = entry("science", "FILE", "SEARCH", "science/abstracts.jsonl")
 GUIDE = entry("guide", "DIRECTORY", "SEARCH", "guide")
@@ -125,11 +113,11 @@ def test_enforce_gives_direct_knowledge_whole(retrieval_sidecar: Sidecar) -> Non
     assert response.document_count == 1 and not response.truncated
 
 
-def test_enforce_search_finds_the_relevant_scifact_abstract(retrieval_sidecar: Sidecar) -> None:
+def test_enforce_search_finds_the_relevant_scifact_abstract(packaged_retrieval_sidecar: Sidecar) -> None:
     cases = scifact_queries(8)
     first = 0
     for claim, relevant in cases:
-        response = enforce(retrieval_sidecar, [SCIENCE], ["science"], params=params(limit=3, question=claim))
+        response = enforce(packaged_retrieval_sidecar, [SCIENCE], ["science"], params=params(limit=3, question=claim))
         assert response.query == claim
         top = response.blocks[0].chunks[0]
         first += top.provenance.document_id == relevant
@@ -384,7 +372,7 @@ def test_searches_across_an_encoder_change_pair_query_and_index_of_one_model(mak
     server = started(config)
     before = scores(server)
     (embedder,) = [m for m in config["models"] if m["kind"] == "bi-encoder"]
-    embedder["pooling"] = "mean"
+    embedder["pooling"] = "cls" if embedder["pooling"] == "mean" else "mean"
     server.write_config(config)
     seen: list[list[tuple[str, float]]] = []
     done = threading.Event()

@@ -16,11 +16,20 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
+from memory_helpers import found_ids, refused, upsert
+from retrieval_helpers import (
+    BUILT,
+    DISK,
+    PRINCIPAL,
+    SCOPE,
+    entry,
+    load,
+    retrieval_config,
+    stub,
+    target,
+    write_abstracts,
+)
 from sidecar import Sidecar
-from test_isolation import found_ids, refused, stub, upsert
-from test_retrieval_durability import BUILT, DISK, load, write_abstracts
 
 from ragsidecar.v1 import (
     chat_knowledge_pb2 as cpb,
@@ -238,7 +247,7 @@ def test_a_changed_encoder_setting_never_reuses_old_vectors(make_sidecar, folder
     embedded = server.metric("ragsidecar_embedded_chunks_total")
     config = retrieval_config(root, data)
     (embedder,) = [m for m in config["models"] if m["kind"] == "bi-encoder"]
-    embedder["pooling"] = "mean"  # same model id and files, different vectors
+    embedder["pooling"] = "cls" if embedder["pooling"] == "mean" else "mean"  # same model id and files, other vectors
     server.write_config(config)
     server.signal(signal.SIGHUP)
     _wait_for(server, "ragsidecar_model_reloads_total", outcome="ok")

@@ -11,15 +11,14 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, target
-from sidecar import Sidecar, error_details
+from memory_helpers import found_ids, refused, upsert
+from retrieval_helpers import PRINCIPAL, SCOPE, retrieval_config, stub
+from sidecar import Sidecar
 
 from ragsidecar.identifiers import MAX_ID_CHARS
-from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc
+from ragsidecar.v1 import common_pb2
 from ragsidecar.v1 import retrieval_pb2 as pb
 
-NOTES = entry("notes", "MEMORY", "SEARCH")
 # Pairs of scopes that a separator join ("tenant" + sep + "session") would merge into one key.
 LOOK_ALIKE_SCOPES = [
     (("a:b", "c"), ("a", "b:c")),
@@ -27,45 +26,6 @@ LOOK_ALIKE_SCOPES = [
     (("x y", ""), ("x", "y")),
     (("acme|1", "s"), ("acme", "1|s")),
 ]
-
-
-def stub(server: Sidecar) -> retrieval_pb2_grpc.RetrievalServiceStub:
-    return retrieval_pb2_grpc.RetrievalServiceStub(server.channel())
-
-
-def upsert(
-    server: Sidecar,
-    scope: common_pb2.Scope,
-    doc_id: str,
-    text: str,
-    knowledge: str = "notes",
-    principal: common_pb2.Principal = PRINCIPAL,
-) -> pb.UpsertDocumentsResponse:
-    return stub(server).UpsertDocuments(
-        pb.UpsertDocumentsRequest(
-            principal=principal, scope=scope, knowledge=knowledge, documents=[pb.MemoryDocument(id=doc_id, text=text)]
-        ),
-        timeout=60,
-    )
-
-
-def found_ids(server: Sidecar, scope: common_pb2.Scope, query: str) -> list[str]:
-    hits = (
-        stub(server)
-        .Search(
-            pb.SearchRequest(principal=PRINCIPAL, scope=scope, target=target([NOTES]), query=query, top_k=10),
-            timeout=60,
-        )
-        .hits
-    )
-    return sorted(h.provenance.document_id for h in hits)
-
-
-def refused(call) -> tuple[grpc.StatusCode, str, list[str]]:
-    with pytest.raises(grpc.RpcError) as caught:
-        call()
-    info, violations = error_details(caught.value)
-    return caught.value.code(), info.reason if info else "", [field for field, _ in violations]
 
 
 @pytest.fixture

@@ -1,54 +1,20 @@
 """Retrieval quality settings: the lexical analysis' language, the fusion of the dense and BM25 lists and the
 combination of reranker and retrieval, through the real server (real files, MEMORY documents, embedder and
-reranker) on a small corpus of one-chunk documents written here; the pure functions are tested in
-tests/unit/test_fusion_and_analysis.py."""
+reranker) on a small corpus of one-chunk documents written here; the pure functions and the settings' bounds are
+tested in tests/unit/test_fusion_and_analysis.py and tests/unit/test_quality_settings.py."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, target, write_documents
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, retrieval_config, target, write_documents
 from sidecar import Sidecar
 
 from ragsidecar.knowledge.fusion import FEEDBACK_MIN_CANDIDATES
 from ragsidecar.v1 import retrieval_pb2 as pb
 from ragsidecar.v1 import retrieval_pb2_grpc
-
-# ---- configuration --------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "key, value, message",
-    [
-        ("lexical_language", '"klingon"', "retrieval.lexical_language: 'klingon' is not one of none, arabic"),
-        ("fusion", '"max"', "retrieval.fusion: 'max' is not one of 'rrf', 'weighted_rrf', 'convex'"),
-        ("dense_weight", "1.5", "retrieval.dense_weight: must be in [0, 1], got 1.5"),
-        ("dense_spread_gain", "150", "retrieval.dense_spread_gain: must be in [0, 100], got 150"),
-        ("feedback_documents", "101", "retrieval.feedback_documents: must be in [0, 100], got 101"),
-        ("feedback_weight", "1.5", "retrieval.feedback_weight: must be in [0, 1], got 1.5"),
-        ("rerank_fusion", '"mean"', "retrieval.rerank_fusion: 'mean' is not one of 'rrf', 'interpolate'"),
-        ("rerank_weight", "-0.5", "retrieval.rerank_weight: must be in [0, 1], got -0.5"),
-    ],
-)
-def test_invalid_quality_settings_are_refused_at_config_load(
-    tmp_path: Path, key: str, value: str, message: str
-) -> None:
-    config = tmp_path / "ragsidecar.toml"
-    config.write_text(f"[retrieval]\n{key} = {value}\n", encoding="utf-8")
-    shown = subprocess.run(
-        [sys.executable, "-m", "ragsidecar", "config", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert shown.returncode == 2
-    assert message in shown.stderr and "invalid configuration" in shown.stderr
-
 
 # ---- through the server ---------------------------------------------------------------------------------
 
@@ -76,7 +42,7 @@ def knowledge(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def quality_sidecar(workdir: Path, knowledge: Path, data: Path, **retrieval: object) -> Sidecar:
-    config = retrieval_config(knowledge, data)
+    config = retrieval_config(knowledge, data, packaged=True)  # what these settings do to real models' rankings
     config["retrieval"].update(retrieval)
     workdir.mkdir(parents=True, exist_ok=True)
     return Sidecar(workdir, config)

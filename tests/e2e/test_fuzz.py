@@ -21,10 +21,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import retrieval_config
 from google.protobuf import descriptor, struct_pb2, timestamp_pb2
 from google.protobuf import message as proto_message
 from grpc_health.v1 import health_pb2
+from retrieval_helpers import retrieval_config
 from sidecar import Sidecar, error_details, status_wire_bytes
 
 from ragsidecar.v1 import chat_knowledge_pb2 as chat

@@ -22,8 +22,7 @@ from pathlib import Path
 import grpc
 import ir_data
 import pytest
-from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL, entry, llm, params, scifact_ids, target
+from retrieval_helpers import PRINCIPAL, entry, llm, params, retrieval_config, scifact_ids, target
 from sidecar import Sidecar, error_details
 
 from ragsidecar.v1 import chat_knowledge_pb2 as cpb
@@ -34,7 +33,7 @@ BACKENDS = ["embedded", "postgres"]
 NOTES = entry("notes", "MEMORY", "SEARCH")
 STEPS = 4
 SEQUENCE = entry("steps", "FILE", "SEQUENTIAL", "steps.jsonl")
-FIXTURE_0_2_0 = Path(__file__).resolve().parent / "data" / "memory-0.2.0"
+FIXTURE_0_2_0 = Path(__file__).resolve().parents[1] / "data" / "memory-0.2.0"
 # What a data folder may hold: the SQLite database with its WAL and shared-memory files, the FILE and
 # DIRECTORY indexes' folder and the partition index snapshots' folder.
 DATA_FILES = {"memory.sqlite3", "memory.sqlite3-wal", "memory.sqlite3-shm", "indexes", "snapshots"}

@@ -10,10 +10,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from sidecar import DEFAULT_CONFIG, REPO, Sidecar, default_config, free_port, to_toml
+from sidecar import REPO, Sidecar, default_config, free_port, to_toml
 
 from ragsidecar.config import ConfigError
-from ragsidecar.config_loading import BUILT_IN_CONFIG, load_config
+from ragsidecar.config_loading import load_config
 
 
 def cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -26,13 +26,6 @@ def cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
         env={**clean, **env},
         timeout=120,
     )
-
-
-def test_the_repository_config_is_the_built_in_defaults_with_checkout_paths() -> None:
-    repo, built_in = tomllib.loads(DEFAULT_CONFIG.read_text()), tomllib.loads(BUILT_IN_CONFIG.read_text())
-    assert repo.pop("paths") == {"models_dir": "../models", "data_dir": "../data", "knowledge_roots": ["../knowledge"]}
-    assert built_in.pop("paths") == {"models_dir": "models", "data_dir": "data", "knowledge_roots": ["knowledge"]}
-    assert repo == built_in
 
 
 def test_config_without_a_file_prints_the_defaults_under_the_home(tmp_path: Path) -> None:

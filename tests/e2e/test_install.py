@@ -23,9 +23,9 @@ import ir_data
 import pytest
 from sidecar import REPO, free_port
 
-# Builds the sdist and wheel and installs them into fresh virtual environments: minutes, and `-m "not install"`
-# leaves it out.
-pytestmark = [pytest.mark.install, pytest.mark.slow]
+# Builds the sdist and wheel and installs them into fresh virtual environments: minutes (hence the long timeout),
+# and `-m "not install"` leaves it out.
+pytestmark = [pytest.mark.install, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 INSTALL_SCRIPT = REPO / "deploy" / "container" / "install.sh"
 STUBS = {
@@ -48,8 +48,6 @@ request = reranker_pb2.RerankRequest(query=query, documents=[reranker_pb2.Rerank
 response = stub.Rerank(request, timeout=60)
 print(json.dumps({"package": ragsidecar.__file__, "model": response.model, "order": [r.id for r in response.results]}))
 """
-
-pytestmark = pytest.mark.timeout(1200)  # builds and installs a whole environment
 
 
 def outside_env(**extra: str) -> dict[str, str]:

@@ -8,10 +8,7 @@ import math
 import time
 
 import grpc
-from grpc_health.v1 import health_pb2
-from retrieval_helpers import PRINCIPAL, entry, llm
-from sidecar import Sidecar, default_config, error_details
-from test_chat import (
+from chat_helpers import (
     HANDLES,
     ORDERS,
     append,
@@ -28,6 +25,9 @@ from test_chat import (
     stub,
     system_text,
 )
+from grpc_health.v1 import health_pb2
+from retrieval_helpers import PRINCIPAL, entry, llm
+from sidecar import Sidecar, default_config, error_details
 
 from ragsidecar.identifiers import MAX_ID_CHARS
 from ragsidecar.v1 import chat_knowledge_pb2 as pb

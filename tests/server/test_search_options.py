@@ -7,8 +7,7 @@ import random
 
 import grpc
 import pytest
-from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, params, target
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, llm, params, retrieval_config, target
 from sidecar import Sidecar, error_details
 
 from ragsidecar.v1 import retrieval_pb2 as pb

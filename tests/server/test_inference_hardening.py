@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 from prometheus_client import REGISTRY
+from rerank_helpers import docs, rerank_load
 from sidecar import MODELS, Sidecar, default_config, error_details
-from test_reranker import docs, rerank_load
 
 from ragsidecar.inference.backend import OnnxBackend
-from ragsidecar.inference.batching import BatchQueue, charged_tokens
+from ragsidecar.inference.batching import BatchQueue
 from ragsidecar.inference.tokenization import ModelInput, TextEncoder
 from ragsidecar.reranking import MAX_DOCUMENT_CHARS, MAX_DOCUMENTS_CHARS, MAX_QUERY_CHARS
 from ragsidecar.v1 import reranker_pb2
@@ -111,25 +111,6 @@ def test_a_long_document_scores_as_its_head_does(sidecar: Sidecar) -> None:
         assert response.usage.truncated_documents == 2
 
 
-@pytest.mark.parametrize("model", ["ms-marco-MiniLM-L-12-v2", "bge-small-en-v1.5", "all-MiniLM-L6-v2"])
-def test_head_encoding_gives_the_first_tokens_of_the_whole_text(model: str) -> None:
-    encoder = TextEncoder(MODELS / model / "tokenizer.json", 512)
-    texts = [
-        "The quick brown fox jumps over the lazy dog. " * 400,
-        "spaces   and\ttabs\nand\r\nnew lines,  " * 300,
-        "\u4e2d\u6587\u6ca1\u6709\u7a7a\u683c" * 2000,  # no space to cut at: tokenized whole
-        "x" * 50_000 + " tail",
-        "caf\u00e9 na\u00efve \u00c5ngstr\u00f6m \U0001f600 it's don't " * 500,
-        "short text",
-    ]
-    for keep in (10, 500, 2000):
-        heads = encoder.encode(texts, keep_tokens=keep)
-        wholes = encoder.encode(texts)
-        for text, head, whole in zip(texts, heads, wholes, strict=True):
-            assert head.ids == whole.ids[: len(head.ids)], (model, keep, text[:40])
-            assert len(head.ids) > keep or head.ids == whole.ids, (model, keep, text[:40])
-
-
 def test_a_caller_that_leaves_stops_tokenization_and_runs_nothing(make_sidecar) -> None:
     config = default_config()
     config["inference"].update(cache_bytes=0, max_documents_per_request=1600)
@@ -175,11 +156,6 @@ def test_padded_batches_are_charged_rows_times_their_widest_row(make_sidecar) ->
     )
     assert len(response.results) == 41 and response.usage.truncated_documents == 1
     assert batches() - before == 2 and small() - small_before == 1
-
-
-def test_charged_tokens() -> None:
-    assert charged_tokens(rows=3, widest=100, real_tokens=120, padded=True) == 300
-    assert charged_tokens(rows=3, widest=100, real_tokens=120, padded=False) == 120
 
 
 def failures(model: str) -> float:

@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import functools
 import random
 import shutil
-import threading
 import time
-from collections.abc import Iterator
 
 import grpc
 import ir_data
 import pytest
+from rerank_helpers import docs, rerank_load
 from sidecar import MODELS, Sidecar, default_config, error_details
 
 from ragsidecar.v1 import reranker_pb2
 
 CROSS = "ms-marco-MiniLM-L-12-v2"
 BI = "bge-small-en-v1.5"
-
-
-def docs(*texts: str) -> list[reranker_pb2.RerankDocument]:
-    return [reranker_pb2.RerankDocument(id=f"d{i}", text=t) for i, t in enumerate(texts)]
 
 
 def scifact_cases(count: int, negatives: int, seed: int = 7) -> list[tuple[str, str, list[str]]]:
@@ -60,12 +54,12 @@ def test_list_models_names_every_configured_model(sidecar: Sidecar) -> None:
 
 
 @pytest.mark.parametrize("model", [CROSS, BI])
-def test_the_relevant_scifact_abstract_ranks_first(sidecar: Sidecar, model: str) -> None:
+def test_the_relevant_scifact_abstract_ranks_first(packaged_sidecar: Sidecar, model: str) -> None:
     cases = scifact_cases(count=12, negatives=9)
     first = 0
     for query, relevant, others in cases:
         texts = others[:4] + [relevant] + others[4:]
-        response = rerank(sidecar, query, docs(*texts), model=model)
+        response = rerank(packaged_sidecar, query, docs(*texts), model=model)
         assert response.model == model
         first += response.results[0].index == 4
     assert first >= 11, f"{model}: relevant abstract first for {first} of {len(cases)} queries"
@@ -132,20 +126,23 @@ def test_result_cache_answers_repeated_pairs(make_sidecar) -> None:
         assert result.raw_score == by_text[[*others, relevant][result.index]]
 
 
-def test_long_documents_never_lose_the_query_and_can_be_windowed(sidecar: Sidecar) -> None:
+def test_long_documents_never_lose_the_query_and_can_be_windowed(packaged_sidecar: Sidecar) -> None:
+    # The packaged cross-encoder: how far the answer past the cut lifts the logit is the model's doing.
     query = "Which enzyme converts angiotensin I to angiotensin II?"
     filler = " ".join(f"Paragraph {i} describes unrelated weather patterns over the northern sea." for i in range(60))
     answer = "Angiotensin-converting enzyme (ACE) converts angiotensin I into angiotensin II."
     long_doc = filler + " " + answer
     truncated = rerank(
-        sidecar, query, docs(long_doc), long_document_strategy=reranker_pb2.LONG_DOCUMENT_STRATEGY_TRUNCATE
+        packaged_sidecar, query, docs(long_doc), long_document_strategy=reranker_pb2.LONG_DOCUMENT_STRATEGY_TRUNCATE
     )
-    windowed = rerank(sidecar, query, docs(long_doc), long_document_strategy=reranker_pb2.LONG_DOCUMENT_STRATEGY_WINDOW)
+    windowed = rerank(
+        packaged_sidecar, query, docs(long_doc), long_document_strategy=reranker_pb2.LONG_DOCUMENT_STRATEGY_WINDOW
+    )
     assert truncated.usage.truncated_documents == 1
     assert windowed.results[0].best_window > 0
     assert windowed.results[0].raw_score > truncated.results[0].raw_score + 3
     # A tight per-document cap still keeps the whole query: the answer-bearing start scores high.
-    capped = rerank(sidecar, query, docs(answer + " " + filler), max_document_tokens=24)
+    capped = rerank(packaged_sidecar, query, docs(answer + " " + filler), max_document_tokens=24)
     assert capped.usage.truncated_documents == 1 and capped.results[0].relevance_score > 0.5
 
 
@@ -214,7 +211,7 @@ def test_any_text_is_scored(sidecar: Sidecar, text: str) -> None:
 
 
 def test_queue_full_is_resource_exhausted(make_sidecar) -> None:
-    config = default_config()
+    config = default_config(packaged=True)  # the packaged model's inference is slow enough to queue behind
     config["inference"].update(workers=1, max_queued_pairs=30, max_batch_tokens=512, cache_bytes=0)
     server = make_sidecar(config).start()
     err = raised(lambda: rerank(server, "q", docs(*[f"doc {i}" for i in range(31)])))
@@ -233,7 +230,7 @@ def test_queue_full_is_resource_exhausted(make_sidecar) -> None:
 
 
 def test_deadlines_and_cancellation_drop_queued_work(make_sidecar) -> None:
-    config = default_config()
+    config = default_config(packaged=True)  # the packaged model's inference is slow enough to queue behind
     config["inference"].update(workers=1, max_batch_tokens=1024, cache_bytes=0)
     server = make_sidecar(config).start()
     stub = server.reranker()
@@ -310,40 +307,6 @@ def swap_models(server: Sidecar, outcomes: list[str]) -> None:
         assert time.monotonic() < deadline, server.log()
         time.sleep(0.1)
     calls_completed(outcomes, 8)
-
-
-@contextlib.contextmanager
-def rerank_load(server: Sidecar, clients: int, documents: int) -> Iterator[list[str]]:
-    """Client threads sending Rerank calls until the block ends; yields their outcomes: "ok", "short"
-    (results missing) or a status code name."""
-    stop = threading.Event()
-    outcomes: list[str] = []
-
-    def load() -> None:
-        stub = server.reranker()
-        i = 0
-        while not stop.is_set():
-            i += 1
-            try:
-                response = stub.Rerank(
-                    reranker_pb2.RerankRequest(
-                        query=f"query {i}", documents=docs(*[f"doc {d} {i}" for d in range(documents)])
-                    ),
-                    timeout=30,
-                )
-                outcomes.append("ok" if len(response.results) == documents else "short")
-            except grpc.RpcError as err:
-                outcomes.append(err.code().name)
-
-    workers = [threading.Thread(target=load, daemon=True) for _ in range(clients)]
-    for worker in workers:
-        worker.start()
-    try:
-        yield outcomes
-    finally:
-        stop.set()
-        for worker in workers:
-            worker.join(30)
 
 
 def test_config_swap_under_load_fails_no_call(make_sidecar) -> None:

@@ -1,0 +1,48 @@
+"""MEMORY knowledge calls the store and isolation tests share: upserts, searches by scope, refusals."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from retrieval_helpers import PRINCIPAL, entry, stub, target
+from sidecar import Sidecar, error_details
+
+from ragsidecar.v1 import common_pb2
+from ragsidecar.v1 import retrieval_pb2 as pb
+
+NOTES = entry("notes", "MEMORY", "SEARCH")
+
+
+def upsert(
+    server: Sidecar,
+    scope: common_pb2.Scope,
+    doc_id: str,
+    text: str,
+    knowledge: str = "notes",
+    principal: common_pb2.Principal = PRINCIPAL,
+) -> pb.UpsertDocumentsResponse:
+    return stub(server).UpsertDocuments(
+        pb.UpsertDocumentsRequest(
+            principal=principal, scope=scope, knowledge=knowledge, documents=[pb.MemoryDocument(id=doc_id, text=text)]
+        ),
+        timeout=60,
+    )
+
+
+def found_ids(server: Sidecar, scope: common_pb2.Scope, query: str) -> list[str]:
+    hits = (
+        stub(server)
+        .Search(
+            pb.SearchRequest(principal=PRINCIPAL, scope=scope, target=target([NOTES]), query=query, top_k=10),
+            timeout=60,
+        )
+        .hits
+    )
+    return sorted(h.provenance.document_id for h in hits)
+
+
+def refused(call) -> tuple[grpc.StatusCode, str, list[str]]:
+    with pytest.raises(grpc.RpcError) as caught:
+        call()
+    info, violations = error_details(caught.value)
+    return caught.value.code(), info.reason if info else "", [field for field, _ in violations]
