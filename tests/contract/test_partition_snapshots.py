@@ -206,10 +206,12 @@ async def test_a_database_of_schema_1_gets_its_change_stamps_and_snapshots_then_
     store = await opened.open()
     await store.upsert(AT, "notes", documents(range(12)))
     await opened.close_all()
-    with sqlite3.connect(data / "memory.sqlite3") as old:  # as 0.3.0 left it: no change stamps
+    with sqlite3.connect(data / "memory.sqlite3") as old:  # as schema 1 was: no change stamps, no typed metadata
         old.executescript(
             "DROP INDEX chunks_changed; ALTER TABLE chunks DROP COLUMN changed; DROP TABLE changes; "
-            "PRAGMA user_version = 1;"
+            "DROP INDEX documents_expiring; ALTER TABLE documents DROP COLUMN typed; "
+            "ALTER TABLE documents DROP COLUMN created; ALTER TABLE documents DROP COLUMN updated; "
+            "ALTER TABLE documents DROP COLUMN expires; PRAGMA user_version = 1;"
         )
 
     store = await opened.open()

@@ -102,8 +102,13 @@ CREATE TABLE IF NOT EXISTS changes (
 );
 INSERT OR IGNORE INTO changes (id, last) VALUES (0, 0);
 """
-# Schema 1 (0.3.0) lacked the chunks' change stamp: its chunks count as change 0, before any snapshot.
-_UPGRADE_1 = "ALTER TABLE chunks ADD COLUMN changed INTEGER NOT NULL DEFAULT 0"
+# Schema 1 (0.2.0's successor, before snapshots) lacked the chunks' change stamp and the store's change sequence:
+# its chunks count as change 0, before any snapshot.
+_UPGRADE_1 = (
+    "ALTER TABLE chunks ADD COLUMN changed INTEGER NOT NULL DEFAULT 0",
+    "CREATE TABLE changes (id INTEGER PRIMARY KEY CHECK (id = 0), last INTEGER NOT NULL)",
+    "INSERT INTO changes (id, last) VALUES (0, 0)",
+)
 _CHANGED_INDEX = "CREATE INDEX IF NOT EXISTS chunks_changed ON chunks (partition, changed)"
 # Schema 2 lacked typed metadata, timestamps and expiry: its documents are stamped with the upgrade's time, and
 # every chunk with a new change, so a snapshot taken before (whose chunks lack their documents' fields) replays all.
@@ -430,7 +435,8 @@ class _Database:
             with _transaction(self._connection):
                 (version,) = self._connection.execute("PRAGMA user_version").fetchone()
                 if version == 1:
-                    self._connection.execute(_UPGRADE_1)
+                    for statement in _UPGRADE_1:
+                        self._connection.execute(statement)
                 if version in (1, 2):
                     for statement in _UPGRADE_2:
                         self._connection.execute(statement, {"now": time.time_ns()})
