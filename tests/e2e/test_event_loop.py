@@ -146,7 +146,7 @@ def knowledge(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, knowledge: Path) -> Iterator[Sidecar]:
-    config = default_config()
+    config = default_config(packaged=True)  # the packaged models: calls heavy enough to measure the loop against
     config["inference"]["cache_bytes"] = 0
     config["paths"]["knowledge_roots"] = [str(knowledge)]
     config["paths"]["data_dir"] = str(tmp_path_factory.mktemp("loop-data"))
