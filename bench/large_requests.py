@@ -1,7 +1,8 @@
-"""Hostile sizes: the sidecar's resident memory across 60 MiB requests, and validating an 8 MiB DIRECT text.
+"""Hostile sizes: the sidecar's resident memory across 40 MiB requests, and validating an 8 MiB DIRECT text.
 
-Part one sends refused requests of about 60 MiB each (one 60 MiB Rerank document; 1,000 Rerank documents of
-60 KB; a 60 MiB UpsertDocuments; a 60 MiB PrepareChatKnowledge agent_id) for a few rounds, and reports the
+Part one sends refused requests of about 40 MiB each, the largest the 48 MiB message cap
+lets through (one 40 MiB Rerank document; 1,000 Rerank documents of 40 KB; a 40 MiB UpsertDocuments; a 40 MiB
+PrepareChatKnowledge agent_id) for a few rounds, and reports the
 server's RSS after each request and after idling: it should come back near where it started. Part two times
 ValidateConfiguration of one 8 MiB INLINE DIRECT entry (without a model, whose window is then unknown; with
 gpt-4o's window; with max_tokens 1000) and reports the RSS it adds.
@@ -26,31 +27,30 @@ from ragsidecar.v1 import retrieval_pb2 as pb
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from conftest import retrieval_config  # noqa: E402 - importable once tests/ is on sys.path
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, target  # noqa: E402 - importable once tests/ is on sys.path
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, retrieval_config, target  # noqa: E402 - importable once tests/ is on sys.path
 from sidecar import Sidecar  # noqa: E402 - importable once tests/ is on sys.path
 
-BIG = 60 << 20
+BIG = 40 << 20
 
 
 def big_requests(server: Sidecar, channel: grpc.Channel) -> dict[str, Callable[[], object]]:
     reranker, retrieval = server.reranker(channel), retrieval_pb2_grpc.RetrievalServiceStub(channel)
     huge = "x" * BIG
-    many = [reranker_pb2.RerankDocument(text="word " * 12_000)] * 1000
+    many = [reranker_pb2.RerankDocument(text="word " * 8_000)] * 1000
     return {
-        "Rerank, one 60 MiB document": lambda: reranker.Rerank(
+        "Rerank, one 40 MiB document": lambda: reranker.Rerank(
             reranker_pb2.RerankRequest(query="q", documents=[reranker_pb2.RerankDocument(text=huge)]), timeout=300
         ),
-        "Rerank, 1,000 documents of 60 KB": lambda: reranker.Rerank(
+        "Rerank, 1,000 documents of 40 KB": lambda: reranker.Rerank(
             reranker_pb2.RerankRequest(query="q", documents=many), timeout=300
         ),
-        "UpsertDocuments, 60 MiB": lambda: retrieval.UpsertDocuments(
+        "UpsertDocuments, 40 MiB": lambda: retrieval.UpsertDocuments(
             pb.UpsertDocumentsRequest(
                 principal=PRINCIPAL, scope=SCOPE, knowledge="notes", documents=[pb.MemoryDocument(id="a", text=huge)]
             ),
             timeout=300,
         ),
-        "PrepareChatKnowledge, 60 MiB agent_id": lambda: retrieval.PrepareChatKnowledge(
+        "PrepareChatKnowledge, 40 MiB agent_id": lambda: retrieval.PrepareChatKnowledge(
             pb.PrepareChatKnowledgeRequest(principal=PRINCIPAL, scope=SCOPE, agent_id=huge), timeout=300
         ),
     }
@@ -66,7 +66,7 @@ def outcome(call: Callable[[], object]) -> str:
 
 def memory_across_big_requests(server: Sidecar, channel: grpc.Channel, rounds: int) -> None:
     start = server.rss_mib()
-    print(f"\n60 MiB requests: RSS at start {start} MiB")
+    print(f"\n40 MiB requests: RSS at start {start} MiB")
     calls = big_requests(server, channel)
     for round_ in range(1, rounds + 1):
         for label, call in calls.items():

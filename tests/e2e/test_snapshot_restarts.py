@@ -15,8 +15,7 @@ from pathlib import Path
 import grpc
 import ir_data
 import pytest
-from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL, entry, scifact_ids, target
+from retrieval_helpers import PRINCIPAL, entry, retrieval_config, scifact_ids, target
 from sidecar import Sidecar
 
 from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc

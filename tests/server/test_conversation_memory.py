@@ -9,8 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL
+from retrieval_helpers import PRINCIPAL, retrieval_config
 from sidecar import Sidecar
 
 from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc

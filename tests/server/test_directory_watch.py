@@ -9,8 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import ir_data
-from conftest import retrieval_config
-from retrieval_helpers import PRINCIPAL, SCOPE, entry, scifact_ids, target
+from retrieval_helpers import PRINCIPAL, SCOPE, entry, retrieval_config, scifact_ids, target
 from sidecar import Sidecar
 
 from ragsidecar.v1 import retrieval_pb2 as pb

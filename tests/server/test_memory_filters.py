@@ -12,9 +12,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import retrieval_config
 from google.protobuf import timestamp_pb2
-from retrieval_helpers import PRINCIPAL, entry
+from retrieval_helpers import PRINCIPAL, entry, retrieval_config
 from sidecar import Sidecar, error_details
 
 from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc
