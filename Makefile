@@ -31,6 +31,7 @@ $(GEN_STAMP): $(PROTOS) $(VENV)/.installed
 	rm -rf server/src/ragsidecar/v1
 	$(PY) -m grpc_tools.protoc -I proto --python_out=server/src --grpc_python_out=server/src \
 		--pyi_out=server/src $(PROTOS)
+	echo '"""Generated from proto/ragsidecar/v1 at build time; never edited."""' > server/src/ragsidecar/v1/__init__.py
 	touch $@
 
 # The checkout is the ragsidecar home here: models in ./models, their download cache in ./.cache.
@@ -53,12 +54,14 @@ clients/typescript-adapters/%/node_modules/.installed: clients/typescript-adapte
 	touch $@
 
 # The proto (buf), then the Python code: ruff's format check and lint over the repository, mypy over server/src (it
-# reads the generated stubs). Every finding fails it; `make test` runs it first.
+# reads the generated stubs), and the import rules of pyproject.toml [tool.importlinter] (lint-imports). Every finding
+# fails it; `make test` runs it first.
 lint: $(VENV)/.installed $(GEN_STAMP) clients/typescript/node_modules/.installed
 	$(BUF) lint
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 # Every Python test, spread over one xdist worker per core, a file at a time (each worker has its own session
 # fixtures, PostgreSQL and shared sidecars; a file's module-scoped sidecars start once). PYTEST_WORKERS=0 runs them

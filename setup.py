@@ -11,6 +11,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 PROTO_ROOT = Path(__file__).resolve().parent / "proto"
+PACKAGE_DOCSTRING = '"""Generated from proto/ragsidecar/v1 at build time; never edited."""\n'
 
 
 class BuildPyWithStubs(build_py):
@@ -38,6 +39,8 @@ def generate_stubs(out: Path) -> None:
     ]
     if protoc.main(command) != 0:
         raise SystemExit("protoc failed to generate the gRPC stubs")
+    # A regular package, as the import rules (pyproject.toml [tool.importlinter]) read it.
+    (out / "ragsidecar" / "v1" / "__init__.py").write_text(PACKAGE_DOCSTRING)
 
 
 setup(cmdclass={"build_py": BuildPyWithStubs})

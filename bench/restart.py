@@ -71,7 +71,7 @@ from store import (
 )
 
 from ragsidecar.config_loading import load_config
-from ragsidecar.store.interface import DocumentStore
+from ragsidecar.knowledge.storage import DocumentStore
 from ragsidecar.store.snapshots import SnapshotPolicy
 
 RESULTS = REPO / "bench" / "results"

@@ -83,8 +83,8 @@ from ragsidecar.knowledge.fusion import FusionSettings
 from ragsidecar.knowledge.index import Hit
 from ragsidecar.knowledge.ranking import fusion_settings
 from ragsidecar.knowledge.sources.units import Unit
+from ragsidecar.knowledge.storage import DocumentStore, MemoryDocument, Prepared
 from ragsidecar.store.embedded import EmbeddedDocuments
-from ragsidecar.store.interface import DocumentStore, MemoryDocument, Prepared
 from ragsidecar.store.resident import ResidentIndexes
 
 REPO = Path(__file__).resolve().parent.parent

@@ -22,8 +22,8 @@ from ragsidecar import metrics
 from ragsidecar.knowledge.chunking import Chunk
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.knowledge.sources.units import Unit
+from ragsidecar.knowledge.storage import DocumentStore, MemoryDocument, Prepared
 from ragsidecar.store.embedded import EmbeddedBackend
-from ragsidecar.store.interface import DocumentStore, MemoryDocument, Prepared
 from ragsidecar.store.snapshots import SnapshotPolicy
 
 DIMENSIONS = 16

@@ -425,8 +425,7 @@ def test_the_http_stack_loads_only_when_it_serves() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, ragsidecar.api.server, ragsidecar.cli; "
-            "print(sorted({'starlette', 'uvicorn'} & set(sys.modules)))",
+            "import sys, ragsidecar.app, ragsidecar.cli; print(sorted({'starlette', 'uvicorn'} & set(sys.modules)))",
         ],
         capture_output=True,
         text=True,

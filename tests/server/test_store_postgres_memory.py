@@ -29,8 +29,8 @@ from ragsidecar import metrics
 from ragsidecar.knowledge.chunking import Chunk
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.knowledge.sources.units import Unit
+from ragsidecar.knowledge.storage import MemoryDocument, Prepared
 from ragsidecar.store.database import Database
-from ragsidecar.store.interface import MemoryDocument, Prepared
 from ragsidecar.store.postgres_documents import PostgresMemoryStore
 from ragsidecar.store.resident import ResidentIndexes
 from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc

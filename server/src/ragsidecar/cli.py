@@ -192,7 +192,7 @@ def _serve(args: argparse.Namespace) -> int:
     environ = {**os.environ, **{k: str(v) for k, v in overrides.items() if v is not None}}
     config = load_config(args.config, environ)
     config.check_listener_protected()
-    from ragsidecar.api.server import serve  # the gRPC stack loads only for the command that needs it
+    from ragsidecar.app import serve  # the gRPC stack loads only for the command that needs it
     from ragsidecar.store.migrate import SchemaError
 
     try:

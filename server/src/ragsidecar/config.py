@@ -19,14 +19,16 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from ragsidecar.knowledge.fusion import FusionMethod, RerankFusion
-
 # Bounds shared by many keys. Every numeric key declares at least a lower bound (tests/unit/test_config.py).
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]  # 0: a free port, or off where the key says so
 Positive = Annotated[int, msgspec.Meta(ge=1)]  # counts, sizes and limits that 0 would make useless
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]  # overlaps, and sizes where 0 turns the feature off
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
+# How a hybrid search fuses its dense and BM25 lists, and how a rerank fuses the reranker's order with the
+# retrieval's (knowledge/fusion.py implements each).
+FusionMethod = Literal["rrf", "weighted_rrf", "convex", "minmax", "zscore", "adaptive"]
+RerankFusion = Literal["rrf", "interpolate"]
 
 
 class ConfigError(ValueError):

@@ -1,13 +1,27 @@
 """Domain errors: what went wrong, in terms the API layer maps to gRPC status codes and details.
 
 The domain raises these and knows nothing of gRPC; `api.grpc_errors` turns each kind into a status code
-with a google.rpc.ErrorInfo (reason) and, for violations, a google.rpc.BadRequest.
+with a google.rpc.ErrorInfo (reason) and, for violations, a google.rpc.BadRequest, and `http.http_errors` into
+each HTTP API's error shape. Both transports bound what they repeat of an error by the limits here.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+
+# What either transport repeats of an error: at most this many violations, each text at most this many bytes.
+MAX_VIOLATIONS = 20
+MAX_TEXT_BYTES = 200
+ELLIPSIS = "…"
+
+
+def cut_text(text: str, limit: int) -> str:
+    """At most `limit` UTF-8 bytes, cut on a character boundary and marked when cut; always valid UTF-8."""
+    data = text[: limit + 1].encode("utf-8", "replace")
+    if len(data) <= limit:
+        return data.decode("utf-8")
+    return data[: limit - len(ELLIPSIS.encode())].decode("utf-8", "ignore") + ELLIPSIS
 
 
 class ErrorKind(enum.Enum):

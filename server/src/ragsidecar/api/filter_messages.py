@@ -15,7 +15,7 @@ from google.protobuf import timestamp_pb2
 
 from ragsidecar.errors import Violation, invalid
 from ragsidecar.knowledge import filters as f
-from ragsidecar.store.interface import MemoryDocument
+from ragsidecar.knowledge.storage import MemoryDocument
 from ragsidecar.v1 import retrieval_pb2 as pb
 
 _OPERATORS = {

@@ -13,7 +13,7 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from ragsidecar.errors import ErrorKind, SidecarError, Violation
+from ragsidecar.errors import ELLIPSIS, MAX_TEXT_BYTES, MAX_VIOLATIONS, ErrorKind, SidecarError, Violation, cut_text
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,8 @@ _CODES: dict[ErrorKind, grpc.StatusCode] = {
 # whatever the request.
 MAX_MESSAGE_WIRE_BYTES = 512
 MAX_STATUS_BYTES = 4608
-MAX_VIOLATIONS = 20
-MAX_TEXT_BYTES = 200
 MAX_METADATA_ENTRIES = 8
 _MAX_KEY_BYTES = 64
-_ELLIPSIS = "…"
 _FRAMING_BYTES = 16  # tags and lengths around each detail and its Any wrapper
 
 
@@ -95,14 +92,6 @@ def _metadata_within_budget(metadata: dict[str, str]) -> dict[str, str]:
     return {cut_text(key, _MAX_KEY_BYTES): cut_text(value, MAX_TEXT_BYTES) for key, value in entries}
 
 
-def cut_text(text: str, limit: int) -> str:
-    """At most `limit` UTF-8 bytes, cut on a character boundary and marked when cut; always valid UTF-8."""
-    data = text[: limit + 1].encode("utf-8", "replace")
-    if len(data) <= limit:
-        return data.decode("utf-8")
-    return data[: limit - len(_ELLIPSIS.encode())].decode("utf-8", "ignore") + _ELLIPSIS
-
-
 def _cut_message(message: str) -> str:
     """At most MAX_MESSAGE_WIRE_BYTES once percent-encoded as grpc-message is (bytes outside 0x20-0x7E and %)."""
     # A longer message costs more than the limit: each character is at least one byte.
@@ -110,9 +99,9 @@ def _cut_message(message: str) -> str:
     costs = [1 if 0x20 <= byte <= 0x7E and byte != 0x25 else 3 for byte in data]
     if sum(costs) <= MAX_MESSAGE_WIRE_BYTES:
         return data.decode("utf-8")
-    budget = MAX_MESSAGE_WIRE_BYTES - 3 * len(_ELLIPSIS.encode())
+    budget = MAX_MESSAGE_WIRE_BYTES - 3 * len(ELLIPSIS.encode())
     kept = sum(1 for used in itertools.accumulate(costs) if used <= budget)
-    return data[:kept].decode("utf-8", "ignore") + _ELLIPSIS
+    return data[:kept].decode("utf-8", "ignore") + ELLIPSIS
 
 
 async def abort(context: grpc.aio.ServicerContext, error: SidecarError) -> None:

@@ -34,7 +34,7 @@ from ragsidecar.knowledge.declarations import (
     Use,
 )
 from ragsidecar.knowledge.runtime import Block, Hit, RetrievalRuntime, SearchSpec, StaleSource, Work
-from ragsidecar.store.interface import MemoryDocument
+from ragsidecar.knowledge.storage import MemoryDocument
 from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc
 from ragsidecar.v1 import retrieval_pb2 as pb
 

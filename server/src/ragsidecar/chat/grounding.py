@@ -52,7 +52,7 @@ from ragsidecar.knowledge.runtime import (
     Work,
     render_block,
 )
-from ragsidecar.store.interface import Binding
+from ragsidecar.knowledge.storage import Binding
 
 log = logging.getLogger(__name__)
 

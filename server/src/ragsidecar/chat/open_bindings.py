@@ -30,7 +30,7 @@ from ragsidecar import metrics
 from ragsidecar.errors import ErrorKind, SidecarError
 from ragsidecar.knowledge.catalog import Catalog
 from ragsidecar.knowledge.declarations import Scope
-from ragsidecar.store.interface import Binding, MemoryDocument, UpsertOutcome
+from ragsidecar.knowledge.storage import Binding, MemoryDocument, UpsertOutcome
 
 # Random bytes of a binding id (not a secret) and of a handle (the secret).
 _ID_BYTES, _HANDLE_BYTES = 18, 32

@@ -9,8 +9,8 @@ from ragsidecar.chat.turns import Message, Owner, Turn
 from ragsidecar.errors import Violation
 from ragsidecar.identifiers import id_problems
 from ragsidecar.knowledge.declarations import Scope, Use
+from ragsidecar.knowledge.storage import Binding
 from ragsidecar.knowledge.validation import unique_name_problems
-from ragsidecar.store.interface import Binding
 
 # Caps on the sizes that drive a turn's work, refused (INVALID_ARGUMENT) before any of it; in the proto comments.
 MAX_MESSAGES, MAX_OWNERS, MAX_BINDINGS = 2000, 64, 256

@@ -15,8 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ragsidecar.api.grpc_errors import MAX_TEXT_BYTES, MAX_VIOLATIONS, cut_text
-from ragsidecar.errors import ErrorKind, SidecarError, Violation
+from ragsidecar.errors import MAX_TEXT_BYTES, MAX_VIOLATIONS, ErrorKind, SidecarError, Violation, cut_text
 from ragsidecar.reranking import LIMIT_EXCEEDED
 
 MAX_MESSAGE_BYTES = 512

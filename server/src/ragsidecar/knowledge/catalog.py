@@ -12,7 +12,7 @@ A DIRECTORY source's key is not computed again while a file watcher on its folde
 last scan (watch.py), so that searching an unchanged source costs the same at 100 and 100k files; unwatched, it
 is scanned again once its last scan is older than retrieval.rescan_interval_s; a caller may ask for a rescan.
 
-MEMORY and chat-binding sources are the storage backend's (store/interface.py): each partition's index is
+MEMORY and chat-binding sources are the storage backend's (knowledge/storage.py): each partition's index is
 kept caught up with every acknowledged write by its document store, and the catalog only asks for it.
 
 Loaded indexes (each the last good one of its source) live in an LRU bounded by their estimated bytes
@@ -55,8 +55,8 @@ from ragsidecar.knowledge.index_keys import index_key, model_fingerprint, source
 from ragsidecar.knowledge.roots import KnowledgeRoots
 from ragsidecar.knowledge.sources.files import inline_units
 from ragsidecar.knowledge.sources.units import SourceError, Unit
+from ragsidecar.knowledge.storage import Backend, DocumentStore, Prepared
 from ragsidecar.knowledge.watch import Changes, SourceWatches
-from ragsidecar.store.interface import Backend, DocumentStore, Prepared
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from ragsidecar.identifiers import key_of
 from ragsidecar.inference.models import BiEncoder
 from ragsidecar.knowledge.chunking import Chunk
 from ragsidecar.knowledge.index import HybridIndex
-from ragsidecar.store.interface import VectorCache
+from ragsidecar.knowledge.storage import VectorCache
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ SEPARATOR = "\n"
 
 
 class Document(Protocol):
-    """What a written document offers (store.interface.MemoryDocument)."""
+    """What a written document offers (knowledge.storage.MemoryDocument)."""
 
     @property
     def id(self) -> str: ...

@@ -27,12 +27,12 @@ import heapq
 import math
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, TypeVar, get_args
+
+from ragsidecar.config import FusionMethod, RerankFusion
 
 K = TypeVar("K", bound=Hashable)
 
-FusionMethod = Literal["rrf", "weighted_rrf", "convex", "minmax", "zscore", "adaptive"]
-RerankFusion = Literal["rrf", "interpolate"]
 FUSIONS: tuple[str, ...] = get_args(FusionMethod)
 COSINE_MIN = -1.0
 BM25_MIN = 0.0

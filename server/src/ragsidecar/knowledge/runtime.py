@@ -27,10 +27,10 @@ from ragsidecar.knowledge.ranking import Query, Ranker, SearchSpec
 from ragsidecar.knowledge.results import Block, EnforceResult, Hit, StaleSource, Work, block_head, render_block
 from ragsidecar.knowledge.sequential import Cursors
 from ragsidecar.knowledge.sources.units import SourceError
+from ragsidecar.knowledge.storage import Backend
 from ragsidecar.knowledge.tokens import Tokens
 from ragsidecar.knowledge.validation import EntryChecks, action_problems, duplicate_names, named, require_declared_names
 from ragsidecar.reranking import Reranker
-from ragsidecar.store.interface import Backend
 
 # Failures of the retrieval itself, not of its configuration: an entry whose on_failure is CONTINUE
 # drops out on these as on a load failure (an unreachable PostgreSQL store is one: its sources cannot be read,

@@ -48,11 +48,12 @@ from ragsidecar.knowledge import filters
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
 from ragsidecar.knowledge.sources.units import Unit
-from ragsidecar.store.interface import (
+from ragsidecar.knowledge.storage import (
     LIST_SCAN_BOUND,
     PURGE_BOUND,
     Binding,
     DeleteOutcome,
+    LocalVectors,
     MemoryDocument,
     Page,
     PartitionIndex,
@@ -848,16 +849,6 @@ class InMemoryPositions:
         while len(self._positions) > self._limit:
             self._positions.popitem(last=False)
         return position
-
-
-class LocalVectors:
-    """No vectors shared with other replicas: the catalog's own cache is all there is."""
-
-    async def fetch(self, partition: str, model: str, hashes: list[str]) -> dict[str, np.ndarray]:
-        return {}
-
-    async def keep(self, partition: str, model: str, vectors: dict[str, np.ndarray]) -> None:
-        return None
 
 
 class EmbeddedBackend:

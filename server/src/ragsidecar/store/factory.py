@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ragsidecar.config import Config
+from ragsidecar.knowledge.storage import Backend
 from ragsidecar.store.embedded import EmbeddedBackend
-from ragsidecar.store.interface import Backend
 from ragsidecar.store.snapshots import policy_of
 
 

@@ -9,11 +9,10 @@ import time
 from collections.abc import Callable
 
 from ragsidecar.config import Config
+from ragsidecar.knowledge.storage import LocalVectors, Namespace, Prepare, VectorCache
 from ragsidecar.store.cursors import PostgresPositions
 from ragsidecar.store.database import Database
-from ragsidecar.store.embedded import LocalVectors
 from ragsidecar.store.embeddings import SharedEmbeddings
-from ragsidecar.store.interface import Namespace, Prepare, VectorCache
 from ragsidecar.store.postgres_bindings import PostgresRegistry
 from ragsidecar.store.postgres_documents import PostgresMemoryStore
 from ragsidecar.store.resident import ResidentIndexes

@@ -24,9 +24,9 @@ import time
 from typing import TYPE_CHECKING
 
 from ragsidecar.knowledge.declarations import Scope
+from ragsidecar.knowledge.storage import Binding
 from ragsidecar.store.cursors import across_tenants
 from ragsidecar.store.database import one_row
-from ragsidecar.store.interface import Binding
 from ragsidecar.store.postgres_documents import drop_orphaned_corpora
 
 if TYPE_CHECKING:

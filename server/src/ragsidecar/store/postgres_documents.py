@@ -1,5 +1,5 @@
 """MEMORY documents and chat bindings' corpora in PostgreSQL, shared by every replica (`[store] backend = "postgres"`):
-the postgres backend's DocumentStore (store/interface.py).
+the postgres backend's DocumentStore (knowledge/storage.py).
 
 PostgreSQL is the source of truth (the tables of migrations 0002, 0005 and 0006): documents, and their chunks
 with float32 vectors. A partition is one (namespace, tenant, session, source), found by `key_of(namespace,
@@ -56,9 +56,7 @@ from ragsidecar.knowledge.chunking import Chunk, chunk_meta
 from ragsidecar.knowledge.declarations import Scope
 from ragsidecar.knowledge.index import IndexedChunk
 from ragsidecar.knowledge.sources.units import Unit
-from ragsidecar.store.cursors import across_tenants
-from ragsidecar.store.database import one_row
-from ragsidecar.store.interface import (
+from ragsidecar.knowledge.storage import (
     LIST_SCAN_BOUND,
     PURGE_BOUND,
     DeleteOutcome,
@@ -72,6 +70,8 @@ from ragsidecar.store.interface import (
     document_unit,
     units_of,
 )
+from ragsidecar.store.cursors import across_tenants
+from ragsidecar.store.database import one_row
 from ragsidecar.store.resident import Resident, ResidentIndexes, chunk_keys
 
 if TYPE_CHECKING:

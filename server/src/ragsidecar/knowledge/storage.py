@@ -1,4 +1,5 @@
-"""What the domain needs of storage, and the records it exchanges with it.
+"""The storage ports: what the domain needs of storage, and the records it exchanges with it. They live in the
+domain they serve; the backends under `ragsidecar.store` implement them and import them from here.
 
 Two backends implement all of it: `embedded` (store/embedded.py: SQLite in WAL mode and in-process
 incremental indexes, this process only) and `postgres` (store/postgres.py: PostgreSQL is the source of truth,
@@ -247,6 +248,16 @@ class VectorCache(Protocol):
     async def fetch(self, partition: str, model: str, hashes: list[str]) -> dict[str, np.ndarray]: ...
 
     async def keep(self, partition: str, model: str, vectors: dict[str, np.ndarray]) -> None: ...
+
+
+class LocalVectors:
+    """No vectors shared with other replicas: the catalog's own cache is all there is."""
+
+    async def fetch(self, partition: str, model: str, hashes: list[str]) -> dict[str, np.ndarray]:
+        return {}
+
+    async def keep(self, partition: str, model: str, vectors: dict[str, np.ndarray]) -> None:
+        return None
 
 
 class Backend(Protocol):

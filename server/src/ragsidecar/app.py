@@ -1,4 +1,7 @@
-"""The sidecar process: gRPC server, health, reflection, reload and graceful shutdown."""
+"""The application: builds the runtime once (model registry, reranker, embedder, storage backend, retrieval runtime)
+and serves it over gRPC (with health and reflection) and, when configured, the HTTP API; reload on SIGHUP or a
+changed config file, the background purge of expired documents, and graceful shutdown. The transports (`api`,
+`http`) know nothing of each other: this module, above both, is the one place that starts them."""
 
 from __future__ import annotations
 
