@@ -93,10 +93,9 @@ test-typescript: setup dist-npm
 	cd clients/typescript-adapters/langchain && npm test
 	tests/external/run-outside-repo.sh npm-consumer bash -c '$(NPM_CI) && npm test'
 
-# The Java and TypeScript suites after the Python one, side by side (each mostly waits on its own sidecars and
-# build tools); their output is kept whole per suite.
 # After the lint, the Python suite runs beside the client suites (Java, then TypeScript): each leaves a core idle
 # part of the time (servers starting, waits on deadlines), so together they take less than one after the other.
+# Each suite's output is kept whole.
 test: lint
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-python test-clients
 

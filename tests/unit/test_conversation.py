@@ -3,11 +3,13 @@ units a write indexes (a turn alone, and with the turn before it). No server, no
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 
 import pytest
 
 from ragsidecar.knowledge.conversation import MAX_TURN_CHARS, follows, turn_time, units_of
+from ragsidecar.knowledge.filters import Instant, Value
 
 
 @dataclass(frozen=True)
@@ -15,6 +17,7 @@ class Doc:
     id: str
     text: str
     metadata: dict[str, str] = field(default_factory=dict)
+    typed: dict[str, Value] = field(default_factory=dict)
 
 
 def turn(id: str, text: str, time: str = "2023-05-08T13:56:00") -> Doc:
@@ -26,6 +29,17 @@ def test_a_document_is_a_turn_when_its_time_is_iso_8601() -> None:
     assert turn_time({"time": "2023-05-08T13:56:00+02:00"}) is not None
     assert turn_time({"time": "8 May, 2023"}) is None
     assert turn_time({"speaker": "Jon"}) is None
+
+
+def test_a_typed_timestamp_makes_a_turn_as_an_iso_string_does() -> None:
+    """A host writing `time` as typed metadata (a timestamp, as the framework stores do) writes turns too."""
+    at = dt.datetime(2023, 5, 8, 13, 56, tzinfo=dt.UTC)
+    nanos = int(at.timestamp()) * 1_000_000_000
+    assert turn_time({}, {"time": Instant(nanos)}) == at
+    first = Doc("1", "Jon: hi", typed={"time": Instant(nanos)})
+    later = Doc("2", "Gina: hello", typed={"time": Instant(nanos + 60 * 1_000_000_000)})
+    assert follows(first, later)
+    assert len(units_of([later], first)) == 2
 
 
 @pytest.mark.parametrize(

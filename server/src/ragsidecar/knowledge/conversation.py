@@ -1,15 +1,14 @@
-"""Conversation turns among the documents a host writes (MEMORY knowledge and chat bindings' corpora): how each
-becomes the unit that is chunked, embedded and indexed.
+"""Conversation turns among the documents a host writes (MEMORY knowledge and chat bindings' corpora): how each becomes
+the unit that is chunked, embedded and indexed.
 
-A document is a turn when its metadata carries a `time` (ISO 8601). A turn that follows another turn of the same
-session (the one written just before it in the partition, at most SESSION_GAP earlier, both short) is indexed
-twice: its text, and "previous\\nturn" (a second unit of the same span). A question naming what the previous turn
-said (the question an answer replies to, the photo a reply is about) reaches the turn that answers it through the
-second, in the lexical and the dense list alike; one about the turn's own words still finds the first, whose BM25
-length and embedding no context dilutes. On the development half of LoCoMo (bench/memory.py, docs/retrieval.md)
-the context alone left "when" questions 0.04 R@5 below stemmed BM25; with both units every category is above it.
-Every other document is its text alone, as before: file sources and notes
-without a time keep their figures.
+A document is a turn when its metadata carries a `time`: a typed timestamp, or a string in ISO 8601. A turn that follows
+another turn of the same session (the one written just before it in the partition, at most SESSION_GAP earlier, both
+short) is indexed twice: its text, and "previous\\nturn" (a second unit of the same span). A question naming what the
+previous turn said (the question an answer replies to, the photo a reply is about) reaches the turn that answers it
+through the second, in the lexical and the dense list alike; one about the turn's own words still finds the first, whose
+BM25 length and embedding no context dilutes. On the development half of LoCoMo (bench/memory.py, docs/retrieval.md) the
+context alone left "when" questions 0.04 R@5 below stemmed BM25; with both units every category is above it. Every other
+document is its text alone, as before: file sources and notes without a time keep their figures.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from ragsidecar.knowledge.filters import Instant, Value
 from ragsidecar.knowledge.sources.units import Provenance, Unit
 
 TIME_KEY = "time"
@@ -40,9 +40,16 @@ class Document(Protocol):
     @property
     def metadata(self) -> Mapping[str, str]: ...
 
+    @property
+    def typed(self) -> Mapping[str, Value]: ...
 
-def turn_time(metadata: Mapping[str, str]) -> dt.datetime | None:
-    """The document's `time` metadata as a datetime, None when it has none or it is not ISO 8601."""
+
+def turn_time(metadata: Mapping[str, str], typed: Mapping[str, Value] | None = None) -> dt.datetime | None:
+    """The document's `time` as a datetime: a typed timestamp (UTC), or a string metadata value in ISO 8601; None
+    when it has neither."""
+    stamp = (typed or {}).get(TIME_KEY)
+    if isinstance(stamp, Instant):
+        return dt.datetime.fromtimestamp(stamp.nanos / 1e9, dt.UTC)
     value = metadata.get(TIME_KEY)
     if not value:
         return None
@@ -55,7 +62,7 @@ def turn_time(metadata: Mapping[str, str]) -> dt.datetime | None:
 def follows(previous: Document, turn: Document) -> bool:
     """Whether `turn` continues the session of `previous`: both short turns with comparable times, `turn` at most
     SESSION_GAP after `previous` (and not before it)."""
-    before, after = turn_time(previous.metadata), turn_time(turn.metadata)
+    before, after = turn_time(previous.metadata, previous.typed), turn_time(turn.metadata, turn.typed)
     if before is None or after is None or (before.tzinfo is None) != (after.tzinfo is None):
         return False
     if max(len(previous.text), len(turn.text)) > MAX_TURN_CHARS:
