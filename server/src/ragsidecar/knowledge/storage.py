@@ -114,6 +114,21 @@ class Page:
 
 # Documents one listing call reads at most (what a page costs, whatever the filter keeps).
 LIST_SCAN_BOUND = 5000
+
+
+def page_of(scanned: list[MemoryDocument], keep: filters.Filter, now: int, limit: int) -> Page:
+    """The page a listing makes of the documents it scanned in id order (at most LIST_SCAN_BOUND, after the
+    page token): the first `limit` unexpired ones the filter keeps; the next page starts after the last one
+    kept, or after the last one scanned when the scan stopped at its bound."""
+    found: list[MemoryDocument] = []
+    for document in scanned:
+        if not document.expired(now) and filters.matches(keep, document.fields()):
+            found.append(document)
+            if len(found) == limit:
+                return Page(found, document.id)
+    return Page(found, scanned[-1].id if len(scanned) == LIST_SCAN_BOUND else None)
+
+
 # Expired documents one purge removes at most (the next one goes on).
 PURGE_BOUND = 1000
 

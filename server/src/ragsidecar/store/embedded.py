@@ -62,6 +62,7 @@ from ragsidecar.knowledge.storage import (
     UpsertOutcome,
     check_request_size,
     document_unit,
+    page_of,
     units_of,
 )
 from ragsidecar.store.resident import Resident, ResidentIndexes, chunk_keys, indexed, space_of, with_fields
@@ -678,14 +679,7 @@ def _page(connection: sqlite3.Connection, key: str, keep: filters.Filter, after:
         f"SELECT {_DOCUMENT} FROM documents d WHERE d.partition = ? AND d.id > ? ORDER BY d.id LIMIT ?",
         (partition.id, after, LIST_SCAN_BOUND),
     ).fetchall()
-    found: list[MemoryDocument] = []
-    for row in rows:
-        document = _document(row)
-        if not document.expired(now) and filters.matches(keep, document.fields()):
-            found.append(document)
-            if len(found) == limit:
-                return Page(found, document.id)
-    return Page(found, rows[-1][0] if len(rows) == LIST_SCAN_BOUND else None)
+    return page_of([_document(row) for row in rows], keep, now, limit)
 
 
 def _matching(connection: sqlite3.Connection, key: str, keep: filters.Filter) -> list[str]:

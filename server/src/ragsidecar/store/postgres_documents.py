@@ -68,6 +68,7 @@ from ragsidecar.knowledge.storage import (
     UpsertOutcome,
     check_request_size,
     document_unit,
+    page_of,
     units_of,
 )
 from ragsidecar.store.cursors import across_tenants
@@ -696,14 +697,7 @@ def _page(
         'AND d.id COLLATE "C" > %s ORDER BY d.id COLLATE "C" LIMIT %s',
         (partition.id, key.tenant, after, LIST_SCAN_BOUND),
     ).fetchall()
-    found: list[MemoryDocument] = []
-    for row in rows:
-        document = _document(row)
-        if not document.expired(now) and filters.matches(keep, document.fields()):
-            found.append(document)
-            if len(found) == limit:
-                return Page(found, document.id)
-    return Page(found, rows[-1][0] if len(rows) == LIST_SCAN_BOUND else None)
+    return page_of([_document(row) for row in rows], keep, now, limit)
 
 
 def _matching(connection: psycopg.Connection, key: PartitionKey, keep: filters.Filter) -> list[str]:
