@@ -14,7 +14,7 @@ import grpc
 import pytest
 from google.protobuf import timestamp_pb2
 from retrieval_helpers import PRINCIPAL, entry, retrieval_config
-from sidecar import Sidecar, error_details
+from sidecar import Sidecar, error_details, status_wire_bytes
 
 from ragsidecar.v1 import common_pb2, retrieval_pb2_grpc
 from ragsidecar.v1 import retrieval_pb2 as pb
@@ -366,6 +366,23 @@ def test_hostile_filters_are_refused_naming_the_part_and_the_server_serves_on(
         code, reason, fields = refused(call)
         assert (code, reason, len(fields)) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST", 1)
         assert where.startswith(fields[0].rstrip("…")), (fields[0], where)  # a long path is cut in the details
+    assert listed(server, filled) == list("abcde")
+
+
+@pytest.mark.parametrize(
+    ("token", "why"), [("not a token", "not a page token"), ("x" * (4 << 20), "longer than")], ids=["garbled", "4 MiB"]
+)
+def test_a_garbled_or_oversized_page_token_is_refused_and_the_server_serves_on(
+    server: Sidecar, filled: common_pb2.Scope, token: str, why: str
+) -> None:
+    """An oversized token is refused by its length, before it is decoded (not after decoding 4 MiB)."""
+    request = pb.ListDocumentsRequest(principal=PRINCIPAL, scope=filled, knowledge="notes", page_token=token)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(server).ListDocuments(request)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    [(field, description)] = error_details(caught.value)[1]
+    assert field == "page_token" and why in description
+    assert status_wire_bytes(caught.value) < 8192
     assert listed(server, filled) == list("abcde")
 
 

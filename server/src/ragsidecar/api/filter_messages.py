@@ -171,6 +171,11 @@ def document_message(document: MemoryDocument) -> pb.MemoryDocument:
 # -- page tokens: the id to list after, bound to the listing's knowledge and filter -------------------------------
 
 
+# The longest token a listing hands out (an id of at most MAX_ID_CHARS, JSON-escaped, and the listing's hash, in
+# base64) is about 2 KB; a longer one is refused before it is decoded.
+MAX_PAGE_TOKEN_CHARS = 8192
+
+
 def page_token(after: str, knowledge: str, keep: f.Filter) -> str:
     body = json.dumps({"after": after, "of": _listing(knowledge, keep)}, ensure_ascii=False)
     return base64.urlsafe_b64encode(body.encode("utf-8", "surrogatepass")).decode("ascii")
@@ -180,6 +185,8 @@ def after_of(token: str, knowledge: str, keep: f.Filter) -> str:
     """The id a page token lists after ("" for none); INVALID_ARGUMENT for a token of another listing."""
     if not token:
         return ""
+    if len(token) > MAX_PAGE_TOKEN_CHARS:
+        raise invalid([Violation("page_token", f"longer than {MAX_PAGE_TOKEN_CHARS} characters", "LIMIT_EXCEEDED")])
     try:
         body = json.loads(base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8", "surrogatepass"))
         after, listing = body["after"], body["of"]
