@@ -86,7 +86,8 @@ TINY_MODELS = RAGSIDECAR_MODELS_DIR=$$($(CURDIR)/$(PY) $(CURDIR)/tests/tiny_mode
 # building the package again (`npm test` alone does both).
 NPM_TYPECHECK = node_modules/.bin/tsc -p tsconfig.json
 
-# The client's suite on the protobuf-java it is compiled against and, with the same classes, on the newest 4.x; the
+# The client's suite on the protobuf-java it is compiled against and, with the same classes, on the newest 4.x (all
+# but its four channel-only tests: pom.xml, profile protobuf4); the
 # adapters' suites; then the external consumer on each protobuf line, with the artifacts taken from dist/maven.
 test-java: setup dist-java
 	cd clients/java && $(TINY_MODELS) mvn -q -B test
