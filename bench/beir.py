@@ -590,7 +590,7 @@ class BenchSidecar:
 
     def get(self) -> Sidecar:
         if self.server is None:
-            config = default_config()
+            config = default_config(packaged=True)
             config["inference"].update(workers=2, intra_op_threads=1, cache_bytes=self.cache_bytes)
             config["paths"]["knowledge_roots"] = [str(KNOWLEDGE)]
             config["paths"]["data_dir"] = str(RESULTS / "sidecar-data")

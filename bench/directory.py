@@ -73,7 +73,7 @@ def main() -> None:
         root = Path(work) / "knowledge"
         for size in args.sizes:
             write_folder(root / f"files{size}", texts[:size])
-        config = default_config()
+        config = default_config(packaged=True)
         config["paths"].update(knowledge_roots=[str(root)], data_dir=str(Path(work) / "data"))
         config["inference"]["cache_bytes"] = 0
         server = Sidecar(Path(work), config).start()

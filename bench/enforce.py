@@ -45,7 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queries", type=int, default=100)
     args = parser.parse_args()
-    config = default_config()
+    config = default_config(packaged=True)
     config["paths"]["knowledge_roots"] = [str(knowledge_folder())]
     config["paths"]["data_dir"] = str(RESULTS / "enforce-data")
     config["inference"]["cache_bytes"] = 0

@@ -64,7 +64,7 @@ def main() -> None:
     corpus = list(ir_collections.corpus("scifact").items())[: args.documents]
     claims = list(ir_collections.queries("scifact").values())
     with tempfile.TemporaryDirectory() as workdir:
-        server = Sidecar(Path(workdir), default_config()).start()
+        server = Sidecar(Path(workdir), default_config(packaged=True)).start()
         rss = PeakRss(server.process.pid)
         try:
             idle = rss.now()

@@ -32,7 +32,7 @@ MIB = 1024 * 1024
 
 
 def model_sets() -> tuple[dict, dict]:
-    first = default_config()
+    first = default_config(packaged=True)
     first["inference"]["cache_bytes"] = 0
     first["server"]["config_poll_s"] = 0.0  # SIGHUP alone reloads
     second = copy.deepcopy(first)

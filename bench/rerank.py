@@ -272,7 +272,7 @@ def main() -> None:
                 ),
                 requests,
             )
-        config = default_config()
+        config = default_config(packaged=True)
         config["inference"]["cache_bytes"] = 0
         config["http"] = {"port": free_port()}
         server = Sidecar(Path(tmp), config).start()
@@ -328,7 +328,7 @@ def tracing_overhead(requests: list) -> None:
     off_ns = off_helper_ns()  # before this process turns tracing on for on_span_ns
     receiver = Receiver()
     otlp = start_receiver(receiver)
-    config = default_config()
+    config = default_config(packaged=True)
     config["inference"]["cache_bytes"] = 0
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "off").mkdir()

@@ -328,7 +328,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ragsidecar-soak-") as temp:
         root, knowledge = Path(temp), Path(temp) / "knowledge"
         knowledge.mkdir()
-        config = default_config()
+        config = default_config(packaged=True)
         config["paths"]["data_dir"] = str(root / "data")
         config["paths"]["knowledge_roots"] = [str(knowledge)]
         file_entry = write_file_source(knowledge, data)
