@@ -103,9 +103,11 @@ test-typescript: setup dist-npm
 	cd clients/typescript-adapters/langchain && $(NPM_TYPECHECK) && npm test --ignore-scripts
 	$(TINY_MODELS) tests/external/run-outside-repo.sh npm-consumer bash -c '$(NPM_CI) && npm test'
 
-# The Java and TypeScript suites after the Python one, side by side; each suite's output is kept whole. (The
-# Python suite beside them took longer in all: 659 s against about 620, and its timing tests starve.)
-test: lint test-python
+# The lint beside the Python suite (mypy, its longest part, is one process), then the Java and TypeScript suites
+# side by side; each target's output is kept whole, and any failure fails `make test`. (The Python suite beside the
+# client suites took longer in all: 659 s against about 620, and its timing tests starve.)
+test: setup
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint test-python
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-java test-typescript
 
 bench: setup
