@@ -39,6 +39,7 @@ CENTRES = 1000
 VOCABULARY = 5000
 WORDS = 12
 K = 10
+CANDIDATES = 100  # each list's depth, as the server searches ([retrieval] fusion_candidates)
 
 Search = Callable[[np.ndarray, str], None]
 ALWAYS_SCAN = 1 << 40  # selected chunks per graph neighbour: no selection is that large
@@ -141,16 +142,18 @@ def main() -> None:
     ids = {c.id: i for i, c in enumerate(items)}
 
     def dense_ids(q: np.ndarray, w: str, keep: f.Filter) -> set[int]:
-        return {ids[h.chunk.id] for h in index.search(q, w, K, use_lexical=False, keep=keep)}
+        return {ids[h.chunk.id] for h in index.search(q, w, K, CANDIDATES, use_lexical=False, keep=keep)}
 
     def hybrid(keep: f.Filter | None, rows_per_neighbour: int | None = None) -> Search:
         def search(q: np.ndarray, w: str) -> None:
             with switched(index_module.EXACT_ROWS_PER_NEIGHBOUR if rows_per_neighbour is None else rows_per_neighbour):
-                index.search(q, w, K, keep=keep)
+                index.search(q, w, K, CANDIDATES, keep=keep)
 
         return search
 
-    index.search(queries[0], query_words[0], K, keep=FILTERS[0][1])  # builds the field index (once per index)
+    index.search(
+        queries[0], query_words[0], K, CANDIDATES, keep=FILTERS[0][1]
+    )  # builds the field index (once per index)
     print(
         f"{'filter':22} {'kept':>7} {'dense recall@10':>16} {'hybrid recall@10':>17} {'p50 ms':>8}"
         f" {'unfiltered ms':>14} {'x unfiltered':>13} {'exact scan ms':>14} {'graph ms':>9} {'graph recall':>13}"
@@ -162,9 +165,9 @@ def main() -> None:
         for q, w in zip(queries, query_words, strict=True):
             truth = exact_filtered(vectors, kept, q)
             dense_recall.append(len(dense_ids(q, w, keep) & truth) / max(1, len(truth)))
-            approximate = [h.chunk.id for h in index.search(q, w, K, keep=keep)]
+            approximate = [h.chunk.id for h in index.search(q, w, K, CANDIDATES, keep=keep)]
             with switched(ALWAYS_SCAN):  # the same search with the exact filtered dense list
-                exact = [h.chunk.id for h in index.search(q, w, K, keep=keep)]
+                exact = [h.chunk.id for h in index.search(q, w, K, CANDIDATES, keep=keep)]
             hybrid_recall.append(len(set(approximate) & set(exact)) / max(1, len(exact)))
             with switched(0):
                 graph_recall.append(len(dense_ids(q, w, keep) & truth) / max(1, len(truth)))
