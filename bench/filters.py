@@ -12,10 +12,10 @@ Reported per selectivity:
 - recall@10 of the dense list (RETRIEVAL_MODE_DENSE) against exact filtered search (float32 cosine over every
   chunk the filter keeps), the approximate part of a filtered search;
 - recall@10 of the hybrid hits against the hybrid search with the exact filtered dense list;
-- p50 of the hybrid search (dense + BM25, what a SEARCH entry runs) filtered, next to the unfiltered one, and
-  their ratio; and the p50 of each dense strategy forced (the exact scan of the selection, the graph asked for
-  more neighbours until enough pass), which is what index.EXACT_ROWS_PER_NEIGHBOUR, the switch point, is chosen
-  by.
+- p50 of the hybrid search (dense + BM25, each list 100 candidates deep as the server searches) filtered, next
+  to the unfiltered one timed query by query beside it, and their ratio; and the p50 of each dense strategy
+  forced (the exact scan of the selection, the graph asked for more neighbours until enough pass), which is what
+  index.EXACT_ROWS_PER_NEIGHBOUR, the switch point, is chosen by.
 
     .venv/bin/python bench/filters.py [--chunks 100000] [--queries 200]
 """
