@@ -77,21 +77,31 @@ test-python: setup
 test-fast: setup
 	$(PY) -m pytest -q tests/unit
 
-# The client's suite on the protobuf-java it is compiled against and, with the same classes, on the newest 4.x; the
+# The clients' own suites and the external consumers test the clients, not the models: their sidecars run the tests'
+# tiny models (tests/tiny_models.py, built once), through the $RAGSIDECAR_MODELS_DIR override (on a suite's own
+# commands only: `models` installs into that folder when it is set). The adapters' suites keep the packaged models:
+# they hold the frameworks' similarity thresholds and README examples to real scores.
+TINY_MODELS = RAGSIDECAR_MODELS_DIR=$$($(CURDIR)/$(PY) $(CURDIR)/tests/tiny_models.py)
+# dist-npm built every package (its prepack): a suite type-checks its sources and tests, then runs them without
+# building the package again (`npm test` alone does both).
+NPM_TYPECHECK = node_modules/.bin/tsc -p tsconfig.json
+
+# The client's suite on the protobuf-java it is compiled against and, with the same classes, on the newest 4.x (all
+# but its four channel-only tests: pom.xml, profile protobuf4); the
 # adapters' suites; then the external consumer on each protobuf line, with the artifacts taken from dist/maven.
 test-java: setup dist-java
-	cd clients/java && mvn -q -B test
-	cd clients/java && mvn -q -B test -Pprotobuf4 -Dprotobuf4.version=$(lastword $(PROTOBUF_LINES))
+	cd clients/java && $(TINY_MODELS) mvn -q -B test
+	cd clients/java && $(TINY_MODELS) mvn -q -B test -Pprotobuf4 -Dprotobuf4.version=$(lastword $(PROTOBUF_LINES))
 	cd clients/java/adapters/langchain4j && mvn -q -B test
 	cd clients/java/adapters/spring-ai && mvn -q -B test
-	tests/external/maven-consumer/run.sh $(PROTOBUF_LINES)
+	$(TINY_MODELS) tests/external/maven-consumer/run.sh $(PROTOBUF_LINES)
 
 # Node 20 throughout: every package's engines and every lock file admit it (each package's tests check theirs).
 test-typescript: setup dist-npm
-	cd clients/typescript && npm test
-	cd clients/typescript-adapters/ai-sdk && npm test
-	cd clients/typescript-adapters/langchain && npm test
-	tests/external/run-outside-repo.sh npm-consumer bash -c '$(NPM_CI) && npm test'
+	cd clients/typescript && $(NPM_TYPECHECK) && $(TINY_MODELS) npm test --ignore-scripts
+	cd clients/typescript-adapters/ai-sdk && $(NPM_TYPECHECK) && npm test --ignore-scripts
+	cd clients/typescript-adapters/langchain && $(NPM_TYPECHECK) && npm test --ignore-scripts
+	$(TINY_MODELS) tests/external/run-outside-repo.sh npm-consumer bash -c '$(NPM_CI) && npm test'
 
 # The Java and TypeScript suites after the Python one, side by side; each suite's output is kept whole. (The
 # Python suite beside them took longer in all: 659 s against about 620, and its timing tests starve.)

@@ -47,10 +47,6 @@ def default_config(packaged: bool = False) -> dict[str, Any]:
     config = tomllib.loads(DEFAULT_CONFIG.read_text())
     config["paths"]["models_dir"] = str(MODELS if packaged else tiny_models_dir())
     config["paths"]["data_dir"] = "data"
-    if not packaged:  # the tiny embedder's meaning is in its word tokens' mean, not in [CLS]
-        for model in config["models"]:
-            if model["kind"] == "bi-encoder":
-                model["pooling"] = "mean"
     return config
 
 

@@ -3,8 +3,9 @@ word-overlap cross-encoder, built with onnx.helper around the packaged models' o
 windows and truncation are the real ones) and run by the real onnxruntime backend.
 
 Each word token has a fixed random vector (seeded, so every build is the same model). The embedder's graph gives
-each token its vector ([B,T,D]); mean pooling makes texts that share words point the same way (tiny_config() sets
-it). The cross-encoder's graph sums the query's and the document's vectors apart (by token_type_ids) and scores their
+its word tokens' vectors and, at [CLS], their mean (rotated), so texts that share words point the same way whatever
+pooling the config names: the repository's config runs unchanged on them (in the Java and TypeScript suites too). The
+cross-encoder's graph sums the query's and the document's vectors apart (by token_type_ids) and scores their
 cosine ([B,1], scaled): how much of their wording they share. Both load in a blink where the packaged ones take seconds.
 """
 
@@ -30,6 +31,8 @@ BUCKETS = 8192
 SCALE, OFFSET = 10.0, -3.0
 # BERT's vocabulary: [PAD], [unused..], [UNK], [CLS], [SEP], [MASK] below this id; they carry no meaning.
 FIRST_WORD_ID = 999
+# [CLS], where the embedder puts the text's mean word vector (rotated).
+CLS_ID = 101
 
 
 def _initializers(vocabulary: int) -> list[onnx.TensorProto]:
@@ -43,6 +46,8 @@ def _initializers(vocabulary: int) -> list[onnx.TensorProto]:
         numpy_helper.from_array(np.array(OFFSET, dtype=np.float32), "offset"),
         numpy_helper.from_array(np.array(1e-6, dtype=np.float32), "epsilon"),
         numpy_helper.from_array(is_word, "is_word"),
+        numpy_helper.from_array((np.arange(vocabulary) == CLS_ID).astype(np.float32), "is_cls"),
+        numpy_helper.from_array(np.where(random.random(DIMENSIONS) < 0.5, -1.0, 1.0).astype(np.float32), "signs"),
         numpy_helper.from_array(np.array(BUCKETS, dtype=np.int64), "buckets"),
         numpy_helper.from_array(np.array([1]), "axis1"),
         numpy_helper.from_array(np.array([2]), "axis2"),
@@ -94,10 +99,25 @@ def _model(name: str, nodes: list[onnx.NodeProto], inputs: tuple[str, ...], shap
 
 
 def embedder_graph(vocabulary: int) -> onnx.ModelProto:
-    """Token vectors [B,T,D] (zero for special tokens and padding): the sidecar pools them as configured."""
+    """[B,T,D]: each word token's vector (zero for other special tokens and padding), and at [CLS] the text's mean
+    word vector with some of its coordinates' signs flipped (a fixed rotation). Either pooling means the text's
+    wording: [CLS] pooling gives the rotated mean, mean pooling mostly the mean itself; so the repository's config
+    runs unchanged on them, and switching a model's pooling still changes its vectors."""
+    nodes = [
+        *_weighted("words", "mask"),
+        helper.make_node("ReduceSum", ["words", "axis1"], ["total"], keepdims=1),
+        helper.make_node("ReduceSum", ["mask", "axis1"], ["count"], keepdims=1),
+        helper.make_node("Unsqueeze", ["count", "axis2"], ["count_column"]),
+        helper.make_node("Div", ["total", "count_column"], ["mean"]),
+        helper.make_node("Mul", ["mean", "signs"], ["rotated_mean"]),
+        helper.make_node("Gather", ["is_cls", "input_ids"], ["cls"]),
+        helper.make_node("Unsqueeze", ["cls", "axis2"], ["cls_column"]),
+        helper.make_node("Mul", ["cls_column", "rotated_mean"], ["at_cls"]),
+        helper.make_node("Add", ["words", "at_cls"], ["output"]),
+    ]
     return _model(
         "tiny-embedder",
-        _weighted("output", "mask"),
+        nodes,
         ("input_ids", "attention_mask"),
         ["batch", "sequence", DIMENSIONS],
         vocabulary,
@@ -142,3 +162,9 @@ def build(models_dir: Path) -> Path:
         shutil.copyfile(tokenizer, folder / "tokenizer.json")
         onnx.save(graph(_vocabulary(tokenizer)), str(folder / "model.onnx"))
     return models_dir
+
+
+if __name__ == "__main__":  # `make test` hands the Java and TypeScript suites this folder ($RAGSIDECAR_MODELS_DIR)
+    from sidecar import tiny_models_dir
+
+    print(tiny_models_dir())

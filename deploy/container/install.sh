@@ -15,10 +15,19 @@ prefix=$2
 constraints=${CONSTRAINTS:-$(cd "$(dirname "$0")/../.." && pwd)/constraints.txt}
 
 "${PYTHON:-python3}" -m venv "$prefix/venv"
-# pip builds the wheel (the build hook generates the gRPC stubs) and installs it with pinned dependencies,
-# the postgres extra included (psycopg), so one image serves both store backends ([store] backend); it also
-# compiles the bytecode now, since the image's root file system is read-only at run time.
-"$prefix/venv/bin/pip" install --quiet --disable-pip-version-check -c "$constraints" "$source[postgres]"
+# uv (pinned by the constraints too) installs what pip would in a third of the time; it runs from a folder of its
+# own, removed on exit, so the image never holds it. It takes its index from UV_INDEX_URL, or as pip would from
+# PIP_INDEX_URL.
+tools=$(mktemp -d)
+trap 'rm -rf "$tools"' EXIT
+"$prefix/venv/bin/pip" install --quiet --disable-pip-version-check --target "$tools" -c "$constraints" uv
+index=()
+if [ -n "${PIP_INDEX_URL:-}" ] && [ -z "${UV_INDEX_URL:-}" ]; then index=(--index-url "$PIP_INDEX_URL"); fi
+# It builds the wheel (the build hook generates the gRPC stubs) and installs it with pinned dependencies, the
+# postgres extra included (psycopg), so one image serves both store backends ([store] backend); it also compiles
+# the bytecode now, since the image's root file system is read-only at run time.
+"$tools/bin/uv" pip install --quiet --python "$prefix/venv/bin/python" --compile-bytecode -c "$constraints" \
+  "${index[@]}" "$source[postgres]"
 RAGSIDECAR_HOME="$prefix" "$prefix/venv/bin/ragsidecar" models install
 # Fails unless the installed package, its built-in defaults and the models fit together.
 RAGSIDECAR_HOME="$prefix" "$prefix/venv/bin/ragsidecar" doctor > /dev/null

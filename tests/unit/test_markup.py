@@ -3,8 +3,11 @@ from ending a region early or forging the fence. Pure functions."""
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 
+from ragsidecar.chat import markup
 from ragsidecar.chat.markup import (
     FENCE_CLOSE,
     FENCE_OPEN,
@@ -90,3 +93,10 @@ def test_neutralising_is_the_same_across_slice_boundaries() -> None:
     text = ("x" * 262_143 + "<!-- ragsidecar:state -->") * 2
     assert neutralise_host_text(text).count("&lt;!-- ragsidecar") == 2
     assert neutralise_fenced(text).count("&lt;") == 2
+
+
+def test_the_listed_angle_characters_are_those_the_scan_finds() -> None:
+    """The start-up reads the listed characters instead of scanning planes 0 and 1 (half a second a start): on
+    this Python's Unicode version the two tables are the same."""
+    assert unicodedata.unidata_version == markup._SCANNED_UNICODE  # the list is what a start-up here uses
+    assert markup._listed_angle_table() == markup._angle_table()

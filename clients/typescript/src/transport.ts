@@ -1,6 +1,6 @@
 import * as net from "node:net";
 import type * as http2 from "node:http2";
-import { ConnectError, type Interceptor, type Transport } from "@connectrpc/connect";
+import { Code, ConnectError, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { DEFAULT_DEADLINES_MS, retrying, retryPolicy, withDeadlines, type CallKind, type RetryOptions } from "./retry.js";
 
@@ -90,7 +90,7 @@ export function openTransport(options: ConnectionOptions): OpenTransport {
       return next(request);
     });
   }
-  interceptors.push(...(options.interceptors ?? []));
+  interceptors.push(...(options.interceptors ?? []), refusedStreamsUnavailable);
   const sessionManager = new Http2SessionManager(baseUrl, { idleConnectionTimeoutMs: 60_000 }, nodeOptions);
   const transport = withDeadlines(createGrpcTransport({ baseUrl, sessionManager, interceptors }), deadlinesOf(options),
     options.defaultTimeoutMs);
@@ -114,6 +114,32 @@ function namingTheSidecar(target: string): Interceptor {
       throw named;
     }
   };
+}
+
+/**
+ * The innermost interceptor: a stream the server refused (HTTP/2 RST_STREAM REFUSED_STREAM, as a sidecar that is
+ * shutting down answers the calls it will not start) fails UNAVAILABLE, not INTERNAL: the server never saw the call,
+ * so it is retried like any transient failure (gRPC's own clients do the same).
+ */
+const refusedStreamsUnavailable: Interceptor = (next) => async (request) => {
+  try {
+    return await next(request);
+  } catch (error) {
+    const failed = ConnectError.from(error);
+    if (failed.code !== Code.Internal || !refusedStream(failed)) throw error;
+    const unavailable = new ConnectError(failed.rawMessage, Code.Unavailable, failed.metadata, undefined, failed);
+    unavailable.details = failed.details;
+    throw unavailable;
+  }
+};
+
+function refusedStream(error: unknown): boolean {
+  for (let cause = error; cause instanceof Error; cause = cause.cause) {
+    if ((cause as { code?: unknown }).code === "ERR_HTTP2_STREAM_ERROR" && cause.message.includes("NGHTTP2_REFUSED_STREAM")) {
+      return true;
+    }
+  }
+  return false;
 }
 
 function deadlinesOf(options: ConnectionOptions): Record<CallKind, number> {

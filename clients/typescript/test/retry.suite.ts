@@ -2,6 +2,8 @@
 // started again on the same port while a host keeps calling. The Java client's RetryTest checks the same.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
+import * as http2 from "node:http2";
+import type { AddressInfo } from "node:net";
 import * as path from "node:path";
 import { after, describe, it } from "node:test";
 import { Code, type Interceptor } from "@connectrpc/connect";
@@ -60,6 +62,34 @@ describe("retries", () => {
     assert.ok(isTransient(Code.ResourceExhausted, "QUEUE_FULL"));
     assert.ok(!isTransient(Code.ResourceExhausted, "LIMIT_EXCEEDED"));
     assert.ok(!isTransient(Code.DeadlineExceeded, ""));
+  });
+
+  it("a stream the server refuses is UNAVAILABLE and retried; a refused write is not repeated", async () => {
+    // A server that refuses every stream with RST_STREAM REFUSED_STREAM, as a sidecar that is shutting down does.
+    const server = http2.createServer();
+    server.on("stream", (stream) => {
+      stream.on("error", () => {}); // the refusal itself, on the server's side
+      stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const attempts = new Map<string, number>();
+    const client = clients.make({
+      address: `127.0.0.1:${(server.address() as AddressInfo).port}`,
+      retry: { maxAttempts: 3, initialBackoffMs: 10, maxBackoffMs: 10 },
+      interceptors: [(next) => (request) => {
+        attempts.set(request.method.name, (attempts.get(request.method.name) ?? 0) + 1);
+        return next(request);
+      }],
+    });
+    try {
+      await assert.rejects(client.reranker.rerank(REQUEST), UnavailableError);
+      await assert.rejects(client.retrieval.upsertDocuments({ principal, scope, knowledge: "notes", documents }),
+        UnavailableError);
+      assert.deepEqual([attempts.get("Rerank"), attempts.get("UpsertDocuments")], [3, 1]);
+    } finally {
+      client.close();
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 
   it("calls succeed through a restart, and a write is never repeated", async () => {

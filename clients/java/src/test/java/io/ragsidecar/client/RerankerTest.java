@@ -144,7 +144,7 @@ class RerankerTest {
     Request request = Request.builder()
         .query("What is the capital of France?")
         .document("long", filler + "Paris is the capital and largest city of France.")
-        .document("tides", "Ocean tides are caused by the gravitational pull of the moon.")
+        .document("tides", "Tides rise and fall twice a day.")
         .longDocumentStrategy(LongDocumentStrategy.WINDOW)
         .maxDocumentTokens(64)
         .build();
@@ -154,7 +154,9 @@ class RerankerTest {
     assertTrue(ranked.get(0).bestWindow() > 0, "the last window holds the answer: " + ranked.get(0));
     List<RankedDocument> truncated = reranker.rerank(
         request.toBuilder().longDocumentStrategy(LongDocumentStrategy.TRUNCATE).build());
-    assertEquals(0, truncated.get(0).bestWindow());
+    RankedDocument bananasOnly = truncated.stream().filter(r -> r.id().equals("long")).findFirst().orElseThrow();
+    assertEquals(0, bananasOnly.bestWindow());
+    assertTrue(bananasOnly.rawScore() < ranked.get(0).rawScore(), "the truncated part misses the answer: " + truncated);
   }
 
   @Test

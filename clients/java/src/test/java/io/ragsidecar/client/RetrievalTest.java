@@ -375,7 +375,7 @@ class RetrievalTest {
   @Test
   void searchSpansSourcesAndRerankOrdersHits() {
     SearchResult response = retrieval.search(SearchRequest.newBuilder()
-        .setTarget(target(ROLE, List.of(PRODUCTS, POLICY))).setQuery("how many days do I have to return an item?")
+        .setTarget(target(ROLE, List.of(PRODUCTS, POLICY))).setQuery("within how many days can items be returned?")
         .setTopK(2).build());
     assertTrue(response.hits().size() > 0 && response.hits().size() <= 4);
     assertEquals("policy", response.hits().get(0).source());
