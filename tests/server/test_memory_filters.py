@@ -278,10 +278,10 @@ def test_a_replacement_keeps_created_and_moves_updated(server: Sidecar) -> None:
 
 def test_paging_with_a_filter_while_writes_go_on_lists_each_document_once(server: Sidecar) -> None:
     at = scope(f"paging-{next(_tenants)}")
-    count = 2000
-    for start in range(0, count, 500):
+    count, batch = 10_000, 1000
+    for start in range(0, count, batch):
         upsert(
-            server, at, [document(f"n{i:05d}", f"note {i}", {"even": i % 2 == 0}) for i in range(start, start + 500)]
+            server, at, [document(f"n{i:05d}", f"note {i}", {"even": i % 2 == 0}) for i in range(start, start + batch)]
         )
     even = compare("even", "==", True)
     seen: list[str] = []

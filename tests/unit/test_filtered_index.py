@@ -38,7 +38,7 @@ def test_both_dense_strategies_find_only_what_the_filter_keeps(
     built: tuple[HybridIndex, np.ndarray], keep: f.Filter, switch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     index, vectors = built
-    monkeypatch.setattr(index_module, "EXACT_SELECTION", switch)
+    monkeypatch.setattr(index_module, "EXACT_ROWS_PER_NEIGHBOUR", switch)
     kept = np.array([i for i in range(COUNT) if f.matches(keep, {"bucket": float(i % 100)})])
     rng = np.random.default_rng(9)
     recalls = []

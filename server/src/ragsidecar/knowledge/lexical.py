@@ -492,8 +492,8 @@ class Lexical:
 
     def top(self, query: str, count: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         """Up to `count` (slot, score) pairs, best first (ties: slot ascending); only texts sharing a term with
-        the query, and only `allowed` slots when given (the collection's statistics stay the whole index's).
-        Query terms that repeat count each time, as in bm25s."""
+        the query, and only `allowed` slots (ascending) when given (the collection's statistics stay the whole
+        index's). Query terms that repeat count each time, as in bm25s."""
         if count <= 0 or not self._live:
             return []
         repeats = Counter(self._ids[word] for word in terms([query], self.language)[0] if word in self._ids)
@@ -513,10 +513,10 @@ class Lexical:
             factors, df
         )
         scores = np.bincount(slots, contributions, minlength=self._end)
-        if allowed is not None:
-            kept = np.zeros_like(scores)
-            kept[allowed] = scores[allowed]
-            scores = kept
+        if allowed is not None:  # ascending, so a tie between kept scores still goes to the lower slot
+            kept = scores[allowed]
+            best = _highest(kept, count)
+            return list(zip(allowed[best].tolist(), kept[best].tolist(), strict=True))
         best = _highest(scores, count)
         return list(zip(best.tolist(), scores[best].tolist(), strict=True))
 
