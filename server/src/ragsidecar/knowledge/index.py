@@ -182,13 +182,13 @@ class _Rows:
         slots = np.asarray(slots, dtype=np.intp)
         boundary = len(self.mapped)
         if not boundary:
-            return self.tail[slots]
+            return self.tail.take(slots, axis=0)
         if not len(slots) or slots.max() < boundary:
-            return self.mapped[slots]
+            return self.mapped.take(slots, axis=0)  # take: fancy indexing of a read-only mapping is 3x slower
         rows = np.empty((len(slots), self.tail.shape[1]), dtype=np.float32)
         low = slots < boundary
-        rows[low] = self.mapped[slots[low]]
-        rows[~low] = self.tail[slots[~low] - boundary]
+        rows[low] = self.mapped.take(slots[low], axis=0)
+        rows[~low] = self.tail.take(slots[~low] - boundary, axis=0)
         return rows
 
     def appended(self, first: int, vectors: np.ndarray) -> _Rows:
