@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import itertools
 import json
 import logging
 import os
@@ -46,6 +47,7 @@ import onnxruntime  # noqa: F401, I001 - imported for its load order, see above
 from usearch.index import Index
 
 from ragsidecar import metrics, tracing
+from ragsidecar.cache import ByteLRU
 from ragsidecar.knowledge import filters, leftovers
 from ragsidecar.knowledge.compaction import compactor
 from ragsidecar.knowledge.fusion import FusionSettings, alternate, fed_back, fuse
@@ -79,6 +81,15 @@ _OVERFETCH_MARGIN = 1.3
 MAPPED_FROM = 1024
 # Rows of mapped vectors copied into a save at a time.
 _ROWS_PER_BLOCK = 4096
+# The records of hits read from snapshots' chunk files most recently, by (file, slot): a host's searches come back
+# to the same chunks, and reading and parsing a record costs a search 15 to 25 microseconds a hit
+# (bench/lean_reference.py); metric ragsidecar_cache_bytes{cache="hit_records"}.
+HIT_RECORD_CACHE_BYTES = 8 << 20
+_HIT_RECORDS: ByteLRU[tuple[int, int], IndexedChunk] = ByteLRU(HIT_RECORD_CACHE_BYTES)
+metrics.track_size("hit_records", _HIT_RECORDS)
+_RECORD_FILES = itertools.count()
+# A cached record's objects beside its text (the dict of its metadata and the chunk).
+_RECORD_OVERHEAD = 600
 # Estimated resident bytes per slot beside its vectors and text: its key and id (strings, a dict entry, a list's).
 _SLOT_BYTES = 300
 # A compaction is due once dead slots pass both the live chunks and this floor (small indexes never wait on one).
@@ -228,6 +239,17 @@ class _Records:
         self._fd = os.open(path, os.O_RDONLY)
         weakref.finalize(self, os.close, self._fd)
         self._offsets = offsets
+        self._number = next(_RECORD_FILES)  # names its records in _HIT_RECORDS (an id() could be reused)
+
+    def hit(self, slot: int) -> IndexedChunk:
+        """The slot's chunk, through the cache of hits' records (a record never changes: no entry goes stale)."""
+        key = (self._number, slot)
+        chunk = _HIT_RECORDS.get(key)
+        if chunk is None:
+            line = self.line(slot)
+            chunk = _chunk(json.loads(line))
+            _HIT_RECORDS.put(key, chunk, _RECORD_OVERHEAD + 2 * len(line))
+        return chunk
 
     def line(self, slot: int) -> bytes:
         """The slot's line, without its newline."""
@@ -238,10 +260,10 @@ class _Records:
         return _chunk(json.loads(self.line(slot)))
 
 
-def _from_records(records: _Records | None, slot: int) -> IndexedChunk:
+def _from_records(records: _Records | None, slot: int, hit: bool = False) -> IndexedChunk:
     if records is None:
         raise LookupError(f"index slot {slot} names a record but the index reads no file")
-    return records.chunk(slot)
+    return records.hit(slot) if hit else records.chunk(slot)
 
 
 class _Slots:
@@ -345,6 +367,14 @@ class _Slots:
         if chunk is None:
             raise LookupError(f"index slot {slot} was released")
         return _from_records(self.records, slot) if isinstance(chunk, str) else chunk
+
+    def hit_chunk(self, slot: int) -> IndexedChunk:
+        """`live_chunk`, for a search's hit: a record read from the file goes through the hits' cache (changes
+        and compactions read theirs around it, so as not to flush what searches come back to)."""
+        chunk = self.chunks[slot]
+        if chunk is None:
+            raise LookupError(f"index slot {slot} was released")
+        return _from_records(self.records, slot, hit=True) if isinstance(chunk, str) else chunk
 
     def id_of(self, slot: int) -> str:
         """The id of a live slot's chunk, read from memory whichever way its chunk is held."""
@@ -755,7 +785,7 @@ class HybridIndex:
             missing = [p for p in contenders if p not in cosines]
             if missing:  # BM25-only candidates still get an exact cosine
                 cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist(), strict=True))
-            chunk = self._slots.live_chunk
+            chunk = self._slots.hit_chunk
             bm25 = dict(lexical)
             order = sorted(contenders, key=lambda p: (-fused[p], -cosines[p], self._slots.id_of(p)))[:k]
             hits = [Hit(chunk(p), float(cosines[p]), bm25.get(p), fused[p]) for p in order]
@@ -792,7 +822,7 @@ class HybridIndex:
         missing = [p for p in rest if p not in cosines]
         if missing:
             cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist(), strict=True))
-        floor, chunk = min(head.values(), default=0.0), self._slots.live_chunk
+        floor, chunk = min(head.values(), default=0.0), self._slots.hit_chunk
         step = abs(floor) * 1e-6 or 1e-6
         return [Hit(chunk(p), float(cosines[p]), bm25.get(p), floor - (i + 1) * step) for i, p in enumerate(rest)]
 
