@@ -11,7 +11,10 @@ the index's read-write lock and run at once; a change holds it alone for the mil
 a compaction builds.
 
 Persistence is one folder, replaced atomically; its manifest names the source it indexes, so a start-up
-`sweep` can drop indexes a newer one superseded. A folder of the previous format (immutable, bm25s files) is
+`sweep` can drop indexes a newer one superseded. Once a folder holds an index of MAPPED_FROM slots or more, the
+index reads from it what only hits need: each hit's record (text and metadata, by byte offset, through a small
+cache of recent hits) and the float32 rows it rescores with (memory-mapped); it holds the graph, the BM25 side
+and each slot's key and id. A folder of the previous format (immutable, bm25s files) is
 read by rebuilding both sides from its vectors and chunk texts: an upgrade re-embeds nothing.
 """
 
