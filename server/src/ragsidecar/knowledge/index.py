@@ -735,7 +735,8 @@ class HybridIndex:
             return set(self._slots.of_key)
 
     def nbytes(self) -> int:
-        """Estimated resident bytes: vectors (float32 rows and the graph's copy), chunk texts, the BM25 side."""
+        """Estimated resident bytes: the graph (its serialized size), the float32 rows and chunk texts held in
+        memory (not those a snapshot's files hold), the BM25 side, and per slot its key and id."""
         with self._lock.reading():
             slots = self._slots
             held = _SLOT_BYTES * slots.used + slots.vectors.nbytes() + slots.text_chars
