@@ -17,8 +17,10 @@ store's DocumentStore calls as the server drives them, with the default [retriev
   steady        p50 of the queries searched on the resident index (index + hybrid search).
   8 vs 1        searches per second of 8 threads searching the resident index at once over one at a time.
   recall@10     the dense side's top 10 against exact float32 cosine.
-  KB/chunk      a process of its own opens the store from the snapshot and searches once: its resident memory
-                over what it held before opening (imports done, models not loaded), per chunk.
+  KB/chunk      a process of its own opens the store from the snapshot and searches 20 times: its private
+                resident memory (RssAnon) over what it held before opening (imports done, models not loaded), per
+                chunk; "mapped" beside it, the file pages it has mapped meanwhile (RssFile: the snapshot's vectors a
+                search rescores with, shared page cache the kernel reclaims under pressure, not the process's).
 
     .venv/bin/python bench/restart.py [--sizes 1000,10000] [--stores embedded,postgres] [--queries 50]
                                       [--vectors real|synthetic]
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import subprocess
@@ -46,7 +49,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import psutil
 from beir import read_collection
 from index import clustered
 from store import (
@@ -77,6 +79,7 @@ from ragsidecar.store.snapshots import SnapshotPolicy
 RESULTS = REPO / "bench" / "results"
 WRITES_AFTER = 20
 EVICTED_SEARCHES = 5
+RSS_SEARCHES = 20
 CONCURRENCY = 8
 STORES = ("embedded", "postgres")
 
@@ -93,6 +96,7 @@ class Figures:
     parallel: float = float("nan")  # 8 threads' searches per second over one thread's
     recall: float = float("nan")
     kb_per_chunk: float = float("nan")
+    mapped_kb_per_chunk: float = float("nan")
 
 
 class Opener:
@@ -180,8 +184,8 @@ async def steady(figures: Figures, store: DocumentStore, searching: Searching, q
     figures.parallel = (rates[1] + rates[3]) / (rates[0] + rates[2])
 
 
-def resident_kb_per_chunk(backend: str, data: Path, dsn: str, chunks: int) -> float:
-    """A process of its own opens the store on `data` from its snapshot and searches once."""
+def resident_kb_per_chunk(backend: str, data: Path, dsn: str, chunks: int) -> tuple[float, float]:
+    """A process of its own opens the store on `data` from its snapshot and searches: (private, mapped) KB/chunk."""
     out = subprocess.run(
         [sys.executable, __file__, "--measure-rss", backend, str(data), dsn],
         check=True,
@@ -189,8 +193,14 @@ def resident_kb_per_chunk(backend: str, data: Path, dsn: str, chunks: int) -> fl
         text=True,
         cwd=REPO,
     ).stdout
-    grown = json.loads(out.strip().splitlines()[-1])["grown_bytes"]
-    return grown / chunks / 1024
+    grown = json.loads(out.strip().splitlines()[-1])
+    return grown["private_bytes"] / chunks / 1024, grown["mapped_bytes"] / chunks / 1024
+
+
+def resident_bytes() -> tuple[int, int]:
+    """The process's private (RssAnon) and file-mapped (RssFile) resident bytes."""
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return int(status["RssAnon"].split()[0]) * 1024, int(status["RssFile"].split()[0]) * 1024
 
 
 async def measure_rss(backend: str, data: Path, dsn: str) -> None:
@@ -200,14 +210,18 @@ async def measure_rss(backend: str, data: Path, dsn: str) -> None:
     import ragsidecar.store.embedded  # noqa: F401 - loaded before measuring: the process's empty size holds the code
     import ragsidecar.store.postgres  # noqa: F401
 
-    vector = np.ones(384, np.float32) / np.sqrt(384)
-    before = psutil.Process().memory_info().rss
+    rng = np.random.default_rng(SEED)
+    gc.collect()
+    private, mapped = resident_bytes()
     store = await opener.open()
     partition = await store.index(SCOPE, SOURCE, MODEL, searching.analysis)
-    partition.index.search(vector, "cell", 10, searching.candidates, fusion=searching.fusion)
-    grown = psutil.Process().memory_info().rss - before
+    for _ in range(RSS_SEARCHES):
+        vector = rng.standard_normal(384).astype(np.float32)
+        partition.index.search(vector, "cell", 10, searching.candidates, fusion=searching.fusion)
+    gc.collect()
+    private_after, mapped_after = resident_bytes()
     await opener.close()
-    print(json.dumps({"grown_bytes": grown}))
+    print(json.dumps({"private_bytes": private_after - private, "mapped_bytes": mapped_after - mapped}))
 
 
 async def one_store(
@@ -247,7 +261,9 @@ async def one_store(
         store = await evicting.open(resident_bytes=1)
         figures.evicted_s = [await first_search(store, searching, queries) for _ in range(EVICTED_SEARCHES)]
         await evicting.close()
-        figures.kb_per_chunk = resident_kb_per_chunk(backend, searched_data, dsn, figures.chunks)
+        figures.kb_per_chunk, figures.mapped_kb_per_chunk = resident_kb_per_chunk(
+            backend, searched_data, dsn, figures.chunks
+        )
     print(f"  {backend}: {row(figures)}", flush=True)
     return figures
 
@@ -256,7 +272,7 @@ def row(f: Figures) -> str:
     return (
         f"| {f.chunks:,} | {f.store} | {f.built_s:.2f} | {f.snapshot_s:.2f} | {f.restart_s * 1000:.0f} | "
         f"{p(f.evicted_s, 50) * 1000:.0f} | {p(f.steady_ms, 50):.2f} | {f.parallel:.2f} | {f.recall:.4f} | "
-        f"{f.kb_per_chunk:.1f} |"
+        f"{f.kb_per_chunk:.1f} | {f.mapped_kb_per_chunk:.1f} |"
     )
 
 
@@ -317,8 +333,8 @@ def main() -> None:
         "(postgres: a replica with no snapshot); restart and evicted: the first search from the snapshot.",
         "",
         "| chunks | store | built s | snapshot s | restart ms | evicted p50 ms | steady p50 ms | 8 vs 1 | "
-        "recall@10 | KB/chunk |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "recall@10 | KB/chunk | mapped KB/chunk |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         *(row(f) for f in figures),
         "",
         f"{os.cpu_count()} cores, load average {load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end; "

