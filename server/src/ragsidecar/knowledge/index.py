@@ -1151,7 +1151,7 @@ def _readable_folder(folder: Path) -> Path:
 # ---- manifest and checksums ------------------------------------------------------------------------------
 
 
-def _scores(vectors: np.ndarray, slots: np.ndarray, query: np.ndarray) -> np.ndarray:
+def _scores(vectors: _Rows, slots: np.ndarray, query: np.ndarray) -> np.ndarray:
     """The dot products of `query` with the vectors of `slots`, gathered a cache-sized block at a time. One BLAS
     product over a whole selection cost 28 ms for 2,000 rows on a busy 2-core host; over blocks of _SCORED_BLOCK
     rows it took 2.1 ms for 10,000, einsum over the same blocks 3.6 ms (bench/filters.py's machine, loaded)."""
