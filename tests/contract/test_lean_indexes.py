@@ -7,39 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from store_helpers import ANALYSIS, AT, MODEL, Stores, snapshots_written, vector_of
 
-from contract.test_partition_snapshots import (
-    ANALYSIS,
-    AT,
-    BACKENDS,
-    MODEL,
-    Stores,
-    _databases,
-    snapshots_written,
-    vector_of,
-)
 from ragsidecar import metrics
 from ragsidecar.knowledge.index import MAPPED_FROM
 from ragsidecar.knowledge.storage import DocumentStore, MemoryDocument
 
 COUNT = MAPPED_FROM + 100
-
-
-@pytest.fixture(params=BACKENDS)
-async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
-    dsn = ""
-    if request.param == "postgres":
-        dsn = request.getfixturevalue("postgres").database(f"lean_{next(_databases)}")
-    opened = Stores(request.param, tmp_path / "data", dsn)
-    try:
-        yield opened
-    finally:
-        await opened.close_all()
 
 
 def text_of(i: int, version: str = "") -> str:

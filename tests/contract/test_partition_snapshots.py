@@ -6,103 +6,15 @@ change position is never served as current."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import itertools
 import shutil
 import sqlite3
-import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import pytest
+from store_helpers import ANALYSIS, AT, MODEL, Stores, snapshots_written, vector_of
 
 from ragsidecar import metrics
-from ragsidecar.knowledge.chunking import Chunk
 from ragsidecar.knowledge.declarations import Scope
-from ragsidecar.knowledge.sources.units import Unit
-from ragsidecar.knowledge.storage import DocumentStore, MemoryDocument, Prepared
-from ragsidecar.store.embedded import EmbeddedBackend
-from ragsidecar.store.snapshots import SnapshotPolicy
-
-DIMENSIONS = 16
-MODEL, ANALYSIS = "test-model", "english"
-AT = Scope("acme", "s1")
-BACKENDS = ["embedded", "postgres"]
-_databases = itertools.count()
-
-
-def vector_of(text: str) -> np.ndarray:
-    """A unit vector drawn from the text's hash: equal texts, equal vectors."""
-    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-    vector = np.random.default_rng(seed).standard_normal(DIMENSIONS).astype(np.float32)
-    return vector / np.linalg.norm(vector)
-
-
-async def prepare(scope: Scope, name: str, units: list[Unit]) -> Prepared:
-    """One chunk per document, its vector drawn from its text (what the catalog's chunk-and-embed hands over)."""
-    chunks = [
-        Chunk(f"{name}:{u.provenance.document_id}:{i}", name, i, u.text, u.provenance, f"h{i}", 0)
-        for i, u in enumerate(units)
-    ]
-    vectors = np.stack([vector_of(u.text) for u in units]) if units else np.zeros((0, DIMENSIONS), np.float32)
-    return Prepared(MODEL, ANALYSIS, chunks, vectors)
-
-
-@dataclass
-class Opened:
-    store: DocumentStore
-    close: Callable[[], object]
-
-
-class Stores:
-    """Opens (and reopens) one backend's MEMORY store on the same rows and data folder, snapshots due at once."""
-
-    def __init__(self, backend: str, data: Path, dsn: str) -> None:
-        self.backend, self.data, self.dsn = backend, data, dsn
-        self.opened: list[Opened] = []
-
-    async def open(self, cache_bytes: int = 1 << 30) -> DocumentStore:
-        policy = SnapshotPolicy(after_changes=1, idle_s=0.05)
-        if self.backend == "embedded":
-            backend = EmbeddedBackend(self.data, cache_bytes, 1 << 20, 1 << 24, 1, "f16", policy)
-            store = backend.documents("memory", prepare)
-            self.opened.append(Opened(store, backend.close))
-            return store
-        from ragsidecar.config import Config, PathsConfig, RetrievalConfig, StoreConfig
-        from ragsidecar.store.database import open_database
-        from ragsidecar.store.postgres import PostgresBackend
-
-        config = Config(
-            paths=PathsConfig(data_dir=str(self.data)),
-            retrieval=RetrievalConfig(memory_cache_bytes=cache_bytes),
-            store=StoreConfig(backend="postgres", snapshot_after_changes=1, snapshot_idle_s=0.05),
-        )
-        database = open_database(config, {"RAGSIDECAR_STORE_DSN": self.dsn})
-        assert database is not None
-        postgres = PostgresBackend(config, database)
-        await postgres.start()
-        store = postgres.documents("memory", prepare)
-        self.opened.append(Opened(store, postgres.close))
-        return store
-
-    async def close_all(self) -> None:
-        for opened in self.opened:
-            await opened.close()  # type: ignore[misc]
-        self.opened.clear()
-
-
-@pytest.fixture(params=BACKENDS)
-async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
-    dsn = ""
-    if request.param == "postgres":
-        dsn = request.getfixturevalue("postgres").database(f"snapshots_{next(_databases)}")
-    opened = Stores(request.param, tmp_path / "data", dsn)
-    try:
-        yield opened
-    finally:
-        await opened.close_all()
+from ragsidecar.knowledge.storage import DocumentStore, MemoryDocument
 
 
 def documents(ids: range, version: str = "") -> list[MemoryDocument]:
@@ -113,17 +25,6 @@ async def found(store: DocumentStore, text: str) -> list[str]:
     partition = await store.index(AT, "notes", MODEL, ANALYSIS)
     hits = partition.index.search(vector_of(text), text, k=3)
     return [h.chunk.meta["document_id"] if "document_id" in h.chunk.meta else h.chunk.id for h in hits]
-
-
-def snapshots_written(data: Path, count: int = 1, timeout: float = 30.0) -> list[Path]:
-    """The snapshot folders under data/snapshots, once `count` of them have their manifest."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        manifests = [m for m in (data / "snapshots").glob("*/*/manifest.json") if not m.parent.name.startswith(".")]
-        if len(manifests) >= count:
-            return sorted(m.parent for m in manifests)
-        time.sleep(0.05)
-    raise AssertionError(f"fewer than {count} snapshots under {data}")
 
 
 def loads(how: str) -> float:
