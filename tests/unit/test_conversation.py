@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ragsidecar.knowledge.conversation import MAX_TURN_CHARS, follows, turn_time, units_of
+from ragsidecar.knowledge.conversation import MAX_TURN_CHARS, follows, own_text, turn_time, units_of
 from ragsidecar.knowledge.filters import Instant, Value
 
 
@@ -72,3 +72,13 @@ def test_a_following_turn_is_indexed_alone_and_with_the_turn_before_it_over_one_
 def test_the_first_document_of_an_empty_partition_is_its_text_alone() -> None:
     units = units_of([turn("D1:1", "Jon: hi"), turn("D1:2", "Gina: hello")], None)
     assert [u.text for u in units] == ["Jon: hi", "Gina: hello", "Jon: hi\nGina: hello"]
+
+
+def test_a_hit_on_either_unit_shows_the_turns_own_text() -> None:
+    first, second = turn("a", "Jon: how is the boiler?"), turn("b", "Gina: the valve rusted")
+    for unit in units_of([first, second], None):
+        span = unit.provenance
+        assert (
+            own_text(unit.text, span.char_start, span.char_end) == {"a": first.text, "b": second.text}[span.document_id]
+        )
+    assert own_text("a longer chunk of a note", 0, 24) == "a longer chunk of a note"

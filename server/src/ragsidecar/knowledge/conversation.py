@@ -6,9 +6,10 @@ another turn of the same session (the one written just before it in the partitio
 short) is indexed twice: its text, and "previous\\nturn" (a second unit of the same span). A question naming what the
 previous turn said (the question an answer replies to, the photo a reply is about) reaches the turn that answers it
 through the second, in the lexical and the dense list alike; one about the turn's own words still finds the first, whose
-BM25 length and embedding no context dilutes. On the development half of LoCoMo (bench/memory.py, docs/retrieval.md) the
-context alone left "when" questions 0.04 R@5 below stemmed BM25; with both units every category is above it. Every other
-document is its text alone, as before: file sources and notes without a time keep their figures.
+BM25 length and embedding no context dilutes; a hit shows the turn's own text whichever unit matched (`own_text`). On
+the development half of LoCoMo (bench/memory.py, docs/retrieval.md) the context alone left "when" questions 0.04 R@5
+below stemmed BM25; with both units every category is above it. Every other document is its text alone, as before:
+file sources and notes without a time keep their figures.
 """
 
 from __future__ import annotations
@@ -83,3 +84,11 @@ def units_of(documents: Sequence[Document], last: Document | None) -> list[Unit]
             units.append(Unit(last.text + SEPARATOR + document.text, span))
         last = document
     return units
+
+
+def own_text(text: str, char_start: int, char_end: int) -> str:
+    """What a hit on a written document's chunk shows: the text of its span. A turn's second unit
+    ("previous\\nturn") spans the turn alone and ends with it, so its span is its last characters; every other chunk
+    of a written document is exactly its span."""
+    span = char_end - char_start
+    return text[len(text) - span :] if 0 < span < len(text) else text

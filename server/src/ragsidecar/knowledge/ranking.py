@@ -11,11 +11,11 @@ import numpy as np
 
 from ragsidecar import tracing
 from ragsidecar.config import Config, RetrievalConfig
-from ragsidecar.knowledge import filters
+from ragsidecar.knowledge import conversation, filters
 from ragsidecar.knowledge.catalog import LoadedSource
 from ragsidecar.knowledge.declarations import Entry, RerankOrder, RetrievalMode, SourceType
 from ragsidecar.knowledge.fusion import FusionSettings, combine_reranked
-from ragsidecar.knowledge.index import HybridIndex
+from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
 from ragsidecar.knowledge.results import Hit, Work, document_of
 from ragsidecar.reranking import Candidate, Reranker, RerankQuery
 
@@ -173,7 +173,7 @@ class Ranker:
                 hide=filters.expired_at(time.time_ns()) if entry.type in WRITTEN else None,
             )
             hits = [
-                Hit(h.chunk.id, entry.name, h.chunk.text, h.chunk.meta, h.fused, h.dense, h.bm25, h.fused)
+                Hit(h.chunk.id, entry.name, self._text(entry, h.chunk), h.chunk.meta, h.fused, h.dense, h.bm25, h.fused)
                 for h in found
             ]
             best = _best_per_document(hits) if entry.group_by_document else _best_per_passage(hits)
@@ -182,6 +182,14 @@ class Ranker:
             if len(best) >= count or width >= len(index):
                 return best[:count]
             width *= 2
+
+    @staticmethod
+    def _text(entry: Entry, chunk: IndexedChunk) -> str:
+        """What a hit shows of the chunk: a written document's own text (a conversation turn indexed with the turn
+        before it shows the turn alone), a file source's chunk as it is."""
+        if entry.type not in WRITTEN:
+            return chunk.text
+        return conversation.own_text(chunk.text, chunk.meta.get("char_start") or 0, chunk.meta.get("char_end") or 0)
 
 
 @dataclass(frozen=True)
