@@ -18,13 +18,13 @@ evidence ids that name no turn stay in their questions' denominators. Search p50
 every question (one caller, result caches as configured). Upsert p50: one new turn per UpsertDocuments call,
 `--upserts` of them into the first conversation's partition after the searches.
 
-The leave-one-conversation-out (LOCO) table (--loco): over LOCO_GRID (retrieval.memory_dense_weight 0.3, 0.45,
-0.625), each fold picks the setting with the best R@5 + R@10 of the default over the other four conversations,
-from the default's lists through the Search RPC of a sidecar per setting (the configured one reuses the main
-run; lists cached under bench/results/memory-*.json, keyed by the product's code, config, settings and data),
-and is scored on the conversation it did not see; the table pools the held-out questions. The lexical and dense
-lists do not depend on the setting. Turn context (knowledge/conversation.py) is not a tuned setting: with and
-without it were compared once (docs/retrieval.md).
+The leave-one-conversation-out (LOCO) table (--loco): over LOCO_GRID (retrieval.memory_fusion "adaptive" or
+"zscore", each at retrieval.memory_dense_weight 0.3, 0.45 and 0.625), each fold picks the setting with the best
+R@5 + R@10 of the default over the other four conversations, from the default's lists through the Search RPC of
+a sidecar per setting (the configured one reuses the main run; lists cached under bench/results/memory-*.json,
+keyed by the product's code, config, settings and data), and is scored on the conversation it did not see; the
+table pools the held-out questions. The lexical and dense lists do not depend on the setting. Turn context
+(knowledge/conversation.py) is not a tuned setting: with and without it were compared once (docs/retrieval.md).
 
     .venv/bin/python bench/memory.py [--data ../shared/data/memory/locomo] [--upserts 20]
                                      [--set retrieval.KEY=VALUE ...] [--loco]
@@ -395,9 +395,12 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 # The settings the LOCO stage chooses among (each a sidecar of its own searching the default only, lists cached):
-# the dense weight of written documents' fusion (retrieval.memory_dense_weight; 0.625 is dense_weight's).
+# written documents' fusion (retrieval.memory_fusion: "adaptive" is fusion's) and its dense weight
+# (retrieval.memory_dense_weight; 0.625 is dense_weight's).
 LOCO_GRID: dict[str, dict[str, Any]] = {
-    f"memory_dense_weight {w}": {"memory_dense_weight": w} for w in (0.3, 0.45, 0.625)
+    f"{fusion} {w}": {"memory_fusion": fusion, "memory_dense_weight": w}
+    for fusion in ("adaptive", "zscore")
+    for w in (0.3, 0.45, 0.625)
 }
 
 

@@ -157,6 +157,11 @@ class RetrievalConfig(_Section, frozen=True):
     # 0.45; the leave-one-conversation-out folds picked 0.3 (four) and 0.45 (one), held out 0.665 / 0.766
     # (bench/memory.py --loco, docs/retrieval.md). File sources keep dense_weight.
     memory_dense_weight: Fraction = 0.45
+    # fusion for the same written documents. "zscore": on LoCoMo's development half (R@5 / R@10, through the Search
+    # RPC) it lifted the default over "adaptive" at memory_dense_weight 0.45, and every leave-one-conversation-out
+    # fold over fusion, dense weight and feedback picked it at 0.45 (bench/memory.py --loco, docs/retrieval.md).
+    # File sources keep `fusion`.
+    memory_fusion: FusionMethod = "zscore"
     # Under "adaptive": how much the dense weight rises per unit of standard deviation of the dense list's cosines
     # above the typical spread (and falls below it), within [0.1, 0.9]; 0 is "minmax". Tuned for bge-small's cosines.
     dense_spread_gain: Annotated[float, msgspec.Meta(ge=0, le=100)] = 30.0

@@ -19,8 +19,8 @@ from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
 from ragsidecar.knowledge.results import Hit, Work, document_of
 from ragsidecar.reranking import Candidate, Reranker, RerankQuery
 
-# Sources of documents the host writes: their searches fuse with [retrieval] memory_dense_weight, and their
-# documents may expire.
+# Sources of documents the host writes: their searches fuse by [retrieval] memory_fusion and memory_dense_weight,
+# and their documents may expire.
 WRITTEN = frozenset({SourceType.MEMORY, SourceType.BINDING})
 
 
@@ -74,7 +74,9 @@ class Ranker:
         self._fusion = fusion_settings(retrieval)
         # The documents a host writes (MEMORY, chat bindings): short turns and notes, whose dense list is weaker
         # against BM25 than on documents (bench/memory.py).
-        self._written_fusion = replace(self._fusion, dense_weight=retrieval.memory_dense_weight)
+        self._written_fusion = replace(
+            self._fusion, method=retrieval.memory_fusion, dense_weight=retrieval.memory_dense_weight
+        )
 
     async def search(
         self,
