@@ -216,7 +216,7 @@ def through_rpc(
     conversations: list[Conversation], overrides: dict[str, Any], upserts: int, modes: tuple[str, ...]
 ) -> Measured:
     """Every conversation written to its partition of a fresh sidecar and every question searched in `modes`."""
-    config = default_config()
+    config = default_config(packaged=True)
     config["inference"].update(workers=2, intra_op_threads=1)
     config["retrieval"].update(overrides)
     with tempfile.TemporaryDirectory(prefix="memory-", dir=RESULTS) as workdir:
@@ -440,7 +440,7 @@ def main() -> None:
     )
     if args.loco:
         grid = {label: {**overrides, **settings} for label, settings in LOCO_GRID.items()}
-        configured = {**default_config()["retrieval"], **overrides}
+        configured = {**default_config(packaged=True)["retrieval"], **overrides}
         tuned = {
             label: measured  # the configuration measured above
             if all(configured.get(k) == v for k, v in settings.items())
