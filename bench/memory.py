@@ -18,8 +18,9 @@ evidence ids that name no turn stay in their questions' denominators. Search p50
 every question (one caller, result caches as configured). Upsert p50: one new turn per UpsertDocuments call,
 `--upserts` of them into the first conversation's partition after the searches.
 
-The leave-one-conversation-out (LOCO) table (--loco): over LOCO_GRID (retrieval.memory_fusion "adaptive" or
-"zscore", each at retrieval.memory_dense_weight 0.3, 0.45 and 0.625), each fold picks the setting with the best
+The leave-one-conversation-out (LOCO) table (--loco): over LOCO_GRID (retrieval.memory_neighbour_weight 0, 0.3,
+0.5 and 0.7 under memory_fusion "minmax", and 0.5 under "adaptive", at memory_dense_weight 0.45; the fusion and
+dense weight were chosen in-process, docs/retrieval.md), each fold picks the setting with the best
 R@5 + R@10 of the default over the other four conversations, from the default's lists through the Search RPC of
 a sidecar per setting (the configured one reuses the main run; lists cached under bench/results/memory-*.json,
 keyed by the product's code, config, settings and data), and is scored on the conversation it did not see; the
@@ -395,12 +396,15 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 # The settings the LOCO stage chooses among (each a sidecar of its own searching the default only, lists cached):
-# written documents' fusion (retrieval.memory_fusion: "adaptive" is fusion's) and its dense weight
-# (retrieval.memory_dense_weight; 0.625 is dense_weight's).
+# the conversation-neighbour weight (retrieval.memory_neighbour_weight; 0: off) under written documents' fusion
+# (retrieval.memory_fusion; "adaptive" is fusion's) at retrieval.memory_dense_weight 0.45.
 LOCO_GRID: dict[str, dict[str, Any]] = {
-    f"{fusion} {w}": {"memory_fusion": fusion, "memory_dense_weight": w}
-    for fusion in ("adaptive", "zscore")
-    for w in (0.3, 0.45, 0.625)
+    f"{fusion} 0.45, neighbours {n}": {
+        "memory_fusion": fusion,
+        "memory_dense_weight": 0.45,
+        "memory_neighbour_weight": n,
+    }
+    for fusion, n in (("minmax", 0.0), ("minmax", 0.3), ("minmax", 0.5), ("minmax", 0.7), ("adaptive", 0.5))
 }
 
 

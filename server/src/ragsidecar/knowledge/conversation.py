@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from ragsidecar.knowledge.filters import Instant, Value
@@ -92,3 +93,38 @@ def own_text(text: str, char_start: int, char_end: int) -> str:
     of a written document is exactly its span."""
     span = char_end - char_start
     return text[len(text) - span :] if 0 < span < len(text) else text
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A fused chunk of a written document, as a hybrid search found it."""
+
+    document: str  # the document's id
+    text: str  # the chunk's text: a unit's, "previous\\nturn" for a turn's second unit
+    own: str  # the document's own text in it (`own_text`)
+    score: float  # fused
+
+
+def with_neighbours(chunks: Sequence[Scored], weight: float) -> dict[str, float]:
+    """Each document's score among these chunks (a search's fused candidates): its best chunk's, plus `weight` times
+    the best of its neighbours' above the lowest document score here. A turn's neighbours are the turn before it and
+    the turn after it in its session, when they are among the chunks: a turn's second unit names the turn before it
+    by its text (a text that several documents here hold names none). The evidence for a question often sits beside
+    the turn that matches it best: the question an answer replies to, the reply to a turn that matched."""
+    best: dict[str, float] = {}
+    holder: dict[str, str | None] = {}  # own text -> the one document holding it (None: several)
+    for chunk in chunks:
+        best[chunk.document] = max(best.get(chunk.document, chunk.score), chunk.score)
+        holder[chunk.own] = chunk.document if holder.get(chunk.own, chunk.document) == chunk.document else None
+    neighbours: dict[str, set[str]] = {}
+    for chunk in chunks:
+        if len(chunk.text) > len(chunk.own):
+            before = holder.get(chunk.text[: len(chunk.text) - len(chunk.own) - len(SEPARATOR)])
+            if before is not None and before != chunk.document:
+                neighbours.setdefault(chunk.document, set()).add(before)
+                neighbours.setdefault(before, set()).add(chunk.document)
+    floor = min(best.values(), default=0.0)
+    return {
+        document: score + weight * max((best[n] - floor for n in neighbours.get(document, ())), default=0.0)
+        for document, score in best.items()
+    }

@@ -19,8 +19,9 @@ from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
 from ragsidecar.knowledge.results import Hit, Work, document_of
 from ragsidecar.reranking import Candidate, Reranker, RerankQuery
 
-# Sources of documents the host writes: their searches fuse by [retrieval] memory_fusion and memory_dense_weight,
-# and their documents may expire.
+# Sources of documents the host writes: their searches fuse by [retrieval] memory_fusion and memory_dense_weight
+# (a hybrid one ranks conversation turns with their neighbours, memory_neighbour_weight), and their documents may
+# expire.
 WRITTEN = frozenset({SourceType.MEMORY, SourceType.BINDING})
 
 
@@ -161,13 +162,16 @@ class Ranker:
         chunk, searching wider until `count` documents are found or every chunk has been seen (runs off the loop)."""
         mode = entry.retrieval_mode
         dense, lexical = mode is not RetrievalMode.LEXICAL, mode is not RetrievalMode.DENSE
+        retrieval = self._config.retrieval
+        # A hybrid search of written documents ranks them with their conversation neighbours over the whole head.
+        neighbours = entry.type in WRITTEN and dense and lexical and retrieval.memory_neighbour_weight > 0
         width = count
         while True:
             found = index.search(
                 query_vector,
                 query,
-                width,
-                self._config.retrieval.fusion_candidates,
+                max(width, retrieval.fusion_candidates) if neighbours else width,
+                retrieval.fusion_candidates,
                 use_dense=dense,
                 use_lexical=lexical,
                 fusion=self._written_fusion if entry.type in WRITTEN else self._fusion,
@@ -178,9 +182,11 @@ class Ranker:
                 Hit(h.chunk.id, entry.name, self._text(entry, h.chunk), h.chunk.meta, h.fused, h.dense, h.bm25, h.fused)
                 for h in found
             ]
+            if neighbours:
+                hits = _by_neighbours(hits, [h.chunk.text for h in found], retrieval.memory_neighbour_weight)
             best = _best_per_document(hits) if entry.group_by_document else _best_per_passage(hits)
             if len(best) == len(hits) and not entry.group_by_document:
-                return hits
+                return hits[:count]
             if len(best) >= count or width >= len(index):
                 return best[:count]
             width *= 2
@@ -220,6 +226,21 @@ def _meets(hit: Hit, entry: Entry) -> bool:
     rerank depth has none, so it does not), else its cosine."""
     score = hit.rerank if entry.rerank else hit.dense
     return score is not None and entry.min_score is not None and score >= entry.min_score
+
+
+def _by_neighbours(hits: list[Hit], chunk_texts: list[str], weight: float) -> list[Hit]:
+    """Written documents' hits (of chunks of these texts) reordered by their documents' scores with their
+    conversation neighbours' (conversation.with_neighbours), each hit scored as its document; a document's chunks
+    keep their order."""
+    scores = conversation.with_neighbours(
+        [
+            conversation.Scored(document_of(h)[1], text, h.text, h.fused or 0.0)
+            for h, text in zip(hits, chunk_texts, strict=True)
+        ],
+        weight,
+    )
+    ranked = sorted(enumerate(hits), key=lambda item: (-scores[document_of(item[1])[1]], item[0]))
+    return [replace(h, score=scores[document_of(h)[1]]) for _, h in ranked]
 
 
 def _best_per_passage(hits: list[Hit]) -> list[Hit]:
