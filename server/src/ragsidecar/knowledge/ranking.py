@@ -229,18 +229,17 @@ def _meets(hit: Hit, entry: Entry) -> bool:
 
 
 def _by_neighbours(hits: list[Hit], chunk_texts: list[str], weight: float) -> list[Hit]:
-    """Written documents' hits (of chunks of these texts) reordered by their documents' scores with their
-    conversation neighbours' (conversation.with_neighbours), each hit scored as its document; a document's chunks
-    keep their order."""
-    scores = conversation.with_neighbours(
+    """Written documents' hits (of chunks of these texts) reordered by their fused scores plus what their documents'
+    conversation neighbours add (conversation.with_neighbours), each scored so; ties keep the fused order."""
+    added = conversation.with_neighbours(
         [
             conversation.Scored(document_of(h)[1], text, h.text, h.fused or 0.0)
             for h, text in zip(hits, chunk_texts, strict=True)
         ],
         weight,
     )
-    ranked = sorted(enumerate(hits), key=lambda item: (-scores[document_of(item[1])[1]], item[0]))
-    return [replace(h, score=scores[document_of(h)[1]]) for _, h in ranked]
+    scored = [replace(h, score=(h.fused or 0.0) + added.get(document_of(h)[1], 0.0)) for h in hits]
+    return [h for _, h in sorted(enumerate(scored), key=lambda item: (-(item[1].score or 0.0), item[0]))]
 
 
 def _best_per_passage(hits: list[Hit]) -> list[Hit]:
