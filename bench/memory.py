@@ -18,13 +18,14 @@ evidence ids that name no turn stay in their questions' denominators. Search p50
 every question (one caller, result caches as configured). Upsert p50: one new turn per UpsertDocuments call,
 `--upserts` of them into the first conversation's partition after the searches.
 
-The leave-one-conversation-out (LOCO) table (--loco): over LOCO_GRID (retrieval.memory_dense_weight 0.3, 0.45,
-0.625), each fold picks the setting with the best R@5 + R@10 of the default over the other four conversations,
-from the default's lists through the Search RPC of a sidecar per setting (the configured one reuses the main
-run; lists cached under bench/results/memory-*.json, keyed by the product's code, config, settings and data),
-and is scored on the conversation it did not see; the table pools the held-out questions. The lexical and dense
-lists do not depend on the setting. Turn context (knowledge/conversation.py) is not a tuned setting: with and
-without it were compared once (docs/retrieval.md).
+The leave-one-conversation-out (LOCO) table (--loco): over LOCO_GRID (retrieval.memory_neighbour_weight 0, 0.3,
+0.5 and 0.7 under memory_fusion "minmax", and 0.5 under "adaptive", at memory_dense_weight 0.45; the fusion and
+dense weight were chosen in-process, docs/retrieval.md), each fold picks the setting with the best
+R@5 + R@10 of the default over the other four conversations, from the default's lists through the Search RPC of
+a sidecar per setting (the configured one reuses the main run; lists cached under bench/results/memory-*.json,
+keyed by the product's code, config, settings and data), and is scored on the conversation it did not see; the
+table pools the held-out questions. The lexical and dense lists do not depend on the setting. Turn context
+(knowledge/conversation.py) is not a tuned setting: with and without it were compared once (docs/retrieval.md).
 
     .venv/bin/python bench/memory.py [--data ../shared/data/memory/locomo] [--upserts 20]
                                      [--set retrieval.KEY=VALUE ...] [--loco]
@@ -216,7 +217,7 @@ def through_rpc(
     conversations: list[Conversation], overrides: dict[str, Any], upserts: int, modes: tuple[str, ...]
 ) -> Measured:
     """Every conversation written to its partition of a fresh sidecar and every question searched in `modes`."""
-    config = default_config()
+    config = default_config(packaged=True)
     config["inference"].update(workers=2, intra_op_threads=1)
     config["retrieval"].update(overrides)
     with tempfile.TemporaryDirectory(prefix="memory-", dir=RESULTS) as workdir:
@@ -395,9 +396,15 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 # The settings the LOCO stage chooses among (each a sidecar of its own searching the default only, lists cached):
-# the dense weight of written documents' fusion (retrieval.memory_dense_weight; 0.625 is dense_weight's).
+# the conversation-neighbour weight (retrieval.memory_neighbour_weight; 0: off) under written documents' fusion
+# (retrieval.memory_fusion; "adaptive" is fusion's) at retrieval.memory_dense_weight 0.45.
 LOCO_GRID: dict[str, dict[str, Any]] = {
-    f"memory_dense_weight {w}": {"memory_dense_weight": w} for w in (0.3, 0.45, 0.625)
+    f"{fusion} 0.45, neighbours {n}": {
+        "memory_fusion": fusion,
+        "memory_dense_weight": 0.45,
+        "memory_neighbour_weight": n,
+    }
+    for fusion, n in (("minmax", 0.0), ("minmax", 0.3), ("minmax", 0.5), ("minmax", 0.7), ("adaptive", 0.5))
 }
 
 
@@ -437,7 +444,7 @@ def main() -> None:
     )
     if args.loco:
         grid = {label: {**overrides, **settings} for label, settings in LOCO_GRID.items()}
-        configured = {**default_config()["retrieval"], **overrides}
+        configured = {**default_config(packaged=True)["retrieval"], **overrides}
         tuned = {
             label: measured  # the configuration measured above
             if all(configured.get(k) == v for k, v in settings.items())

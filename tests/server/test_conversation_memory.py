@@ -88,3 +88,22 @@ def test_a_turn_after_a_session_gap_is_not_indexed_with_the_last_one(server: Sid
     # "S2:1" opens the second session, 18 days after "S1:7" (the cello scales): no context joins them.
     hits = search(server, "turns", "practise scales for half an hour", pb.RETRIEVAL_MODE_LEXICAL, top_k=10)
     assert "S1:7" in ids(hits) and "S2:1" not in ids(hits)
+
+
+def test_a_hit_shows_the_turns_own_text_whichever_unit_matched(server: Sidecar) -> None:
+    written = {d.id: d.text for d in turns(with_time=True)}
+    for mode in (pb.RETRIEVAL_MODE_LEXICAL, pb.RETRIEVAL_MODE_HYBRID):
+        hits = search(server, "turns", QUESTION, mode, top_k=10)
+        assert ANSWER in ids(hits)  # through the unit that holds the turn before it
+        assert all(h.text == written[h.provenance.document_id] for h in hits)
+
+
+def test_a_hybrid_search_ranks_a_turn_with_its_neighbours_and_nothing_else(server: Sidecar) -> None:
+    # The best fused turns lift their neighbours: a hit's score is its fused score plus a share of a neighbour's.
+    hits = search(server, "turns", QUESTION, pb.RETRIEVAL_MODE_HYBRID, top_k=10)
+    assert any(h.score > h.scores.fused + 1e-6 for h in hits)
+    assert all(h.score >= h.scores.fused - 1e-6 for h in hits)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    # Notes (no time) have no neighbours, and a single list is its own order.
+    for tenant, mode in (("notes", pb.RETRIEVAL_MODE_HYBRID), ("turns", pb.RETRIEVAL_MODE_LEXICAL)):
+        assert all(abs(h.score - h.scores.fused) < 1e-6 for h in search(server, tenant, QUESTION, mode, top_k=10))

@@ -8,7 +8,15 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ragsidecar.knowledge.conversation import MAX_TURN_CHARS, follows, turn_time, units_of
+from ragsidecar.knowledge.conversation import (
+    MAX_TURN_CHARS,
+    Scored,
+    follows,
+    own_text,
+    turn_time,
+    units_of,
+    with_neighbours,
+)
 from ragsidecar.knowledge.filters import Instant, Value
 
 
@@ -72,3 +80,39 @@ def test_a_following_turn_is_indexed_alone_and_with_the_turn_before_it_over_one_
 def test_the_first_document_of_an_empty_partition_is_its_text_alone() -> None:
     units = units_of([turn("D1:1", "Jon: hi"), turn("D1:2", "Gina: hello")], None)
     assert [u.text for u in units] == ["Jon: hi", "Gina: hello", "Jon: hi\nGina: hello"]
+
+
+def test_a_hit_on_either_unit_shows_the_turns_own_text() -> None:
+    first, second = turn("a", "Jon: how is the boiler?"), turn("b", "Gina: the valve rusted")
+    for unit in units_of([first, second], None):
+        span = unit.provenance
+        assert (
+            own_text(unit.text, span.char_start, span.char_end) == {"a": first.text, "b": second.text}[span.document_id]
+        )
+    assert own_text("a longer chunk of a note", 0, 24) == "a longer chunk of a note"
+
+
+def scored(document: str, text: str, score: float, before: str = "") -> Scored:
+    return Scored(document, f"{before}\n{text}" if before else text, text, score)
+
+
+def test_a_turn_gains_a_share_of_its_best_neighbours_score_above_the_lowest() -> None:
+    chunks = [
+        scored("a", "Jon: the boiler broke", 3.0),
+        scored("b", "Gina: the valve rusted", 1.0),
+        scored("b", "Gina: the valve rusted", 2.0, before="Jon: the boiler broke"),  # names "a" as before "b"
+        scored("c", "Jon: see you", 0.0),
+    ]
+    # "a" and "b" are neighbours (b's second unit), "c" none of theirs: the lowest score (0.0) is the floor.
+    assert with_neighbours(chunks, 0.5) == {"a": 0.5 * 2.0, "b": 0.5 * 3.0}
+    assert with_neighbours(chunks, 0.0) == {"a": 0.0, "b": 0.0}
+
+
+def test_a_text_several_documents_hold_names_no_neighbour() -> None:
+    chunks = [
+        scored("a", "Jon: ok", 3.0),
+        scored("x", "Jon: ok", 2.0),
+        scored("b", "Gina: right", 1.0, before="Jon: ok"),
+        scored("c", "Gina: bye", 0.0),
+    ]
+    assert with_neighbours(chunks, 0.5) == {}

@@ -157,6 +157,16 @@ class RetrievalConfig(_Section, frozen=True):
     # 0.45; the leave-one-conversation-out folds picked 0.3 (four) and 0.45 (one), held out 0.665 / 0.766
     # (bench/memory.py --loco, docs/retrieval.md). File sources keep dense_weight.
     memory_dense_weight: Fraction = 0.45
+    # fusion for the same written documents. "minmax" (adaptive's scaling without its spread gain): on LoCoMo's
+    # development half it lifted the default 0.011 R@5 / R@10 over "adaptive" at 0.45, "zscore" by as much (the
+    # leave-one-conversation-out folds over fusion, dense weight and feedback, in-process, all picked zscore 0.45),
+    # but z-scores stretch a flat dense list (near-identical notes) past the one BM25 hit of an identifier, which
+    # min-max at a dense weight below 0.5 does not (tests/server/test_quality.py). File sources keep `fusion`.
+    memory_fusion: FusionMethod = "minmax"
+    # In a hybrid search of written documents: the share of a conversation turn's best neighbour's fused score (the
+    # turn before or after it in its session, among the fused candidates) added to its own; 0 turns it off. Chosen
+    # by leave-one-conversation-out on LoCoMo's development half (bench/memory.py --loco, docs/retrieval.md).
+    memory_neighbour_weight: Fraction = 0.5
     # Under "adaptive": how much the dense weight rises per unit of standard deviation of the dense list's cosines
     # above the typical spread (and falls below it), within [0.1, 0.9]; 0 is "minmax". Tuned for bge-small's cosines.
     dense_spread_gain: Annotated[float, msgspec.Meta(ge=0, le=100)] = 30.0

@@ -11,16 +11,17 @@ import numpy as np
 
 from ragsidecar import tracing
 from ragsidecar.config import Config, RetrievalConfig
-from ragsidecar.knowledge import filters
+from ragsidecar.knowledge import conversation, filters
 from ragsidecar.knowledge.catalog import LoadedSource
 from ragsidecar.knowledge.declarations import Entry, RerankOrder, RetrievalMode, SourceType
 from ragsidecar.knowledge.fusion import FusionSettings, combine_reranked
-from ragsidecar.knowledge.index import HybridIndex
+from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
 from ragsidecar.knowledge.results import Hit, Work, document_of
 from ragsidecar.reranking import Candidate, Reranker, RerankQuery
 
-# Sources of documents the host writes: their searches fuse with [retrieval] memory_dense_weight, and their
-# documents may expire.
+# Sources of documents the host writes: their searches fuse by [retrieval] memory_fusion and memory_dense_weight
+# (a hybrid one ranks conversation turns with their neighbours, memory_neighbour_weight), and their documents may
+# expire.
 WRITTEN = frozenset({SourceType.MEMORY, SourceType.BINDING})
 
 
@@ -74,7 +75,9 @@ class Ranker:
         self._fusion = fusion_settings(retrieval)
         # The documents a host writes (MEMORY, chat bindings): short turns and notes, whose dense list is weaker
         # against BM25 than on documents (bench/memory.py).
-        self._written_fusion = replace(self._fusion, dense_weight=retrieval.memory_dense_weight)
+        self._written_fusion = replace(
+            self._fusion, method=retrieval.memory_fusion, dense_weight=retrieval.memory_dense_weight
+        )
 
     async def search(
         self,
@@ -159,13 +162,16 @@ class Ranker:
         chunk, searching wider until `count` documents are found or every chunk has been seen (runs off the loop)."""
         mode = entry.retrieval_mode
         dense, lexical = mode is not RetrievalMode.LEXICAL, mode is not RetrievalMode.DENSE
+        retrieval = self._config.retrieval
+        # A hybrid search of written documents ranks them with their conversation neighbours over the whole head.
+        neighbours = entry.type in WRITTEN and dense and lexical and retrieval.memory_neighbour_weight > 0
         width = count
         while True:
             found = index.search(
                 query_vector,
                 query,
-                width,
-                self._config.retrieval.fusion_candidates,
+                max(width, retrieval.fusion_candidates) if neighbours else width,
+                retrieval.fusion_candidates,
                 use_dense=dense,
                 use_lexical=lexical,
                 fusion=self._written_fusion if entry.type in WRITTEN else self._fusion,
@@ -173,15 +179,25 @@ class Ranker:
                 hide=filters.expired_at(time.time_ns()) if entry.type in WRITTEN else None,
             )
             hits = [
-                Hit(h.chunk.id, entry.name, h.chunk.text, h.chunk.meta, h.fused, h.dense, h.bm25, h.fused)
+                Hit(h.chunk.id, entry.name, self._text(entry, h.chunk), h.chunk.meta, h.fused, h.dense, h.bm25, h.fused)
                 for h in found
             ]
+            if neighbours:
+                hits = _by_neighbours(hits, [h.chunk.text for h in found], retrieval.memory_neighbour_weight)
             best = _best_per_document(hits) if entry.group_by_document else _best_per_passage(hits)
             if len(best) == len(hits) and not entry.group_by_document:
-                return hits
+                return hits[:count]
             if len(best) >= count or width >= len(index):
                 return best[:count]
             width *= 2
+
+    @staticmethod
+    def _text(entry: Entry, chunk: IndexedChunk) -> str:
+        """What a hit shows of the chunk: a written document's own text (a conversation turn indexed with the turn
+        before it shows the turn alone), a file source's chunk as it is."""
+        if entry.type not in WRITTEN:
+            return chunk.text
+        return conversation.own_text(chunk.text, chunk.meta.get("char_start") or 0, chunk.meta.get("char_end") or 0)
 
 
 @dataclass(frozen=True)
@@ -210,6 +226,20 @@ def _meets(hit: Hit, entry: Entry) -> bool:
     rerank depth has none, so it does not), else its cosine."""
     score = hit.rerank if entry.rerank else hit.dense
     return score is not None and entry.min_score is not None and score >= entry.min_score
+
+
+def _by_neighbours(hits: list[Hit], chunk_texts: list[str], weight: float) -> list[Hit]:
+    """Written documents' hits (of chunks of these texts) reordered by their fused scores plus what their documents'
+    conversation neighbours add (conversation.with_neighbours), each scored so; ties keep the fused order."""
+    added = conversation.with_neighbours(
+        [
+            conversation.Scored(document_of(h)[1], text, h.text, h.fused or 0.0)
+            for h, text in zip(hits, chunk_texts, strict=True)
+        ],
+        weight,
+    )
+    scored = [replace(h, score=(h.fused or 0.0) + added.get(document_of(h)[1], 0.0)) for h in hits]
+    return [h for _, h in sorted(enumerate(scored), key=lambda item: (-(item[1].score or 0.0), item[0]))]
 
 
 def _best_per_passage(hits: list[Hit]) -> list[Hit]:
