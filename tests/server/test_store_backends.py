@@ -538,7 +538,7 @@ def test_a_data_folder_written_by_0_2_0_is_imported_at_start_up_with_nothing_los
     assert (len(old), sum(map(len, old.values()))) == (6, 12)
     root, data = tmp_path / "knowledge", tmp_path / "data"
     root.mkdir()
-    shutil.copytree(FIXTURE_0_2_0, data / "memory", ignore=shutil.ignore_patterns("*.py"))
+    shutil.copytree(FIXTURE_0_2_0, data / "memory", ignore=shutil.ignore_patterns("*.py", "__pycache__"))
     first = make_sidecar(retrieval_config(root, data)).start()
     assert list((data / "memory").glob("*.json")) == []  # imported at start-up, before any call
     assert "imported 6 MEMORY partition files" in first.log()
@@ -557,7 +557,9 @@ def test_a_data_folder_written_by_0_2_0_is_imported_at_start_up_with_nothing_los
     assert upsert(first, tenant_wide, {"new": "The Leeds warehouse reopens on Tuesday."}).document_count == 3
     first.stop()
     # As if a crash had stopped the import between a file's transaction and its removal: the files are back.
-    shutil.copytree(FIXTURE_0_2_0, data / "memory", ignore=shutil.ignore_patterns("*.py"), dirs_exist_ok=True)
+    shutil.copytree(
+        FIXTURE_0_2_0, data / "memory", ignore=shutil.ignore_patterns("*.py", "__pycache__"), dirs_exist_ok=True
+    )
 
     second = make_sidecar(retrieval_config(root, data)).start()
     assert list((data / "memory").glob("*.json")) == []  # removed, their partitions left as they are now
