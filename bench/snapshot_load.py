@@ -1,0 +1,104 @@
+"""A snapshot's load, side by side on the same files: under its manifest of xxh3_128 checksums (as snapshots are
+written now) and under the manifest of sha256 digests an earlier version wrote; with the verification alone and the
+BM25 side's load (knowledge/lexical.py) alone beside them.
+
+One index of CHUNKS chunks (SciFact texts, each with its number appended so none repeats; bench/index.py's
+clustered 384-d vectors, as bench/restart.py --vectors synthetic) is built and saved once, its folder copied with a
+sha256 manifest; then each round loads both, alternated, and the table gives medians and their ratio.
+
+    .venv/bin/python bench/snapshot_load.py [--chunks 100000] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from beir import read_collection
+from index import clustered
+
+from ragsidecar.knowledge import index as snapshots
+from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
+from ragsidecar.knowledge.lexical import Lexical
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+BATCH = 5000
+LANGUAGE = "english"
+
+
+def built(folder: Path, chunks: int) -> None:
+    texts = read_collection("scifact").doc_texts
+    vectors, _ = clustered(chunks, 1)
+    index = HybridIndex(vectors.shape[1], 2, lexical_language=LANGUAGE)
+    for start in range(0, chunks, BATCH):
+        batch = range(start, min(start + BATCH, chunks))
+        index.add(
+            [IndexedChunk(f"c{i}", f"{texts[i % len(texts)]} {i}", {}) for i in batch],
+            vectors[batch.start : batch.stop],
+        )
+    index.save(folder, "bench")
+
+
+def with_sha256_manifest(folder: Path, copy: Path) -> None:
+    """`folder` copied, its manifest rewritten as an earlier version wrote it: no "checksum", each file's sha256."""
+    shutil.copytree(folder, copy)
+    manifest = json.loads((copy / "manifest.json").read_text(encoding="utf-8"))
+    del manifest["checksum"]
+    for name, entry in manifest["files"].items():
+        del entry["xxh3_128"]
+        with open(copy / name, "rb") as f:
+            entry["sha256"] = hashlib.file_digest(f, "sha256").hexdigest()
+    (copy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+
+def timed(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return (time.perf_counter() - started) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-snapshot-load-") as temp:
+        fast, legacy = Path(temp) / "xxh3_128", Path(temp) / "sha256"
+        built(fast, args.chunks)
+        with_sha256_manifest(fast, legacy)
+        ms: dict[str, list[float]] = {}
+        for _ in range(args.rounds):
+            for name, folder in (("sha256", legacy), ("xxh3_128", fast)):
+                ms.setdefault(f"verify, {name}", []).append(timed(lambda f=folder: snapshots._verified_manifest(f)))
+                ms.setdefault(f"load, {name}", []).append(timed(lambda f=folder: HybridIndex.load(f)))
+            ms.setdefault("BM25 load", []).append(timed(lambda: Lexical.load(fast / "bm25", LANGUAGE)))
+        size = sum(p.stat().st_size for p in fast.rglob("*") if p.is_file()) / 1e6
+    medians = {name: statistics.median(values) for name, values in ms.items()}
+    lines = [
+        f"# Snapshot load, {args.chunks:,} chunks ({size:.0f} MB of files), median of {args.rounds} rounds",
+        "",
+        f"`.venv/bin/python bench/snapshot_load.py --chunks {args.chunks} --rounds {args.rounds}`",
+        "",
+        "| what | ms |",
+        "|---|---|",
+        *(f"| {name} | {value:.0f} |" for name, value in medians.items()),
+        "",
+        f"xxh3_128 over sha256: verification {medians['verify, xxh3_128'] / medians['verify, sha256']:.2f}x, "
+        f"whole load {medians['load, xxh3_128'] / medians['load, sha256']:.2f}x.",
+    ]
+    table = "\n".join(lines) + "\n"
+    print(table)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "snapshot_load.md").write_text(table)
+
+
+if __name__ == "__main__":
+    main()
