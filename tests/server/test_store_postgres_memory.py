@@ -24,6 +24,7 @@ import pytest
 from grpc_health.v1 import health_pb2
 from retrieval_helpers import PRINCIPAL, entry, target
 from sidecar import Sidecar, default_config
+from store_helpers import DIMENSIONS, vector_of
 
 from ragsidecar import metrics
 from ragsidecar.knowledge.chunking import Chunk
@@ -334,15 +335,6 @@ def _owned_database(postgres, name: str) -> str:
 
 
 # -- the store on its own: two instances (replicas) on one database ----------------------------------------------
-
-DIMENSIONS = 16
-
-
-def vector_of(text: str) -> np.ndarray:
-    """A unit vector drawn from the text's hash: equal texts, equal vectors."""
-    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-    vector = np.random.default_rng(seed).standard_normal(DIMENSIONS).astype(np.float32)
-    return vector / np.linalg.norm(vector)
 
 
 async def sentences(scope: Scope, name: str, units: list[Unit]) -> Prepared:
