@@ -31,6 +31,7 @@ import asyncio
 import datetime as dt
 import functools
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -70,14 +71,43 @@ class Stale:
     built_at: dt.datetime
 
 
+# A FILE or DIRECTORY source's files, each with its state, as a scan listed and stat'ed them.
+Listing = tuple[tuple[Path, os.stat_result], ...]
+
+
 @dataclass(frozen=True)
 class Scan:
     """A source's files as last listed and stat'ed: its index key, when the scan began (time.monotonic) and, for a
-    watched DIRECTORY source, its watch's changes before it began."""
+    watched DIRECTORY source, its watch's changes before it began. `listing`, the files it stat'ed, goes to the
+    update it leads to (so that an edit lists the folder once), never into the cache of sources."""
 
     key: str
     at: float
     changes: Changes | None = None
+    listing: Listing = field(default=(), compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class FileChunks:
+    """The chunk ids of each file in a FILE or DIRECTORY index (by provenance path), and the position its next new
+    chunk takes, so that an update finds the chunks of changed files without reading every chunk of the index."""
+
+    ids: Mapping[str, tuple[str, ...]]
+    next_position: int
+
+    @classmethod
+    def of(cls, chunks: list[IndexedChunk]) -> FileChunks:
+        ids: dict[str, list[str]] = {}
+        for chunk in chunks:
+            ids.setdefault(chunk.meta.get("file", ""), []).append(chunk.id)
+        last = max((int(c.meta.get("position", -1)) for c in chunks), default=-1)
+        return cls({file: tuple(held) for file, held in ids.items()}, last + 1)
+
+    def replaced(self, outdated: set[str], added: list[IndexedChunk]) -> FileChunks:
+        """After an update that removed the chunks of the `outdated` files and added `added`."""
+        kept = FileChunks({f: held for f, held in self.ids.items() if f not in outdated}, self.next_position)
+        new = FileChunks.of(added)
+        return FileChunks({**kept.ids, **new.ids}, max(self.next_position, new.next_position))
 
 
 @dataclass
@@ -102,6 +132,8 @@ class LoadedSource:
     # FILE and DIRECTORY sources: each file's state when indexed (absolute path -> state), to update by file.
     files: Mapping[str, FileState] = field(default_factory=dict)
     stale: Stale | None = None
+    # FILE and DIRECTORY sources: its chunks by file (None: not known yet, read from the index when first needed).
+    file_chunks: FileChunks | None = None
 
 
 class Catalog:
@@ -179,7 +211,7 @@ class Catalog:
             scan = await asyncio.to_thread(self._scan, entry, identity, model)
             held = self._sources.get(identity)
             if held is not None and held[0].key == scan.key:
-                self._sources.put(identity, (scan, held[1]), held[1].index.nbytes())
+                self._sources.put(identity, (replace(scan, listing=()), held[1]), held[1].index.nbytes())
                 return held[1]
             return await self._build_once(scan, identity, entry, scope, embedder, model)
         except (SourceError, OSError) as err:
@@ -214,7 +246,8 @@ class Catalog:
             changes = self._watches.watch(identity, self.roots.folder_of(entry))
         elif entry.type is SourceType.FILE:
             metrics.SOURCE_SCANS.inc()
-        return Scan(self._key(entry, model), started, changes)
+        listing = self._listing(entry)
+        return Scan(index_key(entry, model, self._config.retrieval, listing), started, changes, listing)
 
     async def _build_once(
         self, scan: Scan, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder, model: str
@@ -241,8 +274,8 @@ class Catalog:
         self, scan: Scan, identity: str, entry: Entry, scope: Scope, embedder: BiEncoder, model: str
     ) -> LoadedSource:
         previous = self._sources.get(identity)
-        source, how = await self._build(scan.key, entry, scope, embedder, model, previous and previous[1])
-        self._sources.put(identity, (scan, source), source.index.nbytes() if source.index else 0)
+        source, how = await self._build(scan, entry, scope, embedder, model, previous and previous[1])
+        self._sources.put(identity, (replace(scan, listing=()), source), source.index.nbytes() if source.index else 0)
         await asyncio.to_thread(self._release_evicted)  # unwatching a folder removes a watch per subfolder
         # An index superseded by a newer one of the same source is of no further use, on disk too. An updated
         # index is saved after the search that asked for it; a built one before (its folder is its cache).
@@ -308,18 +341,18 @@ class Catalog:
                 self._watches.release(identity)
 
     async def _build(
-        self, key: str, entry: Entry, scope: Scope, embedder: BiEncoder, model: str, last: LoadedSource | None
+        self, scan: Scan, entry: Entry, scope: Scope, embedder: BiEncoder, model: str, last: LoadedSource | None
     ) -> tuple[LoadedSource, str]:
         """The source's index and how it was made: read back from disk, updated from `last` (the files changed
-        since) or built (neither saved yet)."""
-        folder = self._index_dir / key
+        since the scan's listing) or built (neither saved yet)."""
+        folder = self._index_dir / scan.key
         if folder.exists():
             try:
                 return await self._read_back(folder, entry, scope, model), "disk"
             except IndexCorrupt as err:
                 log.warning("index of %s at %s is corrupt (%s); rebuilding it", entry.name, folder, err)
         if last is not None and self._updatable(entry, last, model):
-            return await self._update(entry, scope, embedder, model, last), "updated"
+            return await self._update(entry, scope, embedder, model, last, scan.listing), "updated"
         return await self._build_whole(entry, scope, embedder, model), "built"
 
     async def _read_back(self, folder: Path, entry: Entry, scope: Scope, model: str) -> LoadedSource:
@@ -340,10 +373,13 @@ class Catalog:
                 vectors = await self._vectors.embed(
                     entry.name, chunks, embedder, model, self._embedding_partition(entry, scope), self.on_progress
                 )
-            index = await asyncio.to_thread(self._index, chunks, vectors)
+            indexed = [IndexedChunk(c.id, c.text, chunk_meta(c)) for c in chunks]
+            index = await asyncio.to_thread(self._index, indexed, vectors)
             span.set(units=len(units), chunks=len(chunks))
         metrics.INDEX_LOADS.labels("built").inc()
-        return LoadedSource(entry.name, len(units), index, dt.datetime.now(dt.UTC), model, files)
+        return LoadedSource(
+            entry.name, len(units), index, dt.datetime.now(dt.UTC), model, files, file_chunks=FileChunks.of(indexed)
+        )
 
     async def _units_by_file(self, entry: Entry, scope: Scope) -> tuple[dict[str, FileState], list[Unit]]:
         """Every unit of the source, and (FILE and DIRECTORY) the state of each file read."""
@@ -364,32 +400,33 @@ class Catalog:
         )
 
     async def _update(
-        self, entry: Entry, scope: Scope, embedder: BiEncoder, model: str, last: LoadedSource
+        self, entry: Entry, scope: Scope, embedder: BiEncoder, model: str, last: LoadedSource, listing: Listing
     ) -> LoadedSource:
-        """`last` with the files changed since re-read, re-chunked and re-embedded, and the chunks of changed and
-        removed files replaced in its index: a change costs what the changed files hold. New chunks take
-        positions after every chunk the index holds, so chunk ids stay unique."""
+        """`last` with the files of `listing` changed since re-read, re-chunked and re-embedded, and the chunks of
+        changed and removed files replaced in its index: a change costs what the changed files hold. New chunks
+        take positions after every chunk the index has held, so chunk ids stay unique."""
         with tracing.span("index update", source=entry.name, model=embedder.id):
-            return await self._updated(entry, scope, embedder, model, last.index, last)
-
-    async def _updated(
-        self, entry: Entry, scope: Scope, embedder: BiEncoder, model: str, index: HybridIndex, last: LoadedSource
-    ) -> LoadedSource:
-        files, units, outdated = await asyncio.to_thread(self._files.changed, entry, last.files)
-        held = await asyncio.to_thread(index.chunks)
-        removed = [c.id for c in held if c.meta.get("file") in outdated]
-        first = 1 + max((int(c.meta.get("position", -1)) for c in held), default=-1)
-        with embedder.in_use():
-            chunks = await asyncio.to_thread(self._chunk, entry.name, units, embedder, first)
-            vectors = await self._vectors.embed(
-                entry.name, chunks, embedder, model, self._embedding_partition(entry, scope), self.on_progress
-            )
-        await asyncio.to_thread(
-            index.update, removed, [IndexedChunk(c.id, c.text, chunk_meta(c)) for c in chunks], vectors
-        )
+            files, units, outdated = await asyncio.to_thread(self._files.changed, listing, last.files)
+            layout = last.file_chunks
+            if layout is None:  # read back from disk: its chunks read once
+                layout = FileChunks.of(await asyncio.to_thread(last.index.chunks))
+            removed = [chunk for file in outdated for chunk in layout.ids.get(file, ())]
+            with embedder.in_use():
+                chunks = await asyncio.to_thread(self._chunk, entry.name, units, embedder, layout.next_position)
+                vectors = await self._vectors.embed(
+                    entry.name, chunks, embedder, model, self._embedding_partition(entry, scope), self.on_progress
+                )
+            added = [IndexedChunk(c.id, c.text, chunk_meta(c)) for c in chunks]
+            await asyncio.to_thread(last.index.update, removed, added, vectors)
         metrics.INDEX_LOADS.labels("updated").inc()
         return LoadedSource(
-            entry.name, sum(f.units for f in files.values()), index, dt.datetime.now(dt.UTC), model, files
+            entry.name,
+            sum(f.units for f in files.values()),
+            last.index,
+            dt.datetime.now(dt.UTC),
+            model,
+            files,
+            file_chunks=layout.replaced(outdated, added),
         )
 
     async def _prepared(self, source_type: SourceType, scope: Scope, name: str, units: list[Unit]) -> Prepared:
@@ -424,8 +461,7 @@ class Catalog:
         """Where the index of that source, as it is now, is persisted."""
         return self._index_dir / self._key(entry, self._model_fingerprint(self._embedder()))
 
-    def _index(self, chunks: list[Chunk], vectors: np.ndarray) -> HybridIndex:
-        indexed = [IndexedChunk(c.id, c.text, chunk_meta(c)) for c in chunks]
+    def _index(self, indexed: list[IndexedChunk], vectors: np.ndarray) -> HybridIndex:
         retrieval = self._config.retrieval
         return HybridIndex.build(
             indexed,
@@ -459,8 +495,12 @@ class Catalog:
 
     def _key(self, entry: Entry, model: str) -> str:
         """The index key of the source as it is now, its files stat'ed afresh."""
+        return index_key(entry, model, self._config.retrieval, self._listing(entry))
+
+    def _listing(self, entry: Entry) -> Listing:
+        """A FILE or DIRECTORY source's files, each stat'ed now (nothing for the others)."""
         files = self.roots.files_of(entry) if entry.type in (SourceType.FILE, SourceType.DIRECTORY) else []
-        return index_key(entry, model, self._config.retrieval, [(file, self.roots.stat(file)) for file in files])
+        return tuple((file, self.roots.stat(file)) for file in files)
 
 
 def source_error(name: str, err: Exception) -> SidecarError:

@@ -3,7 +3,8 @@ the state each was indexed in, so that a changed source re-reads only the files 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,16 +47,16 @@ class SourceFiles:
         return {path: state for path, (state, _) in read}, [unit for _, (_, units) in read for unit in units]
 
     def changed(
-        self, entry: Entry, indexed: Mapping[str, FileState]
+        self, listing: Iterable[tuple[Path, os.stat_result]], indexed: Mapping[str, FileState]
     ) -> tuple[dict[str, FileState], list[Unit], set[str]]:
-        """The files of the entry now, the units of those changed since `indexed` (new, or another size or
-        modification time), and the provenance paths whose chunks an index of `indexed` holds out of date."""
+        """The files of a source's listing (each with its state, as a scan of the source found them), the units
+        of those changed since `indexed` (new, or another size or modification time), and the provenance paths
+        whose chunks an index of `indexed` holds out of date."""
         files: dict[str, FileState] = {}
         units: list[Unit] = []
         outdated: set[str] = set()
-        for file in self._roots.files_of(entry):
+        for file, stat in listing:
             held = indexed.get(str(file))
-            stat = self._roots.stat(file)
             if held is not None and (held.size, held.mtime_ns) == (stat.st_size, stat.st_mtime_ns):
                 files[str(file)] = held
                 continue

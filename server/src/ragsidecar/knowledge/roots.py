@@ -51,10 +51,20 @@ class KnowledgeRoots:
             files = [location] if entry.type is SourceType.FILE else list_files(location)
         except OSError as err:
             raise _unreadable(entry.path, err) from None
+        inside = [str(root.resolve()).rstrip("/") + "/" for root in self._roots]
+        folders: dict[Path, str] = {}  # each listed folder after symlinks: its files' paths then cost one lstat
         for file in files:
-            shown = self.shown(file)
-            self._check_inside(_resolved(file, shown), shown)
+            if not any(f"{self._real_file(file, folders)}/".startswith(root) for root in inside):
+                raise _outside(self.shown(file), "it resolves outside the configured knowledge roots")
         return files
+
+    def _real_file(self, file: Path, folders: dict[Path, str]) -> str:
+        """The file's path after symlinks: a file that is no symlink is its folder's (resolved once per folder)."""
+        if os.path.islink(file):
+            return str(_resolved(file, self.shown(file)))
+        if (folder := folders.get(file.parent)) is None:
+            folder = folders[file.parent] = str(_resolved(file.parent, self.shown(file)))
+        return os.path.join(folder, file.name)
 
     def folder_of(self, entry: Entry) -> Path | None:
         """The folder, after symlinks, whose tree holds every file a DIRECTORY entry lists (a glob's folder for a
