@@ -2,11 +2,13 @@
 what a Search of a partition the LRU evicted costs against a steady Search of a resident one.
 
 One server (packaged models, default settings but retrieval.memory_cache_bytes, --cache-mib), --partitions MEMORY
-partitions (one tenant each) of --chunks short documents each (one sentence of the IR collections' documents per
-document: one chunk each; the sentences are drawn in order, so partitions hold distinct texts while the
-collections last and repeat them after, their vectors then coming from the embedding cache), upserted
---batch documents a call. Once every partition's snapshot is written (ragsidecar_index_snapshots_pending 0),
-steps, side by side:
+partitions (one tenant each) of --chunks short documents each, upserted --batch documents a call. A document is
+one sentence of the IR collections (a chunk each, about 40 tokens); --distinct sentences are embedded, and each
+partition draws its documents from them at an offset of its own (partition p's n-th document is sentence
+(p * 1777 + n) mod --distinct), so the partitions differ while most of their vectors come from the embedding
+cache: embedding 100k sentences would take most of an hour on 2 shared cores, and what a search of an evicted
+partition costs does not depend on which texts it holds. Once every partition's snapshot is written
+(ragsidecar_index_snapshots_pending 0), steps, side by side:
 
   round-robin   partition 0, 1, ..., n-1, 0, ... searched in turn, --rounds times over: with the bound too small
                 for all of them, each Search finds its partition evicted since its last turn and opens it again
@@ -19,6 +21,7 @@ cached), top_k 10, the default retrieval settings; the client's wall time of the
 each and their ratios, the snapshot opens, the resident indexes' bytes by the LRU's estimate, the server's RSS.
 
     .venv/bin/python bench/evictions.py [--partitions 20] [--chunks 5000] [--cache-mib 64] [--rounds 5]
+                                        [--distinct 10000]
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ KNOWLEDGE = "notes"
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 # Sentences shorter than this are joined with the next (headings, numbers), so each document reads as a note.
 MIN_CHARS = 60
+# Partition p's documents start at sentence p * OFFSET (mod --distinct).
+OFFSET = 1777
 
 
 def sentences() -> Iterator[str]:
@@ -80,6 +85,7 @@ def main() -> None:
     parser.add_argument("--cache-mib", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--distinct", type=int, default=10000)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as work:
@@ -90,7 +96,7 @@ def main() -> None:
         server = Sidecar(Path(work), config).start()
         try:
             bench = Bench(server)
-            bench.fill(args.partitions, args.chunks, args.batch)
+            bench.fill(args.partitions, args.chunks, args.batch, args.distinct)
             bench.round_robin(args.partitions, args.rounds)
         finally:
             server.stop()
@@ -118,13 +124,13 @@ class Bench:
             raise SystemExit(f"partition {partition}: no hits")
         return elapsed
 
-    def fill(self, partitions: int, chunks: int, batch: int) -> None:
-        texts = itertools.cycle(sentences())
+    def fill(self, partitions: int, chunks: int, batch: int, distinct: int) -> None:
+        texts = list(itertools.islice(sentences(), distinct))
         started = time.perf_counter()
         for partition in range(partitions):
             for first in range(0, chunks, batch):
                 documents = [
-                    pb.MemoryDocument(id=f"note{n:06}", text=next(texts))
+                    pb.MemoryDocument(id=f"note{n:06}", text=texts[(partition * OFFSET + n) % len(texts)])
                     for n in range(first, min(chunks, first + batch))
                 ]
                 request = pb.UpsertDocumentsRequest(
