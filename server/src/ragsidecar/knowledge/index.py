@@ -545,6 +545,7 @@ class HybridIndex:
         self._graph_search = threading.Lock()
         self._slots = _Slots(dimensions)
         self._hnsw = self._settings.hnsw()
+        self._graph_mapped = False  # opened from a snapshot: the graph is its file's pages, read-only
         self._lexical = Lexical(lexical_language)
         # How far this index is caught up with the store it caches (the store's change sequence of the last change
         # applied; 0 for indexes of files). Read under the lock with the content, so a snapshot is stamped with
@@ -627,6 +628,7 @@ class HybridIndex:
             self._remove_locked([*removed, *keys])
             if chunks:
                 slots = self._slots.append(keys, chunks, vectors)
+                self._graph_in_memory()
                 self._hnsw.add(slots.astype(np.uint64), vectors, threads=self._settings.threads)
                 self._lexical.add(slots.tolist(), [c.text for c in chunks])
             if position is not None:
@@ -648,10 +650,17 @@ class HybridIndex:
 
     def _remove_locked(self, keys: list[str]) -> int:
         slots = self._slots.release(keys)
+        if slots:
+            self._graph_in_memory()
         for slot in slots:
             self._hnsw.remove(slot)
         self._lexical.remove(slots)
         return len(slots)
+
+    def _graph_in_memory(self) -> None:
+        """A mapped graph copied into memory before its first change (usearch changes no mapped graph)."""
+        if self._graph_mapped:
+            self._hnsw, self._graph_mapped = self._hnsw.copy(), False
 
     def _record(self, change: Callable[[HybridIndex], object]) -> None:
         if self._changes_during_compaction is not None:
@@ -705,6 +714,7 @@ class HybridIndex:
                 change(fresh)
             self._changes_during_compaction = None
             self._slots, self._hnsw, self._lexical = fresh._slots, fresh._hnsw, fresh._lexical
+            self._graph_mapped = False
         metrics.INDEX_COMPACTIONS.inc()
         return True
 
@@ -746,12 +756,14 @@ class HybridIndex:
             return set(self._slots.of_key)
 
     def nbytes(self) -> int:
-        """Estimated resident bytes: the graph (its serialized size), the float32 rows and chunk texts held in
-        memory (not those a snapshot's files hold), the BM25 side, and per slot its key and id."""
+        """Estimated resident bytes: the graph (its serialized size) unless it is mapped from a snapshot, the
+        float32 rows and chunk texts held in memory (not those a snapshot's files hold), the BM25 side, and per
+        slot its key and id. (Mapped files are the kernel's page cache: shared, clean, reclaimed under pressure.)"""
         with self._lock.reading():
             slots = self._slots
             held = _SLOT_BYTES * slots.used + slots.vectors.nbytes() + slots.text_chars
-            return held + self._hnsw.serialized_length + self._lexical.nbytes()
+            graph = 0 if self._graph_mapped else self._hnsw.serialized_length
+            return held + graph + self._lexical.nbytes()
 
     def search(
         self,
@@ -989,11 +1001,16 @@ class HybridIndex:
             int(manifest["expansion_search"]),
             manifest.get("lexical_language", NO_STEMMING),
         )
-        if slots >= MAPPED_FROM and _KEYS in manifest["files"]:
+        mapped = slots >= MAPPED_FROM and _KEYS in manifest["files"]
+        if mapped:
             index._restore_mapped(folder, slots, count)
         elif not index._restore(folder, manifest, slots, count):
             return index
-        index._hnsw.load(str(folder / _DENSE))
+        if mapped:  # the graph is mapped too, until a change copies it into memory
+            index._hnsw.view(str(folder / _DENSE))
+            index._graph_mapped = True
+        else:
+            index._hnsw.load(str(folder / _DENSE))
         index._lexical = Lexical.load(folder / _BM25, index.lexical_language)
         if len(index._hnsw) != count or len(index._lexical) != count:
             raise IndexCorrupt(f"{len(index._hnsw)} vectors and {len(index._lexical)} BM25 texts, expected {count}")
