@@ -126,6 +126,7 @@ bench: setup
 	$(PY) bench/footprint.py
 	$(PY) bench/store.py
 	$(PY) bench/restart.py
+	$(PY) bench/evictions.py
 	$(PY) bench/snapshot_load.py
 	$(PY) bench/lean_reference.py
 	$(PY) bench/feedback.py
