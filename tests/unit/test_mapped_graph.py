@@ -1,6 +1,6 @@
 """An index opened from a snapshot of at least index.MAPPED_FROM slots maps its HNSW graph from the snapshot's file
-(page cache, not counted in its resident estimate) and searches it as the index that saved it did; its first change
-copies the graph into memory, and the changes and a later snapshot of it hold."""
+(page cache, not counted in its resident estimate) and searches it as the index that saved it did, also once a save
+replaced that file; its first change copies the graph into memory, and the changes and a later snapshot of it hold."""
 
 from __future__ import annotations
 
@@ -37,6 +37,9 @@ def test_the_graph_is_mapped_until_a_change_and_searches_alike(tmp_path: Path) -
     opened = HybridIndex.load(tmp_path / "first")
     assert best_ids(opened, vectors, rows) == best_ids(built, vectors, rows)
     assert opened.nbytes() <= built.nbytes() - graph_bytes * 0.9  # the graph is the file's pages
+    opened.save(tmp_path / "first")  # a mapped graph saved over the folder it is mapped from
+    assert best_ids(HybridIndex.load(tmp_path / "first"), vectors, rows) == best_ids(built, vectors, rows)
+    assert best_ids(opened, vectors, rows) == best_ids(built, vectors, rows)
 
     extra = unit_vectors(1, 2)
     opened.update(["c17"], [chunk(COUNT)], extra)  # the first change: the graph copied into memory
