@@ -8,8 +8,9 @@ without one it is rebuilt from the stored chunks and vectors. Nothing is embedde
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -71,6 +72,11 @@ class ResidentIndexes:
         """The partition's index as its last snapshot of `space` holds it (its `position` says up to which
         change), or None: no snapshot, or one that cannot be trusted."""
         return None if self._snapshots is None else self._snapshots.load(partition, space)
+
+    def receive(self, partition: str, fill: Callable[[Path], bool]) -> bool:
+        """Puts what `fill` writes in place of the partition's snapshot (snapshots.py `receive`); False, and nothing
+        changed, without snapshots or when `fill` returns False."""
+        return self._snapshots is not None and self._snapshots.receive(partition, fill)
 
     def changed(self, partition: str, resident: Resident, chunks: int) -> None:
         """Holds (re-measured) the partition's index after `chunks` chunk changes were applied to it (its whole
