@@ -37,11 +37,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import shutil
 import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -212,20 +212,31 @@ class PostgresMemoryStore:
         if not self._shared_snapshots or (snapshot is not None and snapshot.position >= state.log_from):
             return snapshot
         after = state.log_from - 1 if snapshot is None else max(snapshot.position, state.log_from - 1)
-        space = state.space
-        assert space is not None
-
-        def fetch(connection: psycopg.Connection) -> bool:
-            def fill(folder: Path) -> bool:
-                return shared_snapshots.download(connection, key.tenant, space, after, state.changes, folder)
-
-            return self._indexes.receive(key.key, fill)
-
-        if not await self._database.run(fetch, tenant=key.tenant):
+        if not await self._fetch_shared(key, state, after):
             return snapshot
-        metrics.INDEX_SNAPSHOTS.labels("fetched").inc()
         fetched = await asyncio.to_thread(self._indexes.restore, key.key, label)
         return snapshot if fetched is None else fetched
+
+    async def _fetch_shared(self, key: PartitionKey, state: _SpaceState, after: int) -> bool:
+        """Downloads the space's shared snapshot, when its position is past `after`, in place of this replica's own;
+        False when there is none such (or this replica keeps no snapshots) or what was read is torn."""
+        space = state.space
+        assert space is not None
+        incoming = await asyncio.to_thread(self._indexes.incoming, key.key)
+        if incoming is None:
+            return False
+
+        def fetch(connection: psycopg.Connection) -> bool:
+            return shared_snapshots.download(connection, key.tenant, space, after, state.changes, incoming)
+
+        try:
+            if not await self._database.run(fetch, tenant=key.tenant):
+                return False
+            await asyncio.to_thread(self._indexes.adopt, key.key, incoming)
+        finally:  # gone once adopted; else what a torn or failed download left
+            await asyncio.to_thread(shutil.rmtree, incoming, True)
+        metrics.INDEX_SNAPSHOTS.labels("fetched").inc()
+        return True
 
     def _build(self, label: str, loaded: _Changes, analysis: str) -> Resident:
         keys, chunks, vectors = loaded.added

@@ -8,7 +8,7 @@ without one it is rebuilt from the stored chunks and vectors. Nothing is embedde
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,10 +73,14 @@ class ResidentIndexes:
         change), or None: no snapshot, or one that cannot be trusted."""
         return None if self._snapshots is None else self._snapshots.load(partition, space)
 
-    def receive(self, partition: str, fill: Callable[[Path], bool]) -> bool:
-        """Puts what `fill` writes in place of the partition's snapshot (snapshots.py `receive`); False, and nothing
-        changed, without snapshots or when `fill` returns False."""
-        return self._snapshots is not None and self._snapshots.receive(partition, fill)
+    def incoming(self, partition: str) -> Path | None:
+        """An empty folder to receive a snapshot of the partition into (snapshots.py); None without snapshots."""
+        return None if self._snapshots is None else self._snapshots.incoming(partition)
+
+    def adopt(self, partition: str, incoming: Path) -> None:
+        """Makes the received snapshot in `incoming` the partition's own (snapshots.py)."""
+        assert self._snapshots is not None
+        self._snapshots.adopt(partition, incoming)
 
     def changed(self, partition: str, resident: Resident, chunks: int) -> None:
         """Holds (re-measured) the partition's index after `chunks` chunk changes were applied to it (its whole

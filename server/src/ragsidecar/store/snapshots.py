@@ -16,8 +16,8 @@ build is saved, not built again on every search); the next search of its partiti
 replays what came after.
 
 With the postgres store a snapshot may also be shared through the database (store/shared_snapshots.py): `share`
-runs after each local write of one, on the snapshot thread, and `receive` puts a downloaded one in place of the
-partition's own, under the same lock as the writes, before it is loaded like any other.
+runs after each local write of one, on the snapshot thread, and `adopt` puts a downloaded one (in an `incoming`
+folder) in place of the partition's own, under the same lock as the writes, before it is loaded like any other.
 """
 
 from __future__ import annotations
@@ -125,21 +125,16 @@ class PartitionSnapshots:
             except Exception:  # the local snapshot stands; the next one is shared instead
                 log.exception("sharing a partition snapshot failed")
 
-    def receive(self, partition: str, fill: Callable[[Path], bool]) -> bool:
-        """Makes what `fill(folder)` writes into an empty temp folder the partition's snapshot, in place of its own,
-        when `fill` returns True (else, or when it raises, the temp folder goes). Snapshot writes wait meanwhile."""
-        path = self.path(partition)
-        temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{leftovers.owner_tag()}", dir=self.folder))
-        try:
-            if not fill(temp):
-                shutil.rmtree(temp, ignore_errors=True)
-                return False
-            with snapshotter.saving:
-                index_files._swap_in(temp, path)
-            return True
-        except BaseException:
-            shutil.rmtree(temp, ignore_errors=True)
-            raise
+    def incoming(self, partition: str) -> Path:
+        """An empty temp folder for a snapshot of the partition received from elsewhere (`adopt` then puts it in
+        place); one left by a process killed meanwhile is swept at the next start."""
+        name = self.path(partition).name
+        return Path(tempfile.mkdtemp(prefix=f".{name}.tmp-{leftovers.owner_tag()}", dir=self.folder))
+
+    def adopt(self, partition: str, incoming: Path) -> None:
+        """Makes the `incoming` folder the partition's snapshot, in place of its own (snapshot writes wait)."""
+        with snapshotter.saving:
+            index_files._swap_in(incoming, self.path(partition))
 
 
 @dataclass
