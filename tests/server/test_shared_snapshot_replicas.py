@@ -1,23 +1,31 @@
 """A replica that joins with no snapshot of its own, through real sidecars sharing a real PostgreSQL: its first
 Search loads the partition's snapshot another replica shared through the database and replays the writes made
-after it (every acknowledged write found, a deleted document gone), instead of building the index from the rows."""
+after it (every acknowledged write found, a deleted document gone), instead of building the index from the rows;
+also under row-level security, as an ordinary role, where each tenant's shared snapshot is its own."""
 
 from __future__ import annotations
 
 import time
 
 import psycopg
+import pytest
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, stub, target
 from sidecar import Sidecar, default_config
 
 from ragsidecar.v1 import retrieval_pb2 as pb
+from server.test_store_postgres_memory import _owned_database
 
 NOTES = entry("notes", "MEMORY", "SEARCH")
 
 
-def replica(workdir, dsn: str) -> Sidecar:
+def replica(workdir, dsn: str, row_level_security: bool) -> Sidecar:
     config = default_config()
-    config["store"] = {"backend": "postgres", "snapshot_idle_s": 0.2, "shared_snapshot_chunks": 1}
+    config["store"] = {
+        "backend": "postgres",
+        "snapshot_idle_s": 0.2,
+        "shared_snapshot_chunks": 1,
+        "row_level_security": row_level_security,
+    }
     workdir.mkdir()
     return Sidecar(workdir, config, env={"RAGSIDECAR_STORE_DSN": dsn}).start()
 
@@ -40,16 +48,22 @@ def found(server: Sidecar, query: str) -> list[str]:
 
 
 def shared(dsn: str, timeout: float = 60.0) -> None:
+    """Waits for SCOPE's tenant's shared snapshot (the only one its row-level security, if any, lets it see)."""
     deadline = time.monotonic() + timeout
     with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute("SELECT set_config('ragsidecar.tenant', %s, false)", (SCOPE.tenant,))
         while connection.execute("SELECT count(*) FROM ragsidecar_memory_snapshots").fetchone() == (0,):
             assert time.monotonic() < deadline, "no snapshot shared"
             time.sleep(0.1)
 
 
-def test_a_replica_with_no_snapshot_serves_from_the_shared_one_plus_the_writes_after_it(postgres, tmp_path) -> None:
-    dsn = postgres.database("shared_snapshot_replicas")
-    a = replica(tmp_path / "a", dsn)
+@pytest.mark.parametrize("row_level_security", [False, True], ids=["superuser", "row-level security"])
+def test_a_replica_with_no_snapshot_serves_from_the_shared_one_plus_the_writes_after_it(
+    postgres, tmp_path, row_level_security: bool
+) -> None:
+    name = f"shared_snapshot_replicas_{int(row_level_security)}"
+    dsn = _owned_database(postgres, name) if row_level_security else postgres.database(name)
+    a = replica(tmp_path / "a", dsn, row_level_security)
     try:
         write(a, {f"n{i}": f"parcel {i} left the depot on route {i % 3}" for i in range(30)})
         assert found(a, "parcel depot route")
@@ -58,7 +72,7 @@ def test_a_replica_with_no_snapshot_serves_from_the_shared_one_plus_the_writes_a
         stub(a).DeleteDocuments(
             pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes", ids=["n7"]), timeout=60
         )
-        b = replica(tmp_path / "b", dsn)
+        b = replica(tmp_path / "b", dsn, row_level_security)
         try:
             hits = found(b, "parcel written after the shared snapshot returned depot")
             assert b.metric("ragsidecar_index_snapshots_total", how="fetched") == 1

@@ -313,7 +313,8 @@ def test_row_level_security_keeps_tenants_apart_for_a_role_that_is_not_a_superus
             "AND relrowsecurity AND relforcerowsecurity"
         ).fetchall()
         assert {t for (t,) in tables} == {
-            f"ragsidecar_memory_{t}" for t in ("partitions", "documents", "spaces", "chunks", "removals")
+            f"ragsidecar_memory_{t}"
+            for t in ("partitions", "documents", "spaces", "chunks", "removals", "snapshots", "snapshot_parts")
         }
         assert connection.execute("SELECT count(*) FROM ragsidecar_memory_documents").fetchone()[0] == 0
         connection.execute("SELECT set_config('ragsidecar.tenant', 't2', false)")

@@ -21,7 +21,7 @@ snapshot's position are replayed from the change log.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, BinaryIO
@@ -79,19 +79,15 @@ def upload(connection: psycopg.Connection, tenant: str, space: int, folder: Path
     if total > policy.max_bytes or not _due(connection, tenant, space, position, policy.interval_s):
         return False
     connection.execute("DELETE FROM ragsidecar_memory_snapshot_parts WHERE space = %s AND tenant = %s", (space, tenant))
-    with connection.cursor().copy(
-        "COPY ragsidecar_memory_snapshot_parts (space, tenant, name, part, data) FROM STDIN (FORMAT BINARY)"
-    ) as copy:
-        copy.set_types(["int8", "text", "text", "int4", "bytea"])
-        for path in files:
-            name = path.relative_to(folder).as_posix()
-            with open(path, "rb") as f:
-                part = 0
-                while data := f.read(PART_BYTES):
-                    copy.write_row((space, tenant, name, part, data))
-                    part += 1
-                if part == 0:  # an empty file is one empty part, so the download creates it
-                    copy.write_row((space, tenant, name, 0, b""))
+    # One INSERT a part, its bytes sent as they are: COPY FROM refuses tables under row-level security.
+    for path in files:
+        name = path.relative_to(folder).as_posix()
+        for part, data in enumerate(_parts(path)):
+            connection.execute(
+                "INSERT INTO ragsidecar_memory_snapshot_parts (space, tenant, name, part, data) "
+                "VALUES (%s, %s, %s, %s, %b)",
+                (space, tenant, name, part, data),
+            )
     connection.execute(
         "INSERT INTO ragsidecar_memory_snapshots (space, tenant, position, bytes, written) "
         "VALUES (%s, %s, %s, %s, now()) ON CONFLICT (space, tenant) DO UPDATE SET position = excluded.position, "
@@ -99,6 +95,15 @@ def upload(connection: psycopg.Connection, tenant: str, space: int, folder: Path
         (space, tenant, position, total),
     )
     return True
+
+
+def _parts(path: Path) -> Iterator[bytes]:
+    """The file's bytes in parts of PART_BYTES; an empty file is one empty part, so the download creates it."""
+    with open(path, "rb") as f:
+        data = f.read(PART_BYTES)
+        yield data
+        while data := f.read(PART_BYTES):
+            yield data
 
 
 def _due(connection: psycopg.Connection, tenant: str, space: int, position: int, interval_s: float) -> bool:
