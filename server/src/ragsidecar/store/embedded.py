@@ -193,21 +193,28 @@ class EmbeddedDocuments:
         if resident is not None:  # every acknowledged write was applied to it
             return PartitionIndex(resident.index, resident.documents)
         async with self._lock(key):
-            for _ in range(3):
-                missing = await asyncio.to_thread(self._db.read, lambda c: _missing(c, key, space))
-                if not missing:
-                    break
-                prepared = await self._prepare(scope, name, [document_unit(i, t) for i, t in missing])
-                if space_of(prepared.model, prepared.analysis) != space:
-                    break  # the embedder changed meanwhile: the caller loads again with the new one
-                metrics.STORE_FILLED_CHUNKS.inc(len(prepared.chunks))
-                fill = functools.partial(_fill, key=key, space=space, embedded=missing, prepared=prepared)
-                await asyncio.to_thread(self._db.write, fill)
-            return await asyncio.to_thread(self._load, key, space, analysis)
+            # The snapshot loads while the rows are checked for documents without chunks: what a fill adds is
+            # stamped after the snapshot's position, so the replay takes it in either way.
+            snapshot, _ = await asyncio.gather(
+                asyncio.to_thread(self._indexes.restore, key, space), self._fill_missing(scope, name, key, space)
+            )
+            return await asyncio.to_thread(self._load, key, space, analysis, snapshot)
 
-    def _load(self, key: str, space: str, analysis: str) -> PartitionIndex:
+    async def _fill_missing(self, scope: Scope, name: str, key: str, space: str) -> None:
+        """Chunks and embeds the partition's documents that have no chunks in `space`."""
+        for _ in range(3):
+            missing = await asyncio.to_thread(self._db.read, lambda c: _missing(c, key, space))
+            if not missing:
+                return
+            prepared = await self._prepare(scope, name, [document_unit(i, t) for i, t in missing])
+            if space_of(prepared.model, prepared.analysis) != space:
+                return  # the embedder changed meanwhile: the caller loads again with the new one
+            metrics.STORE_FILLED_CHUNKS.inc(len(prepared.chunks))
+            fill = functools.partial(_fill, key=key, space=space, embedded=missing, prepared=prepared)
+            await asyncio.to_thread(self._db.write, fill)
+
+    def _load(self, key: str, space: str, analysis: str, snapshot: HybridIndex | None) -> PartitionIndex:
         """The partition's index from its snapshot and the changes after it, else built from its rows."""
-        snapshot = self._indexes.restore(key, space)
         if snapshot is not None:
             replayed = self._replayed(key, space, snapshot)
             if replayed is not None:
