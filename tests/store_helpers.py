@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,8 @@ class Stores:
         self.backend, self.data, self.dsn = backend, data, dsn
         self.opened: list[Opened] = []
 
-    async def open(self, cache_bytes: int = 1 << 30) -> DocumentStore:
+    async def open(self, cache_bytes: int = 1 << 30, **store_settings: Any) -> DocumentStore:
+        """`store_settings`: more [store] settings of the postgres backend (shared_snapshot_*)."""
         policy = SnapshotPolicy(after_changes=1, idle_s=0.05)
         if self.backend == "embedded":
             backend = EmbeddedBackend(self.data, cache_bytes, 1 << 20, 1 << 24, 1, "f16", policy)
@@ -71,7 +73,7 @@ class Stores:
         config = Config(
             paths=PathsConfig(data_dir=str(self.data)),
             retrieval=RetrievalConfig(memory_cache_bytes=cache_bytes),
-            store=StoreConfig(backend="postgres", snapshot_after_changes=1, snapshot_idle_s=0.05),
+            store=StoreConfig(backend="postgres", snapshot_after_changes=1, snapshot_idle_s=0.05, **store_settings),
         )
         database = open_database(config, {"RAGSIDECAR_STORE_DSN": self.dsn})
         assert database is not None

@@ -41,7 +41,6 @@ NOTES = entry("notes", "MEMORY", "SEARCH")
 SERVING = health_pb2.HealthCheckResponse.SERVING
 # Pairs of scopes that a separator join ("tenant" + sep + "session") would merge into one key.
 LOOK_ALIKE_SCOPES = [(("a:b", "c"), ("a", "b:c")), (("t/u", "s"), ("t", "u/s"))]
-APP_ROLE = "ragsidecar_app"
 
 
 def postgres_sidecar(workdir, dsn: str, **store) -> Sidecar:
@@ -290,7 +289,7 @@ def test_a_replica_killed_during_a_burst_of_upserts_loses_nothing_it_acknowledge
 def test_row_level_security_keeps_tenants_apart_for_a_role_that_is_not_a_superuser(postgres, tmp_path) -> None:
     """With [store] row_level_security the tables' policies admit only the transaction's tenant, even to the
     tables' owner (superusers bypass row-level security, so the sidecar runs as an ordinary role)."""
-    dsn = _owned_database(postgres, "pgb_memory_rls")
+    dsn = postgres.owned_database("pgb_memory_rls")
     server = postgres_sidecar(tmp_path, dsn, row_level_security=True).start()
     try:
         upsert(server, scope("t1"), {"one": "Tenant one keeps its spare keys in the blue drawer."})
@@ -313,25 +312,14 @@ def test_row_level_security_keeps_tenants_apart_for_a_role_that_is_not_a_superus
             "AND relrowsecurity AND relforcerowsecurity"
         ).fetchall()
         assert {t for (t,) in tables} == {
-            f"ragsidecar_memory_{t}" for t in ("partitions", "documents", "spaces", "chunks", "removals")
+            f"ragsidecar_memory_{t}"
+            for t in ("partitions", "documents", "spaces", "chunks", "removals", "snapshots", "snapshot_parts")
         }
         assert connection.execute("SELECT count(*) FROM ragsidecar_memory_documents").fetchone()[0] == 0
         connection.execute("SELECT set_config('ragsidecar.tenant', 't2', false)")
         assert connection.execute("SELECT id FROM ragsidecar_memory_documents").fetchall() == [("two",)]
         # Both tenants logged removals (t2 replaced a document, t1 deleted one): t2 sees its own only.
         assert {r[0] for r in connection.execute("SELECT DISTINCT tenant FROM ragsidecar_memory_removals")} == {"t2"}
-
-
-def _owned_database(postgres, name: str) -> str:
-    """A fresh database owned by an ordinary role (pgvector created by the superuser, as an administrator
-    would); returns the role's DSN."""
-    superuser_dsn = postgres.database(name)
-    with psycopg.connect(superuser_dsn, autocommit=True) as connection:
-        if not connection.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP_ROLE,)).fetchone():
-            connection.execute(f"CREATE ROLE {APP_ROLE} LOGIN")
-        connection.execute(f'ALTER DATABASE "{name}" OWNER TO {APP_ROLE}')
-        connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    return superuser_dsn.replace("postgresql://postgres:", f"postgresql://{APP_ROLE}:", 1)
 
 
 # -- the store on its own: two instances (replicas) on one database ----------------------------------------------

@@ -280,6 +280,13 @@ class StoreConfig(_Section, frozen=True):
     snapshot_after_changes: NonNegative = 1000
     # ... or once a partition with changes not yet in its snapshot has seen none for this many seconds.
     snapshot_idle_s: Seconds = 10.0
+    # postgres: a partition index's snapshot of at least this many chunks is also shared through the database, so
+    # a replica with no snapshot of its own loads it instead of building the index; 0: none shared.
+    shared_snapshot_chunks: NonNegative = 5000
+    # ... replaced at most once in this many seconds (each replacement writes the whole snapshot) ...
+    shared_snapshot_interval_s: Seconds = 300.0
+    # ... and only while its files hold at most this many bytes (about 5 KB per 384-dimension chunk).
+    shared_snapshot_max_bytes: Positive = 2 << 30
     # Seconds between purges of expired MEMORY and binding documents (each removes at most 1,000; an expired
     # document is invisible from its expiry on, whatever the purge).
     purge_interval_s: Seconds = 60.0

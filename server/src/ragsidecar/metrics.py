@@ -117,8 +117,9 @@ INDEX_COMPACTIONS_PENDING = Gauge(
 )
 INDEX_SNAPSHOTS = Counter(
     "ragsidecar_index_snapshots_total",
-    "Partition index snapshots, by what became of them: written (in the background) or refused at load "
-    "(torn, altered or stale: the partition was rebuilt from its rows)",
+    "Partition index snapshots, by what became of them: written (in the background), refused at load "
+    "(torn, altered or stale: the partition was rebuilt from its rows), shared (written to the PostgreSQL "
+    "database for replicas with none) or fetched (a shared one downloaded by a replica with none)",
     ["how"],
 )
 INDEX_SNAPSHOTS_PENDING = Gauge(

@@ -578,6 +578,9 @@ class Lexical:
                 "language": self.language,
                 "next_id": self._next_id,
                 "segments": [[s.id, len(s.terms), len(s.slots), len(s.docs)] for s in segments],
+                # Each segment's postings of texts removed or replaced since, so a load need not find them by
+                # reading every posting (0.1 to 0.25 s at 100k texts). The memtable's frozen segment has none.
+                "dead": [self._dead.get(s.id, 0) for s in segments],
             },
         )
 
@@ -605,7 +608,9 @@ class Lexical:
         lexical._next_id = int(meta["next_id"])
         _expect(lexical._next_id > int(table[:, 0].max(initial=-1)), "segment ids run past next_id")
         lexical._memtable = _Memtable(lexical._new_id())
-        lexical._count_live()
+        dead = meta.get("dead")
+        _expect(dead is None or (isinstance(dead, list) and len(dead) == len(table)), "dead postings per segment")
+        lexical._count_live(dead)
         return lexical
 
     def _load_vocabulary(self, words: object) -> None:
@@ -625,9 +630,11 @@ class Lexical:
         self._shapes = {length << 32 | tf: i for i, (tf, length) in enumerate(pairs)}
         _expect(len(self._shapes) == len(tfs), "shapes repeat")
 
-    def _count_live(self) -> None:
+    def _count_live(self, dead_postings: list[int] | None) -> None:
         """Live texts, their total length and each segment's dead postings, from the slots' owners; checks that
-        each live text is in the segment its owner names, with its length."""
+        each live text is in the segment its owner names. `dead_postings`: the segments' as saved (the files'
+        checksums vouch for them); None (saved before they were): counted from every posting, which checks each
+        posting against its text's length on the way."""
         live = self._owner >= 0
         ids = np.array([s.id for s in self._segments], dtype=np.int32)
         _expect(
@@ -637,6 +644,13 @@ class Lexical:
         # Counted, not sorted (np.unique): each slot at most once.
         once = np.bincount(owned, minlength=len(self._owner)).max(initial=0) <= 1
         _expect(bool(once) and len(owned) == np.count_nonzero(live), "live texts and segments disagree")
+        self._live, self._total_length = int(np.count_nonzero(live)), int(self._text_lengths[live].sum())
+        self._end = int(np.flatnonzero(live).max(initial=-1)) + 1
+        if dead_postings is not None:
+            pairs = list(zip(self._segments, dead_postings, strict=True))
+            _expect(all(type(d) is int and 0 <= d <= len(s.slots) for s, d in pairs), "dead postings out of range")
+            self._dead = {s.id: d for s, d in pairs}
+            return
         lengths = np.array(self._shape_lengths, dtype=np.int64)  # checked below 2**31 by _load_shapes
         # Each slot's owner and text length as one int64 (owner high, length low): a posting's owner and length
         # come in one gather over the postings, not two (those gathers were most of a 100k load's checks).
@@ -650,8 +664,6 @@ class Lexical:
                 dead = len(held) - int(np.count_nonzero(held))
                 _expect(bool(matches[held].all()), f"segment {s.id}: postings disagree with their texts' lengths")
             self._dead[s.id] = dead
-        self._live, self._total_length = int(np.count_nonzero(live)), int(self._text_lengths[live].sum())
-        self._end = int(np.flatnonzero(live).max(initial=-1)) + 1
 
 
 def _highest(scores: np.ndarray, count: int) -> np.ndarray:

@@ -193,21 +193,28 @@ class EmbeddedDocuments:
         if resident is not None:  # every acknowledged write was applied to it
             return PartitionIndex(resident.index, resident.documents)
         async with self._lock(key):
-            for _ in range(3):
-                missing = await asyncio.to_thread(self._db.read, lambda c: _missing(c, key, space))
-                if not missing:
-                    break
-                prepared = await self._prepare(scope, name, [document_unit(i, t) for i, t in missing])
-                if space_of(prepared.model, prepared.analysis) != space:
-                    break  # the embedder changed meanwhile: the caller loads again with the new one
-                metrics.STORE_FILLED_CHUNKS.inc(len(prepared.chunks))
-                fill = functools.partial(_fill, key=key, space=space, embedded=missing, prepared=prepared)
-                await asyncio.to_thread(self._db.write, fill)
-            return await asyncio.to_thread(self._load, key, space, analysis)
+            # The snapshot loads while the rows are checked for documents without chunks: what a fill adds is
+            # stamped after the snapshot's position, so the replay takes it in either way.
+            snapshot, _ = await asyncio.gather(
+                asyncio.to_thread(self._indexes.restore, key, space), self._fill_missing(scope, name, key, space)
+            )
+            return await asyncio.to_thread(self._load, key, space, analysis, snapshot)
 
-    def _load(self, key: str, space: str, analysis: str) -> PartitionIndex:
+    async def _fill_missing(self, scope: Scope, name: str, key: str, space: str) -> None:
+        """Chunks and embeds the partition's documents that have no chunks in `space`."""
+        for _ in range(3):
+            missing = await asyncio.to_thread(self._db.read, lambda c: _missing(c, key, space))
+            if not missing:
+                return
+            prepared = await self._prepare(scope, name, [document_unit(i, t) for i, t in missing])
+            if space_of(prepared.model, prepared.analysis) != space:
+                return  # the embedder changed meanwhile: the caller loads again with the new one
+            metrics.STORE_FILLED_CHUNKS.inc(len(prepared.chunks))
+            fill = functools.partial(_fill, key=key, space=space, embedded=missing, prepared=prepared)
+            await asyncio.to_thread(self._db.write, fill)
+
+    def _load(self, key: str, space: str, analysis: str, snapshot: HybridIndex | None) -> PartitionIndex:
         """The partition's index from its snapshot and the changes after it, else built from its rows."""
-        snapshot = self._indexes.restore(key, space)
         if snapshot is not None:
             replayed = self._replayed(key, space, snapshot)
             if replayed is not None:
@@ -230,7 +237,7 @@ class EmbeddedDocuments:
         rows, held, documents, position = self._db.read(
             lambda c: (
                 _chunk_rows(c, key, space, since),
-                _chunk_keys(c, key, space),
+                _chunk_count(c, key, space),
                 _documents(c, key),
                 _last_change(c),
             )
@@ -238,7 +245,13 @@ class EmbeddedDocuments:
         keys, chunks, vectors = _chunks(rows) if rows else ([], [], np.zeros((0, index.dimensions), np.float32))
         if vectors.shape[1] != index.dimensions or since > position:  # since > position: another database's
             return None
-        removed = [k for k in index.keys() if k not in held]
+        indexed = index.keys()
+        # Every row is one the snapshot holds or one written after it: when the rows are as many as those two
+        # together, none was removed, and the partition's keys (0.15 s to read at 100k chunks) are not read.
+        removed: list[str] = []
+        if held != len(indexed) + len(set(keys) - indexed):
+            present = self._db.read(lambda c: _chunk_keys(c, key, space))
+            removed = [k for k in indexed if k not in present]
         index.update(removed, chunks, vectors, keys, position=position)
         self._indexes.changed(key, Resident(index, space, documents), len(removed) + len(keys))
         return PartitionIndex(index, documents)
@@ -601,6 +614,15 @@ def _chunk_keys(connection: sqlite3.Connection, key: str, space: str) -> set[str
     }
 
 
+def _chunk_count(connection: sqlite3.Connection, key: str, space: str) -> int:
+    """The partition's chunks in `space`: counted on an index, no row read."""
+    (count,) = connection.execute(
+        "SELECT count(*) FROM chunks c JOIN partitions p ON p.id = c.partition WHERE p.key = ? AND p.space = ?",
+        (key, space),
+    ).fetchone()
+    return int(count)
+
+
 def _chunks(rows: list[tuple]) -> tuple[list[str], list[IndexedChunk], np.ndarray]:
     """(key, id, text, meta, vector, *document) rows as keys, chunks (with their document's fields) and their
     float32 vectors."""
@@ -635,6 +657,13 @@ def _missing(connection: sqlite3.Connection, key: str, space: str) -> list[tuple
         return connection.execute(
             "SELECT id, text FROM documents WHERE partition = ? ORDER BY seq", (partition.id,)
         ).fetchall()
+    # Chunks belong to documents the partition holds, so when as many documents have chunks as it holds, none is
+    # missing: counted on an index (0.05 s at 100k documents, against 0.19 to 0.25 s for the search below).
+    (covered,) = connection.execute(
+        "SELECT count(DISTINCT document) FROM chunks WHERE partition = ?", (partition.id,)
+    ).fetchone()
+    if covered == partition.documents:
+        return []
     # The ids from the two indexes alone, then the texts of those only: a document's row holds its text, and reading
     # every row to find none missing cost 2.4 s of a partition's open at 100k documents (0.25 s this way).
     missing = connection.execute(

@@ -16,6 +16,7 @@ from ragsidecar.store.embeddings import SharedEmbeddings
 from ragsidecar.store.postgres_bindings import PostgresRegistry
 from ragsidecar.store.postgres_documents import PostgresMemoryStore
 from ragsidecar.store.resident import ResidentIndexes
+from ragsidecar.store.shared_snapshots import SharePolicy, sharer
 from ragsidecar.store.snapshots import PartitionSnapshots, policy_of
 
 
@@ -47,7 +48,13 @@ class PostgresBackend:
         # This replica's own snapshots (an emptyDir or a volume): a restart replays the change log after them.
         policy = policy_of(self._config.store)
         folder = self._config.resolve(self._config.paths.data_dir) / "snapshots" / namespace
-        snapshots = None if policy is None else PartitionSnapshots(folder, retrieval.index_threads, policy)
+        store = self._config.store
+        # Large partitions' snapshots also go to the database, for replicas that have none of their own.
+        shared = SharePolicy(
+            store.shared_snapshot_chunks, store.shared_snapshot_interval_s, store.shared_snapshot_max_bytes
+        )
+        share = sharer(self.database, shared) if shared.min_chunks else None
+        snapshots = None if policy is None else PartitionSnapshots(folder, retrieval.index_threads, policy, share)
         indexes = ResidentIndexes(
             f"{namespace}_indexes",
             retrieval.memory_cache_bytes,
@@ -63,6 +70,7 @@ class PostgresBackend:
             indexes=indexes,
             max_request_bytes=retrieval.max_memory_bytes_per_request,
             max_namespace_bytes=retrieval.binding_store_bytes if namespace == "binding" else None,
+            shared_snapshots=share is not None,
         )
 
     def binding_registry(self, clock: Callable[[], float] = time.monotonic) -> PostgresRegistry:

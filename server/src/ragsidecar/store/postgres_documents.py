@@ -20,7 +20,8 @@ space's state. An index caught up to that change answers at once; one behind app
 position (the removed keys, then the chunks added, with their vectors), read in one statement and so from one
 snapshot; with no index held, the replica's own snapshot of the partition (store/snapshots.py, under its
 `data_dir/snapshots`) is loaded and caught up the same way; with none, or one older than its space's change log
-reaches back, the space is loaded whole.
+reaches back, the snapshot another replica shared through the database (store/shared_snapshots.py), if newer, is
+downloaded in place of its own and loaded the same way; failing that, the space is loaded whole.
 
 The change log stays bounded: each space keeps at most `change_log_entries` removed keys, whole changes at a
 time; the write that logs past that prunes the oldest changes and moves the space's `log_from` past them. An
@@ -36,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import shutil
 import struct
 import time
 from collections.abc import Iterable
@@ -54,7 +56,7 @@ from ragsidecar.identifiers import key_of
 from ragsidecar.knowledge import filters
 from ragsidecar.knowledge.chunking import Chunk, chunk_meta
 from ragsidecar.knowledge.declarations import Scope
-from ragsidecar.knowledge.index import IndexedChunk
+from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
 from ragsidecar.knowledge.sources.units import Unit
 from ragsidecar.knowledge.storage import (
     LIST_SCAN_BOUND,
@@ -71,6 +73,7 @@ from ragsidecar.knowledge.storage import (
     page_of,
     units_of,
 )
+from ragsidecar.store import shared_snapshots
 from ragsidecar.store.cursors import across_tenants
 from ragsidecar.store.database import one_row
 from ragsidecar.store.resident import Resident, ResidentIndexes, chunk_keys
@@ -111,9 +114,13 @@ class PostgresMemoryStore:
         max_request_bytes: int,
         max_namespace_bytes: int | None = None,
         change_log_entries: int = CHANGE_LOG_ENTRIES,
+        shared_snapshots: bool = False,
     ) -> None:
         """`max_namespace_bytes` bounds the bytes of all the namespace's partitions together, in the whole database
-        (the binding corpora: retrieval.binding_store_bytes); None leaves it unbounded (MEMORY lives on disk)."""
+        (the binding corpora: retrieval.binding_store_bytes); None leaves it unbounded (MEMORY lives on disk).
+        `shared_snapshots`: a partition with no usable snapshot of this replica's own loads the one shared through
+        the database, if any."""
+        self._shared_snapshots = shared_snapshots
         self._database = database
         self._namespace = namespace
         self._prepare = prepare
@@ -179,9 +186,9 @@ class PostgresMemoryStore:
         loaded whole."""
         space = state.space
         assert space is not None
-        if resident is None:  # this replica's snapshot, if it has one, then the changes after it
-            snapshot = await asyncio.to_thread(self._indexes.restore, key.key, label)
-            if snapshot is not None and snapshot.position <= state.changes:  # past it: of another database
+        if resident is None:  # this replica's snapshot, or the one shared, then the changes after it
+            snapshot = await self._snapshot(key, state, label)
+            if snapshot is not None:
                 resident = Resident(snapshot, label, state.documents, snapshot.position)
         if resident is not None and resident.position >= state.log_from:
             since = resident.position
@@ -195,6 +202,41 @@ class PostgresMemoryStore:
         self._indexes.changed(key.key, resident, len(resident.index))
         metrics.PARTITION_CATCH_UPS.labels("reload").inc()
         return resident
+
+    async def _snapshot(self, key: PartitionKey, state: _SpaceState, label: str) -> HybridIndex | None:
+        """This replica's snapshot of the space; when it has none, or one the change log no longer reaches back to,
+        the snapshot shared through the database if that is newer. None when neither can be used."""
+        snapshot = await asyncio.to_thread(self._indexes.restore, key.key, label)
+        if snapshot is not None and snapshot.position > state.changes:  # past the partition: of another database
+            snapshot = None
+        if not self._shared_snapshots or (snapshot is not None and snapshot.position >= state.log_from):
+            return snapshot
+        after = state.log_from - 1 if snapshot is None else max(snapshot.position, state.log_from - 1)
+        if not await self._fetch_shared(key, state, after):
+            return snapshot
+        fetched = await asyncio.to_thread(self._indexes.restore, key.key, label)
+        return snapshot if fetched is None else fetched
+
+    async def _fetch_shared(self, key: PartitionKey, state: _SpaceState, after: int) -> bool:
+        """Downloads the space's shared snapshot, when its position is past `after`, in place of this replica's own;
+        False when there is none such (or this replica keeps no snapshots) or what was read is torn."""
+        space = state.space
+        assert space is not None
+        incoming = await asyncio.to_thread(self._indexes.incoming, key.key)
+        if incoming is None:
+            return False
+
+        def fetch(connection: psycopg.Connection) -> bool:
+            return shared_snapshots.download(connection, key.tenant, space, after, state.changes, incoming)
+
+        try:
+            if not await self._database.run(fetch, tenant=key.tenant):
+                return False
+            await asyncio.to_thread(self._indexes.adopt, key.key, incoming)
+        finally:  # gone once adopted; else what a torn or failed download left
+            await asyncio.to_thread(shutil.rmtree, incoming, True)
+        metrics.INDEX_SNAPSHOTS.labels("fetched").inc()
+        return True
 
     def _build(self, label: str, loaded: _Changes, analysis: str) -> Resident:
         keys, chunks, vectors = loaded.added
@@ -630,7 +672,12 @@ def _remove_all(connection: psycopg.Connection, tenant: str, partition: int) -> 
             "SELECT id FROM ragsidecar_memory_spaces WHERE partition = %s AND tenant = %s", (partition, tenant)
         )
     ]
-    for table in ("ragsidecar_memory_removals", "ragsidecar_memory_chunks"):
+    for table in (
+        "ragsidecar_memory_removals",
+        "ragsidecar_memory_chunks",
+        "ragsidecar_memory_snapshots",
+        "ragsidecar_memory_snapshot_parts",
+    ):
         connection.execute(f"DELETE FROM {table} WHERE space = ANY(%s) AND tenant = %s", (spaces, tenant))
     connection.execute(
         "DELETE FROM ragsidecar_memory_documents WHERE partition = %s AND tenant = %s", (partition, tenant)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -71,6 +72,15 @@ class ResidentIndexes:
         """The partition's index as its last snapshot of `space` holds it (its `position` says up to which
         change), or None: no snapshot, or one that cannot be trusted."""
         return None if self._snapshots is None else self._snapshots.load(partition, space)
+
+    def incoming(self, partition: str) -> Path | None:
+        """An empty folder to receive a snapshot of the partition into (snapshots.py); None without snapshots."""
+        return None if self._snapshots is None else self._snapshots.incoming(partition)
+
+    def adopt(self, partition: str, incoming: Path) -> None:
+        """Makes the received snapshot in `incoming` the partition's own (snapshots.py)."""
+        assert self._snapshots is not None
+        self._snapshots.adopt(partition, incoming)
 
     def changed(self, partition: str, resident: Resident, chunks: int) -> None:
         """Holds (re-measured) the partition's index after `chunks` chunk changes were applied to it (its whole

@@ -14,6 +14,10 @@ temp folder that the next start sweeps. Evicting an index from the resident LRU 
 pending snapshot, if any, is written (the snapshotter holds it until then: an index evicted right after its
 build is saved, not built again on every search); the next search of its partition loads its snapshot and
 replays what came after.
+
+With the postgres store a snapshot may also be shared through the database (store/shared_snapshots.py): `share`
+runs after each local write of one, on the snapshot thread, and `adopt` puts a downloaded one (in an `incoming`
+folder) in place of the partition's own, under the same lock as the writes, before it is loaded like any other.
 """
 
 from __future__ import annotations
@@ -21,14 +25,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragsidecar import metrics
 from ragsidecar.config import StoreConfig
 from ragsidecar.knowledge import index as index_files
+from ragsidecar.knowledge import leftovers
 from ragsidecar.knowledge.index import HybridIndex, IndexCorrupt
 
 log = logging.getLogger(__name__)
@@ -60,11 +67,19 @@ def policy_of(store: StoreConfig) -> SnapshotPolicy | None:
 class PartitionSnapshots:
     """The snapshots of one store's partitions, one folder each under `folder` (named by a hash of the key)."""
 
-    def __init__(self, folder: Path, threads: int, policy: SnapshotPolicy) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        threads: int,
+        policy: SnapshotPolicy,
+        share: Callable[[str, str, Path, int], None] | None = None,
+    ) -> None:
+        """`share(partition, space, folder, chunks)` runs after each snapshot written (on the snapshot thread)."""
         self.folder = folder
         self.policy = policy
         self.closed = False
         self._threads = threads
+        self._share = share
         folder.mkdir(parents=True, exist_ok=True)
         removed, removed_bytes = index_files.sweep(folder)
         if removed:
@@ -102,7 +117,24 @@ class PartitionSnapshots:
         snapshotter.close(self)
 
     def save(self, partition: str, space: str, index: HybridIndex) -> None:
-        index.save(self.path(partition), source=partition, stamp={"partition": partition, "space": space})
+        path = self.path(partition)
+        index.save(path, source=partition, stamp={"partition": partition, "space": space})
+        if self._share is not None:
+            try:
+                self._share(partition, space, path, len(index))
+            except Exception:  # the local snapshot stands; the next one is shared instead
+                log.exception("sharing a partition snapshot failed")
+
+    def incoming(self, partition: str) -> Path:
+        """An empty temp folder for a snapshot of the partition received from elsewhere (`adopt` then puts it in
+        place); one left by a process killed meanwhile is swept at the next start."""
+        name = self.path(partition).name
+        return Path(tempfile.mkdtemp(prefix=f".{name}.tmp-{leftovers.owner_tag()}", dir=self.folder))
+
+    def adopt(self, partition: str, incoming: Path) -> None:
+        """Makes the `incoming` folder the partition's snapshot, in place of its own (snapshot writes wait)."""
+        with snapshotter.saving:
+            index_files._swap_in(incoming, self.path(partition))
 
 
 @dataclass
@@ -122,7 +154,7 @@ class _Snapshotter:
     def __init__(self) -> None:
         self._pending: dict[tuple[int, str], _Pending] = {}
         self._wake = threading.Condition()
-        self._saving = threading.Lock()  # held through each save
+        self.saving = threading.Lock()  # held through each save, and while a shared snapshot is put in place
         self._thread: threading.Thread | None = None
         metrics.INDEX_SNAPSHOTS_PENDING.set_function(lambda: len(self._pending))
 
@@ -143,7 +175,7 @@ class _Snapshotter:
     def close(self, snapshots: PartitionSnapshots) -> None:
         """Waits for the save in flight, if any, and writes no more of `snapshots` (its store is closing: a save
         cut off by the process's exit would leave a temp folder for the next start to sweep)."""
-        with self._saving, self._wake:
+        with self.saving, self._wake:
             snapshots.closed = True
             for key in [key for key, entry in self._pending.items() if entry.snapshots is snapshots]:
                 del self._pending[key]
@@ -163,7 +195,7 @@ class _Snapshotter:
                     if entry.snapshots.policy.due(entry.unsaved, now - entry.last_change)
                 ]
             for key, entry, unsaved in due:
-                with self._saving:
+                with self.saving:
                     self._save(key, entry, unsaved)
 
     def _save(self, key: tuple[int, str], entry: _Pending, unsaved: int) -> None:
