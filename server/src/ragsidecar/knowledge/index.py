@@ -67,8 +67,8 @@ DTYPES = ("f16", "i8")
 
 # Defaults measured by bench/index.py (100k clustered 384-d vectors, recall@10 vs exact search >= 0.98 for
 # both dtypes). `expansion_search` is a floor: usearch widens it to the number of results asked for, and
-# hybrid search asks for `candidates` ([retrieval] fusion_candidates, 100) results, so real queries search wider
-# than the bench's k=10.
+# hybrid search asks for GRAPH_OVERSAMPLE x `candidates` ([retrieval] fusion_candidates, 100) results, so real
+# queries search wider than the bench's k=10.
 DEFAULT_CONNECTIVITY = 16
 DEFAULT_EXPANSION_ADD = 128
 DEFAULT_EXPANSION_SEARCH = 64
