@@ -9,6 +9,7 @@ statement waits on (seen in pg_stat_activity), kills the replica there, then let
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -85,7 +86,8 @@ def leftovers(workdir: Path) -> list[Path]:
 
 def snapshots(workdir: Path) -> list[Path]:
     """Complete snapshot folders in the replica's data folder."""
-    return [m.parent for m in (workdir / "data").glob("snapshots/*/*/manifest.json")]
+    manifests = (workdir / "data").glob("snapshots/*/*/manifest.json")
+    return [m.parent for m in manifests if not m.parent.name.startswith(".")]
 
 
 def waited(condition: Callable[[], object], timeout: float = 60.0) -> None:
@@ -109,6 +111,16 @@ def shared_head(dsn: str) -> tuple[int, int, int] | None:
             " p WHERE p.space = h.space AND p.tenant = h.tenant) FROM ragsidecar_memory_snapshots h"
         ).fetchone()
     return None if row is None else (int(row[0]), int(row[1]), int(row[2]))
+
+
+def shared_files(dsn: str) -> list[tuple[str, int]]:
+    """The shared snapshot's files and their sizes, in the order a download writes them (by name, as the
+    database's collation orders them)."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT name, sum(length(data)) FROM ragsidecar_memory_snapshot_parts GROUP BY name ORDER BY name"
+        ).fetchall()
+    return [(str(name), int(size)) for name, size in rows]
 
 
 @contextmanager
@@ -156,16 +168,23 @@ def test_a_kill_9_during_the_download_is_swept_at_start_and_the_shared_snapshot_
     position, head_bytes, part_bytes = shared_head(dsn) or (0, 0, 0)
     assert head_bytes == part_bytes
 
+    *written, (last, _) = shared_files(dsn)  # in the order the download writes them
     b = replica(tmp_path / "b", dsn)
-    # The download's statement waits for this lock: the replica is killed with its temp folder made and the
-    # download in flight.
+    # The download's statement waits for this lock, its temp folder made: a named pipe put there under its last
+    # file's name stops the download once it has written every other file (opening a pipe to write waits for a
+    # reader), and the replica is killed there.
     with held(dsn, "LOCK TABLE ragsidecar_memory_snapshot_parts IN ACCESS EXCLUSIVE MODE"):
         searching = searched_quietly(b)
         waited(lambda: waiting_backend(dsn, "DECLARE"))
-        assert leftovers(tmp_path / "b"), b.log()
-        killed(b)
+        (incoming,) = leftovers(tmp_path / "b")
+        (incoming / last).parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(incoming / last)
+    name, size = written[-1]
+    waited(lambda: (incoming / name).is_file() and (incoming / name).stat().st_size == size)
+    assert (incoming / "manifest.json").is_file() or last == "manifest.json"  # a manifest with files missing
+    killed(b)
     searching.join(60)
-    assert leftovers(tmp_path / "b") and not snapshots(tmp_path / "b")
+    assert leftovers(tmp_path / "b") == [incoming] and not snapshots(tmp_path / "b")
 
     b = replica(tmp_path / "b", dsn)
     try:
