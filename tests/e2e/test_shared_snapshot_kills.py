@@ -4,8 +4,11 @@ and serves the shared snapshot plus the change log after it; killed during the u
 previous shared snapshot whole (no reader ever sees the new one's parts under the old head), and a later replica
 loads it and replays every acknowledged write made since.
 
-Each kill lands at a point the test observes rather than one it hopes for: the test holds a lock that the transfer's
-statement waits on (seen in pg_stat_activity), kills the replica there, then lets go of the lock."""
+Each kill lands at a point the test observes rather than one it hopes for, with no test-only code path: the
+upload is killed while its last statement (the head's) waits for a row lock the test holds, every part already
+replaced in its transaction (seen in pg_stat_activity); the download's statement waits for a table lock while the
+test puts a named pipe in its temp folder under the last file's name, and is killed once every other file is
+written, stopped at the pipe."""
 
 from __future__ import annotations
 
