@@ -29,6 +29,19 @@ def upsert(
     )
 
 
+def upsert_documents(server: Sidecar, scope: common_pb2.Scope, documents: dict[str, str]) -> pb.UpsertDocumentsResponse:
+    """One upsert of `documents` (id: text) into the scope's `notes`."""
+    return stub(server).UpsertDocuments(
+        pb.UpsertDocumentsRequest(
+            principal=PRINCIPAL,
+            scope=scope,
+            knowledge="notes",
+            documents=[pb.MemoryDocument(id=i, text=t) for i, t in documents.items()],
+        ),
+        timeout=120,
+    )
+
+
 def found_ids(server: Sidecar, scope: common_pb2.Scope, query: str) -> list[str]:
     hits = (
         stub(server)

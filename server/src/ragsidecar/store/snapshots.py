@@ -127,9 +127,10 @@ class PartitionSnapshots:
 
     def incoming(self, partition: str) -> Path:
         """An empty temp folder for a snapshot of the partition received from elsewhere (`adopt` then puts it in
-        place); one left by a process killed meanwhile is swept at the next start."""
+        place); one left by a process killed meanwhile is swept at the next start. Not named as a save's temp
+        folder: a save of the partition meanwhile removes those of its own process, taking them for leftovers."""
         name = self.path(partition).name
-        return Path(tempfile.mkdtemp(prefix=f".{name}.tmp-{leftovers.owner_tag()}", dir=self.folder))
+        return Path(tempfile.mkdtemp(prefix=f".{name}.incoming.tmp-{leftovers.owner_tag()}", dir=self.folder))
 
     def adopt(self, partition: str, incoming: Path) -> None:
         """Makes the `incoming` folder the partition's snapshot, in place of its own (snapshot writes wait)."""
