@@ -37,7 +37,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ import numpy as np
 # loads nothing the process would not load anyway.
 import onnxruntime  # noqa: F401, I001 - imported for its load order, see above
 import xxhash
-from usearch.index import Index
+from usearch.index import BatchMatches, Index
 
 from ragsidecar import metrics, tracing
 from ragsidecar.cache import ByteLRU
@@ -102,6 +102,9 @@ _RECORD_OVERHEAD = 600
 _SLOT_BYTES = 300
 # A compaction is due once dead slots pass both the live chunks and this floor (small indexes never wait on one).
 _COMPACT_AFTER_DEAD = 1024
+# Workers of one graph call that searches several waiting queries (_GraphSearches): the two cores a sidecar is
+# sized for; a call of one query uses one.
+BATCH_THREADS = 2
 
 _VECTORS = "vectors.npy"
 _CHUNKS = "chunks.jsonl"
@@ -485,6 +488,79 @@ class _Slots:
         return write
 
 
+@dataclass(eq=False)
+class _GraphAsk:
+    """One search's ask of the graph, answered by whichever thread leads the call that takes it."""
+
+    query: np.ndarray
+    count: int
+    answered: threading.Event = field(default_factory=threading.Event)
+    keys: np.ndarray | None = None
+    error: BaseException | None = None
+    lead: bool = False  # woken to lead the next call, not answered
+
+
+class _GraphSearches:
+    """The graph searches of one index, the asks waiting gathered into one usearch call.
+
+    usearch gives each worker of a call a search context numbered from 0 (a call of one query always uses context
+    0), so two calls at once would share a context and corrupt each other's search: one call runs at a time. A call
+    of several queries searches them on up to BATCH_THREADS workers (contexts 0..n-1) and lets go of the GIL
+    meanwhile. A search that finds a call running waits for it; the leader then wakes the oldest waiting search to
+    lead the next call, which takes every waiting ask of that size. Only asks of one size share a call: usearch
+    widens its search to the neighbours asked for, so a query's neighbours depend on the size asked, never on the
+    other queries of its call (each is searched alone, in its own context)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: list[_GraphAsk] = []
+        self._running = False
+
+    def search(self, hnsw: Index, query: np.ndarray, count: int, threads: int) -> np.ndarray:
+        """The graph's nearest `count` keys to `query` (nearest first; fewer when the graph holds fewer)."""
+        ask = _GraphAsk(query, count)
+        with self._lock:
+            self._waiting.append(ask)
+            ask.lead = not self._running
+            self._running = True
+        if not ask.lead:
+            ask.answered.wait()
+        if ask.lead:
+            self._lead(hnsw, threads)
+        if ask.error is not None:
+            raise ask.error
+        assert ask.keys is not None  # answered without an error
+        return ask.keys
+
+    def _lead(self, hnsw: Index, threads: int) -> None:
+        """Runs one call for the oldest waiting ask and those of its size, then hands the lead on."""
+        with self._lock:
+            count = self._waiting[0].count
+            batch = [ask for ask in self._waiting if ask.count == count]
+            self._waiting = [ask for ask in self._waiting if ask.count != count]
+        try:
+            if len(batch) == 1:
+                batch[0].keys = np.asarray(hnsw.search(batch[0].query, count, threads=1).keys, dtype=np.int64)
+            else:
+                queries = np.stack([ask.query for ask in batch])
+                matches = hnsw.search(queries, count, threads=min(len(batch), max(threads, BATCH_THREADS)))
+                assert isinstance(matches, BatchMatches)  # several queries: one list each
+                for ask, keys, found in zip(batch, matches.keys, matches.counts, strict=True):
+                    ask.keys = np.asarray(keys[:found], dtype=np.int64)
+        except BaseException as error:
+            for ask in batch:
+                ask.error = error
+        with self._lock:
+            if self._waiting:
+                self._waiting[0].lead = True
+                self._waiting[0].answered.set()
+            else:
+                self._running = False
+        for ask in batch:
+            ask.lead = False
+            ask.answered.set()
+
+
 class _ReadWriteLock:
     """Searches (and snapshots) share it; a change holds it alone. A waiting change stops new readers from
     entering, so a stream of searches never starves a write."""
@@ -542,7 +618,7 @@ class HybridIndex:
             dimensions, threads, dtype, connectivity, expansion_add, expansion_search, lexical_language
         )
         self._lock = _ReadWriteLock()
-        self._graph_search = threading.Lock()
+        self._graph_searches = _GraphSearches()
         self._slots = _Slots(dimensions)
         self._hnsw = self._settings.hnsw()
         self._lexical = Lexical(lexical_language)
@@ -870,9 +946,7 @@ class HybridIndex:
         return [(int(keys[i]), float(exact[i])) for i in order]
 
     def _graph_top(self, query: np.ndarray, count: int) -> np.ndarray:
-        with self._graph_search:  # usearch's per-thread search contexts are numbered per call: one call at a time
-            matches = self._hnsw.search(query, count, threads=self._settings.threads)
-        return np.asarray(matches.keys, dtype=np.int64)
+        return self._graph_searches.search(self._hnsw, query, count, self._settings.threads)
 
     def _graph_top_within(self, query: np.ndarray, count: int, allowed: np.ndarray, ask: int) -> np.ndarray:
         """The graph's nearest `count` among `allowed`: it is asked for `ask` neighbours (the share that should
