@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ragsidecar import metrics
 from ragsidecar.config import StoreConfig
-from ragsidecar.knowledge import index as index_files
+from ragsidecar.knowledge import index_files
 from ragsidecar.knowledge.index import HybridIndex, IndexCorrupt
 
 log = logging.getLogger(__name__)
