@@ -160,15 +160,16 @@ class _GraphAsk:
 
 
 class _GraphSearches:
-    """The graph searches of one index, the asks waiting gathered into one usearch call.
+    """The graph searches of one index, those waiting gathered into one usearch call.
 
-    usearch gives each worker of a call a search context numbered from 0 (a call of one query always uses context
-    0), so two calls at once would share a context and corrupt each other's search: one call runs at a time. A call
-    of several queries searches them on up to BATCH_THREADS workers (contexts 0..n-1) and lets go of the GIL
-    meanwhile. A search that finds a call running waits for it; the leader then wakes the oldest waiting search to
-    lead the next call, which takes every waiting ask of that size. Only asks of one size share a call: usearch
-    widens its search to the neighbours asked for, so a query's neighbours depend on the size asked, never on the
-    other queries of its call (each is searched alone, in its own context)."""
+    usearch runs one search call of an index at a time (2.26.6: a call lets go of the GIL, then holds a mutex for
+    its whole length while its workers use search contexts numbered from 0), so searches of one query each walk the
+    graph one after another on one core however many threads search. Gathered, the queries waiting share one call,
+    which searches them on up to BATCH_THREADS workers. A search that finds a call running waits for it; the leader
+    then wakes the oldest waiting search to lead the next call, which takes every waiting ask of that size. Only
+    asks of one size share a call: usearch widens its search to the neighbours asked for, so a query's neighbours
+    depend on the size it asks, never on the other queries of its call (each is searched alone, in its own
+    context). At most one ask per searching thread waits."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
