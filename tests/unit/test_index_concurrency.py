@@ -8,8 +8,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 
 from ragsidecar.knowledge import filters as f
+from ragsidecar.knowledge import index as index_module
 from ragsidecar.knowledge.fusion import FusionSettings
 from ragsidecar.knowledge.index import Hit, HybridIndex, IndexedChunk
 
@@ -136,3 +138,28 @@ def test_searches_beside_writes_see_each_write_whole_and_lose_none() -> None:
     for round_ in range(ROUNDS):
         (hit,) = index.search(_unit(vectors[round_][None] + 0.05)[0], "", 1, use_lexical=False)
         assert hit.chunk.id == f"c{round_}-v{round_}"
+
+
+def test_a_change_does_not_wait_for_a_search_fusing_what_it_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(5)
+    index, vectors = _built(rng)
+    query, text, _, _ = _searches(rng, vectors)[0]
+    before = _run(index, (query, text, 10, {}))
+    fusing, fused = threading.Event(), threading.Event()
+    fuse = index_module.fuse
+
+    def held_fuse(*args: object, **kwargs: object) -> object:
+        fusing.set()
+        fused.wait(60)
+        return fuse(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(index_module, "fuse", held_fuse)
+    with ThreadPoolExecutor(2) as pool:
+        searching = pool.submit(_run, index, (query, text, 10, {}))
+        assert fusing.wait(60)
+        writing = pool.submit(_write, index, vectors, 0)
+        try:
+            writing.result(timeout=30)  # returns while the search still fuses: it holds no lock the change needs
+        finally:
+            fused.set()
+        assert searching.result() == before  # the search answers from the lists it found before the change

@@ -65,7 +65,7 @@ from ragsidecar.knowledge.index_files import (
     write_manifest,
 )
 from ragsidecar.knowledge.lexical import NO_STEMMING, Lexical
-from ragsidecar.knowledge.slots import IndexedChunk, Rows, Slots, chunk_from, read_records
+from ragsidecar.knowledge.slots import IndexedChunk, Rows, Slots, Taken, chunk_from, read_records
 
 log = logging.getLogger(__name__)
 
@@ -507,8 +507,9 @@ class HybridIndex:
         whose fields (`fields_of`) the filter keeps are searched, as if the index held nothing else; `hide`: nor
         those it keeps (expired documents: its cost is what it selects)."""
         with self._lock.reading():
-            allowed = self._slots.allowed(keep, hide)
-            live = len(self._slots.of_key) if allowed is None else len(allowed)
+            slots = self._slots
+            allowed = slots.allowed(keep, hide)
+            live = len(slots.of_key) if allowed is None else len(allowed)
             if k <= 0 or live == 0:
                 return []
             query = self._unit_query(query_vector)
@@ -525,57 +526,33 @@ class HybridIndex:
                 with tracing.span("lexical search", chunks=live, candidates=depth) as span:
                     lexical = self._lexical.top(query_text or "", depth, allowed)
                     span.set(hits=len(lexical))
-            with tracing.span("fusion", dense_hits=len(dense), lexical_hits=len(lexical)) as span:
-                hybrid = use_dense and use_lexical
-                fused = fuse(dense, lexical, fusion if hybrid else _DEFAULT_FUSION)
-                if hybrid:  # only the candidates are fed back (fusion_candidates per list): the head stays the same
-                    fused = fed_back(fused, fusion, self._slots.id_of, self._similarity_to_sum)
-                span.set(hits=min(k, len(fused)))
-            contenders = _contenders(fused, k)
-            cosines = dict(dense)
-            missing = [p for p in contenders if p not in cosines]
-            if missing:  # BM25-only candidates still get an exact cosine
-                cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist(), strict=True))
-            chunk = self._slots.hit_chunk
-            bm25 = dict(lexical)
-            order = sorted(contenders, key=lambda p: (-fused[p], -cosines[p], self._slots.id_of(p)))[:k]
-            hits = [Hit(chunk(p), float(cosines[p]), bm25.get(p), fused[p]) for p in order]
-            if len(hits) < k and depth < live:
-                deeper = self._beyond(fused, query, query_text, min(k, live), use_dense, use_lexical, allowed)
-                hits += deeper[: k - len(hits)]
-            return hits
-
-    def _similarity_to_sum(self, best: list[int], keys: list[int]) -> list[float]:
-        """Each of `keys`' dot product with the sum of `best`'s vectors: pseudo-relevance feedback's likeness
-        (fusion.fed_back; the sum's norm does not matter, the similarities are min-max scaled)."""
-        vectors = self._slots.vectors
-        centroid = vectors[best].sum(axis=0)
-        return (vectors[np.fromiter(keys, dtype=np.int64, count=len(keys))] @ centroid).tolist()
-
-    def _beyond(
-        self,
-        head: dict[int, float],
-        query: np.ndarray,
-        query_text: str,
-        depth: int,
-        use_dense: bool,
-        use_lexical: bool,
-        allowed: np.ndarray | None,
-    ) -> list[Hit]:
-        """The chunks past the fused head: both lists `depth` deep, taken alternately (a rank at a time).
-        Alternating rather than fusing keeps the order of the first ones the same whatever `depth` is. Scores
-        step down from the head's lowest, a millionth of it at a time (never a tie: hits from several sources
-        are merged by score)."""
-        dense = self._dense_top(query, depth, allowed) if use_dense else []
-        lexical = self._lexical.top(query_text or "", depth, allowed) if use_lexical else []
-        rest = [p for p in alternate([p for p, _ in dense], [p for p, _ in lexical]) if p not in head]
-        cosines, bm25 = dict(dense), dict(lexical)
-        missing = [p for p in rest if p not in cosines]
-        if missing:
-            cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist(), strict=True))
-        floor, chunk = min(head.values(), default=0.0), self._slots.hit_chunk
-        step = abs(floor) * 1e-6 or 1e-6
-        return [Hit(chunk(p), float(cosines[p]), bm25.get(p), floor - (i + 1) * step) for i, p in enumerate(rest)]
+            found = {p for p, _ in dense} | {p for p, _ in lexical}  # the keys the fusion gives a score
+            deeper: tuple[list[tuple[int, float]], list[tuple[int, float]]] | None = None
+            if len(found) < k and depth < live:
+                deeper = (
+                    self._dense_top(query, min(k, live), allowed) if use_dense else [],
+                    self._lexical.top(query_text or "", min(k, live), allowed) if use_lexical else [],
+                )
+                found.update(p for p, _ in (*deeper[0], *deeper[1]))
+            taken = slots.taken(found)
+        # Fusion, feedback and the hits read only what was taken: changes do not wait for them.
+        with tracing.span("fusion", dense_hits=len(dense), lexical_hits=len(lexical)) as span:
+            hybrid = use_dense and use_lexical
+            fused = fuse(dense, lexical, fusion if hybrid else _DEFAULT_FUSION)
+            if hybrid:  # only the candidates are fed back (fusion_candidates per list): the head stays the same
+                fused = fed_back(fused, fusion, taken.id_of, lambda best, keys: _similarity_to_sum(taken, best, keys))
+            span.set(hits=min(k, len(fused)))
+        contenders = _contenders(fused, k)
+        cosines = dict(dense)
+        missing = [p for p in contenders if p not in cosines]
+        if missing:  # BM25-only candidates still get an exact cosine
+            cosines.update(zip(missing, (taken.vectors[missing] @ query).tolist(), strict=True))
+        bm25 = dict(lexical)
+        order = sorted(contenders, key=lambda p: (-fused[p], -cosines[p], taken.id_of(p)))[:k]
+        hits = [Hit(taken.hit_chunk(p), float(cosines[p]), bm25.get(p), fused[p]) for p in order]
+        if deeper is not None:
+            hits += _beyond(fused, query, *deeper, taken)[: k - len(hits)]
+        return hits
 
     def _unit_query(self, query_vector: np.ndarray) -> np.ndarray:
         query = np.asarray(query_vector, dtype=np.float32).reshape(-1)
@@ -793,6 +770,34 @@ def _scores(vectors: Rows, slots: np.ndarray, query: np.ndarray) -> np.ndarray:
         block = slice(start, start + _SCORED_BLOCK)
         np.matmul(vectors[slots[block]], query, out=scores[block])
     return scores
+
+
+def _similarity_to_sum(taken: Taken, best: list[int], keys: list[int]) -> list[float]:
+    """Each of `keys`' dot product with the sum of `best`'s vectors: pseudo-relevance feedback's likeness
+    (fusion.fed_back; the sum's norm does not matter, the similarities are min-max scaled)."""
+    centroid = taken.vectors[best].sum(axis=0)
+    return (taken.vectors[np.fromiter(keys, dtype=np.int64, count=len(keys))] @ centroid).tolist()
+
+
+def _beyond(
+    head: dict[int, float],
+    query: np.ndarray,
+    dense: list[tuple[int, float]],
+    lexical: list[tuple[int, float]],
+    taken: Taken,
+) -> list[Hit]:
+    """The chunks past the fused head: both lists, deeper than the head's, taken alternately (a rank at a time).
+    Alternating rather than fusing keeps the order of the first ones the same whatever their depth is. Scores
+    step down from the head's lowest, a millionth of it at a time (never a tie: hits from several sources
+    are merged by score)."""
+    rest = [p for p in alternate([p for p, _ in dense], [p for p, _ in lexical]) if p not in head]
+    cosines, bm25 = dict(dense), dict(lexical)
+    missing = [p for p in rest if p not in cosines]
+    if missing:
+        cosines.update(zip(missing, (taken.vectors[missing] @ query).tolist(), strict=True))
+    floor = min(head.values(), default=0.0)
+    step = abs(floor) * 1e-6 or 1e-6
+    return [Hit(taken.hit_chunk(p), float(cosines[p]), bm25.get(p), floor - (i + 1) * step) for i, p in enumerate(rest)]
 
 
 def _contenders(fused: dict[int, float], k: int) -> list[int]:

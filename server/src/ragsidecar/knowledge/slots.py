@@ -148,6 +148,28 @@ def _from_records(records: _Records | None, slot: int, hit: bool = False) -> Ind
     return records.hit(slot) if hit else records.chunk(slot)
 
 
+@dataclass(frozen=True)
+class Taken:
+    """Slots a search found, as it took them under its index's lock: each one's chunk (or its id, the chunk then
+    read from `records` when it becomes a hit) and the rows, enough to fuse, feed back and build the hits after
+    letting go of the lock. A slot's row and record never change once written, and a change or a compaction
+    meanwhile swaps in other objects, leaving these as they were."""
+
+    vectors: Rows
+    records: _Records | None
+    entries: dict[int, IndexedChunk | str]
+
+    def id_of(self, slot: int) -> str:
+        entry = self.entries[slot]
+        return entry if isinstance(entry, str) else entry.id
+
+    def hit_chunk(self, slot: int) -> IndexedChunk:
+        """The slot's chunk for a hit: a record read from the file goes through the hits' cache (changes and
+        compactions read theirs around it, Slots.live_chunk, so as not to flush what searches come back to)."""
+        entry = self.entries[slot]
+        return _from_records(self.records, slot, hit=True) if isinstance(entry, str) else entry
+
+
 class Slots:
     """The chunks of an index by slot, their float32 vectors by row (= slot), and the key of each live one.
 
@@ -250,20 +272,15 @@ class Slots:
             raise LookupError(f"index slot {slot} was released")
         return _from_records(self.records, slot) if isinstance(chunk, str) else chunk
 
-    def hit_chunk(self, slot: int) -> IndexedChunk:
-        """`live_chunk`, for a search's hit: a record read from the file goes through the hits' cache (changes
-        and compactions read theirs around it, so as not to flush what searches come back to)."""
-        chunk = self.chunks[slot]
-        if chunk is None:
-            raise LookupError(f"index slot {slot} was released")
-        return _from_records(self.records, slot, hit=True) if isinstance(chunk, str) else chunk
-
-    def id_of(self, slot: int) -> str:
-        """The id of a live slot's chunk, read from memory whichever way its chunk is held."""
-        chunk = self.chunks[slot]
-        if chunk is None:
-            raise LookupError(f"index slot {slot} was released")
-        return chunk if isinstance(chunk, str) else chunk.id
+    def taken(self, slots: Iterable[int]) -> Taken:
+        """The live `slots` as they are now, for reading without the caller's lock (Taken)."""
+        entries: dict[int, IndexedChunk | str] = {}
+        for slot in slots:
+            chunk = self.chunks[slot]
+            if chunk is None:
+                raise LookupError(f"index slot {slot} was released")
+            entries[slot] = chunk
+        return Taken(self.vectors, self.records, entries)
 
     def restore(self, records: list[dict[str, Any] | None], vectors: np.ndarray) -> None:
         """The slots as a save wrote them (records of dead slots are None), held in memory."""
