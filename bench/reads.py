@@ -7,8 +7,9 @@ alternating between them round by round so both meet the same moments of a share
 
   same hits     whether both return the same hits (ids and fused scores) for every query.
   CPU p50       a steady search's thread time, p50 over the rounds (k 10, retrieval.fusion_candidates, the fusion).
-  8 vs 1        searches per second of 8 threads at once over one at a time; "GIL-free" the same for hashing, which
-                lets go of the GIL: how much of a second core the host left free meanwhile (2 idle cores: about 2).
+  8 vs 1        searches per second of 8 threads at once over one at a time; "GIL-free" the same for work that
+                lets go of the GIL (bench/restart.py's gil_free): how much of a second core the host left free
+                meanwhile (2 idle cores: about 2).
   change ms     p50 and p95 of a one-chunk replacement made while 6 threads search the index.
 
     .venv/bin/python bench/reads.py [--sizes 20000,100000] [--queries 30] [--rounds 6]
@@ -30,7 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from lean_reference import reference_module, snapshot_of
-from restart import GIL_FREE_BLOCK, GIL_FREE_CALLS, gil_free, synthetic_base
+from restart import GIL_FREE_CALLS, gil_free, synthetic_base
 from store import REPO, Queries, Searching
 
 from ragsidecar.config_loading import load_config
@@ -150,7 +151,7 @@ def main() -> None:
     print(
         "\n| chunks | index | same hits | CPU p50 ms | 8 vs 1 (GIL-free) | change p50 ms | change p95 ms |\n"
         "|---|---|---|---|---|---|---|\n" + "\n".join(rows) + f"\n\n{os.cpu_count()} cores, load average "
-        f"{load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end; GIL-free block {len(GIL_FREE_BLOCK)} bytes."
+        f"{load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end."
     )
 
 
