@@ -5,6 +5,7 @@ write."""
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -163,3 +164,26 @@ def test_a_change_does_not_wait_for_a_search_fusing_what_it_found(monkeypatch: p
         finally:
             fused.set()
         assert searching.result() == before  # the search answers from the lists it found before the change
+
+
+def test_searches_of_every_index_run_at_most_searches_at_once_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(6)
+    (first, vectors), (second, _) = _built(rng), _built(rng)
+    searches = _searches(rng, vectors)
+    inside, most = [0], [0]
+    counting = threading.Lock()
+    fuse = index_module.fuse
+
+    def counted_fuse(*args: object, **kwargs: object) -> object:
+        with counting:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.002)  # lets go of the GIL: any other search allowed in gets to fuse meanwhile
+        with counting:
+            inside[0] -= 1
+        return fuse(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(index_module, "fuse", counted_fuse)
+    with ThreadPoolExecutor(THREADS) as pool:
+        list(pool.map(lambda n: _run((first, second)[n % 2], searches[n % len(searches)]), range(4 * THREADS)))
+    assert most[0] == index_module.SEARCHES_AT_ONCE
