@@ -129,6 +129,7 @@ bench: setup
 	$(PY) bench/evictions.py
 	$(PY) bench/snapshot_load.py
 	$(PY) bench/lean_reference.py
+	$(PY) bench/reads.py
 	$(PY) bench/feedback.py
 	$(PY) bench/lexical.py
 	$(PY) bench/directory.py

@@ -25,7 +25,7 @@ from pathlib import Path
 from beir import read_collection
 from index import clustered
 
-from ragsidecar.knowledge import index as snapshots
+from ragsidecar.knowledge import index_files
 from ragsidecar.knowledge.index import HybridIndex, IndexedChunk
 from ragsidecar.knowledge.lexical import Lexical
 
@@ -88,7 +88,7 @@ def main() -> None:
         ms: dict[str, list[float]] = {}
         for _ in range(args.rounds):
             for name, folder in (("sha256", legacy), ("xxh3_128", fast)):
-                ms.setdefault(f"verify, {name}", []).append(timed(lambda f=folder: snapshots._verified_manifest(f)))
+                ms.setdefault(f"verify, {name}", []).append(timed(lambda f=folder: index_files.verified_manifest(f)))
                 ms.setdefault(f"load, {name}", []).append(timed(lambda f=folder: HybridIndex.load(f)))
             ms.setdefault("BM25 load", []).append(timed(lambda: Lexical.load(fast / "bm25", LANGUAGE)))
             ms.setdefault("BM25 load, dead postings counted", []).append(timed(lambda: Lexical.load(counted, LANGUAGE)))

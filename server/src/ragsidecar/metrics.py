@@ -122,6 +122,10 @@ INDEX_SNAPSHOTS = Counter(
     "database for replicas with none) or fetched (a shared one downloaded by a replica with none)",
     ["how"],
 )
+INDEX_SEARCHES_WAITING = Gauge(
+    "ragsidecar_index_searches_waiting",
+    "Index searches waiting their turn (at most index.SEARCHES_AT_ONCE run at once; one per searching thread)",
+)
 INDEX_SNAPSHOTS_PENDING = Gauge(
     "ragsidecar_index_snapshots_pending", "Partition indexes with changes not yet in their snapshot"
 )

@@ -46,7 +46,7 @@ from ragsidecar.config import Config
 from ragsidecar.errors import ErrorKind, SidecarError
 from ragsidecar.inference.models import BiEncoder
 from ragsidecar.inference.registry import ModelRegistry
-from ragsidecar.knowledge import index as index_files
+from ragsidecar.knowledge import index_files
 from ragsidecar.knowledge.chunk_vectors import ChunkVectors
 from ragsidecar.knowledge.chunking import Chunk, chunk_meta, chunk_units
 from ragsidecar.knowledge.declarations import Entry, Scope, SourceType, Use

@@ -3,41 +3,32 @@
 An index changes in place and a change costs what it changes: `add` and `remove` touch only the chunks named,
 on both sides (usearch adds and removes graph nodes; the BM25 side keeps collection statistics and postings
 incrementally), so a search right after a write sees it at the price of a steady search. Each chunk sits in
-a slot (its usearch key and its row of float32 vectors); a removed chunk leaves a dead slot behind. Once dead
-slots outnumber live ones, a compaction rebuilds the index from its live chunks on a background thread
-(knowledge/compaction.py), replays the changes made meanwhile and swaps the result in, so memory stays proportional to
-what is live and the graph does not decay. Every method is thread-safe: searches (and a snapshot's copy) share
-the index's read-write lock and run at once; a change holds it alone for the milliseconds it takes, never while
-a compaction builds.
+a slot (its usearch key and its row of float32 vectors: knowledge/slots.py); a removed chunk leaves a dead slot
+behind. Once dead slots outnumber live ones, a compaction rebuilds the index from its live chunks on a background
+thread (knowledge/compaction.py), replays the changes made meanwhile and swaps the result in, so memory stays
+proportional to what is live and the graph does not decay. Every method is thread-safe: searches (and a snapshot's
+copy) share the index's read-write lock and run at once; a change holds it alone for the milliseconds it takes,
+never while a compaction builds.
 
-Persistence is one folder, replaced atomically; its manifest names the source it indexes, so a start-up
-`sweep` can drop indexes a newer one superseded. Once a folder holds an index of MAPPED_FROM slots or more, the
-index reads from it what only hits need: each hit's record (text and metadata, by byte offset, through a small
-cache of recent hits) and the float32 rows it rescores with (memory-mapped); it holds the graph, the BM25 side
-and each slot's key and id. A folder of the previous format (immutable, bm25s files) is
-read by rebuilding both sides from its vectors and chunk texts: an upgrade re-embeds nothing.
+Persistence is one folder, replaced atomically (knowledge/index_files.py); its manifest names the source it
+indexes, so a start-up `sweep` can drop indexes a newer one superseded. Once a folder holds an index of MAPPED_FROM
+slots or more, the index reads from it what only hits need: each hit's record (text and metadata, by byte offset,
+through a small cache of recent hits) and the float32 rows it rescores with (memory-mapped); it holds the graph,
+the BM25 side and each slot's key and id. A folder of the previous format (immutable, bm25s files) is read by
+rebuilding both sides from its vectors and chunk texts: an upgrade re-embeds nothing.
 """
 
 from __future__ import annotations
 
-import hashlib
 import heapq
-import itertools
 import json
 import logging
-import mmap
-import os
-import re
 import shutil
 import tempfile
 import threading
-import uuid
-import weakref
-from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,21 +39,36 @@ import numpy as np
 # bench that searched an index before loading a model crashed. Every process that searches also embeds, so this
 # loads nothing the process would not load anyway.
 import onnxruntime  # noqa: F401, I001 - imported for its load order, see above
-import xxhash
-from usearch.index import Index
+from usearch.index import BatchMatches, Index
 
 from ragsidecar import metrics, tracing
-from ragsidecar.cache import ByteLRU
 from ragsidecar.knowledge import filters, leftovers
 from ragsidecar.knowledge.compaction import compactor
 from ragsidecar.knowledge.fusion import FusionSettings, alternate, fed_back, fuse
+from ragsidecar.knowledge.index_files import (
+    BM25,
+    CHUNKS,
+    DENSE,
+    FORMAT_VERSION,
+    KEYS,
+    OFFSETS,
+    REBUILT_FORMATS,
+    VECTORS,
+    IndexCorrupt,
+    files_of,
+    fsync_dir,
+    fsync_file,
+    readable_folder,
+    remove_strays,
+    swap_in,
+    verified_manifest,
+    write_manifest,
+)
 from ragsidecar.knowledge.lexical import NO_STEMMING, Lexical
+from ragsidecar.knowledge.slots import IndexedChunk, Rows, Slots, Taken, chunk_from, read_records
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2
-# Format 1 (0.2.0): compact slots, bm25s files; read by rebuilding from vectors.npy and chunks.jsonl.
-_REBUILT_FORMATS = (1,)
 DTYPES = ("f16", "i8")
 
 # Defaults measured by bench/index.py (100k clustered 384-d vectors, recall@10 vs exact search >= 0.98 for
@@ -84,63 +90,46 @@ GRAPH_OVERSAMPLE = 2
 # Selected vectors are gathered and scored this many at a time: a block stays in the CPU's cache (gathering 10,000
 # rows at once, a fresh 15 MB array, cost twice as much).
 _SCORED_BLOCK = 512
-# Selections kept per index, until its next change (each a sorted array of the slots a filter keeps).
-_CACHED_SELECTIONS = 8
+
 # The graph's first ask for a filtered search: the candidates over the selection's share, times this margin (the ask
 # doubles while too few pass; a wider first ask costs every search, bench/filters.py).
 _OVERFETCH_MARGIN = 1.3
 # A saved index of at least this many slots reads its chunks' texts and vectors from the snapshot's files
-# (`_Slots.map`); a smaller one keeps them in memory (each mapped index holds two open files).
+# (`Slots.map`); a smaller one keeps them in memory (each mapped index holds two open files).
 MAPPED_FROM = 1024
-# Rows of mapped vectors copied into a save at a time.
-_ROWS_PER_BLOCK = 4096
-# The records of hits read from snapshots' chunk files most recently, by (file, slot): a host's searches come back
-# to the same chunks, and reading and parsing a record costs a search 15 to 25 microseconds a hit
-# (bench/lean_reference.py); metric ragsidecar_cache_bytes{cache="hit_records"}.
-HIT_RECORD_CACHE_BYTES = 8 << 20
-_HIT_RECORDS: ByteLRU[tuple[int, int], IndexedChunk] = ByteLRU(HIT_RECORD_CACHE_BYTES)
-metrics.track_size("hit_records", _HIT_RECORDS)
-_RECORD_FILES = itertools.count()
-# A cached record's objects beside its text (the dict of its metadata and the chunk).
-_RECORD_OVERHEAD = 600
+
 # Estimated resident bytes per slot beside its vectors and text: its key and id (strings, a dict entry, a list's).
 _SLOT_BYTES = 300
 # A compaction is due once dead slots pass both the live chunks and this floor (small indexes never wait on one).
 _COMPACT_AFTER_DEAD = 1024
+# Workers of one graph call that searches several waiting queries (_GraphSearches): the two cores a sidecar is
+# sized for; a call of one query uses one.
+BATCH_THREADS = 2
+# Searches that run at once in the process, of whatever index; the others wait their turn. Half a search holds the
+# GIL, and threads wrestling for it cost more than a second core gives: 8 threads searching a 100k index at once
+# reached 0.92 to 0.97 times the searches per second of one thread, passed 2 at a time 1.29 to 1.30, 3 at a time
+# 1.28 to 1.36, 4 at a time 1.16 (2 idle cores, numpy's sine reaching 1.86 to 2.16). Two: the cores a sidecar is
+# sized for.
+SEARCHES_AT_ONCE = 2
+_SEARCHING = threading.BoundedSemaphore(SEARCHES_AT_ONCE)
 
-_VECTORS = "vectors.npy"
-_CHUNKS = "chunks.jsonl"
-# Each slot's line in the chunks file (int64 byte offsets, one past the last line's end last); each slot's key and
-# chunk id with the fields the live chunks hold (JSON): what a mapped index holds in memory of its chunks.
-_OFFSETS = "offsets.npy"
-_KEYS = "keys.json"
-_DENSE = "dense.usearch"
-_BM25 = "bm25"
-_MANIFEST = "manifest.json"
-# The checksum a manifest's "checksum" names for its files (one that names none was written with sha256). A snapshot
-# is a cache of the store's rows beside it, not a security boundary: the checksum is there to catch torn and corrupt
-# files, so new manifests use xxh3_128 (non-cryptographic, 128 bits), which hashes about 7x faster than sha256 on
-# this machine: sha256 took 0.9-1.3 s of a 100k-chunk snapshot's first search. Manifests of sha256 are still read.
-_CHECKSUM = "xxh3_128"
-_LEGACY_CHECKSUM = "sha256"
-_CHECKSUMS: dict[str, Callable[[], Any]] = {_CHECKSUM: xxhash.xxh3_128, _LEGACY_CHECKSUM: hashlib.sha256}
-# Threads hashing a snapshot's files (both hashes let go of the GIL).
-_HASH_THREADS = 2
+
+@contextmanager
+def _turn() -> Iterator[None]:
+    """One of the SEARCHES_AT_ONCE turns, the wait counted (ragsidecar_index_searches_waiting)."""
+    metrics.INDEX_SEARCHES_WAITING.inc()
+    try:
+        _SEARCHING.acquire()
+    finally:
+        metrics.INDEX_SEARCHES_WAITING.dec()
+    try:
+        yield
+    finally:
+        _SEARCHING.release()
+
+
 # RRF at k 60: the fusion of a search that names none, and of one list alone (its own ranks).
 _DEFAULT_FUSION = FusionSettings()
-# `.NAME.tmp-<pid>-...` (a save in progress, or killed) and `.NAME.old-<pid>-...` (the index a save set aside).
-_STRAY = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<tag>.*)")
-
-
-class IndexCorrupt(Exception):
-    """A persisted index is missing, incomplete or fails its checksum; the caller should rebuild it."""
-
-
-@dataclass(frozen=True)
-class IndexedChunk:
-    id: str
-    text: str
-    meta: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -149,24 +138,6 @@ class Hit:
     dense: float
     bm25: float | None
     fused: float
-
-
-def _required_field(node: filters.Filter | None) -> str | None:
-    """The field every chunk the filter keeps holds, when it is a comparison other than != (else None)."""
-    if isinstance(node, filters.Compare) and node.op is not filters.Op.NOT_EQUAL:
-        return node.field
-    return None
-
-
-def fields_of(chunk: IndexedChunk) -> dict[str, filters.Value]:
-    """What a filter sees of a chunk: its document's fields as the store recorded them (meta "fields", with
-    "$id" and the timestamps), and for a file's chunk its "$path" and "$file_name"."""
-    meta = chunk.meta
-    fields = filters.from_json(meta.get("fields") or {})
-    if path := meta.get("file"):
-        fields[filters.PATH] = path
-        fields[filters.FILE_NAME] = path.rsplit("/", 1)[-1]
-    return fields
 
 
 def make_hnsw(
@@ -203,291 +174,78 @@ class _Settings:
         return make_hnsw(self.dimensions, self.dtype, self.connectivity, self.expansion_add, self.expansion_search)
 
 
-class _Rows:
-    """Float32 vectors by slot: the first `len(mapped)` rows memory-mapped from a snapshot's vectors (the page
-    cache's, not the process's), the rest in `tail`, grown by doubling (rows past the slots used are spare). A
-    slot's row never changes once written, so a reader holding this object reads consistent rows without a lock."""
+@dataclass(eq=False)
+class _GraphAsk:
+    """One search's ask of the graph, answered by whichever thread leads the call that takes it."""
 
-    def __init__(self, mapped: np.ndarray, tail: np.ndarray) -> None:
-        self.mapped, self.tail = mapped, tail
-
-    def __getitem__(self, slots: np.ndarray | list[int]) -> np.ndarray:
-        slots = np.asarray(slots, dtype=np.intp)
-        boundary = len(self.mapped)
-        if not boundary:
-            return self.tail.take(slots, axis=0)
-        if not len(slots) or slots.max() < boundary:
-            return self.mapped.take(slots, axis=0)  # take: fancy indexing of a read-only mapping is 3x slower
-        rows = np.empty((len(slots), self.tail.shape[1]), dtype=np.float32)
-        low = slots < boundary
-        rows[low] = self.mapped.take(slots[low], axis=0)
-        rows[~low] = self.tail.take(slots[~low] - boundary, axis=0)
-        return rows
-
-    def appended(self, first: int, vectors: np.ndarray) -> _Rows:
-        """These rows with `vectors` at slots first.. (a new object when the tail had to grow)."""
-        start, end = first - len(self.mapped), first - len(self.mapped) + len(vectors)
-        tail = self.tail
-        if end > len(tail):
-            tail = np.zeros((max(end, 2 * len(tail)), tail.shape[1]), dtype=np.float32)
-            tail[:start] = self.tail[:start]
-        tail[start:end] = vectors
-        return self if tail is self.tail else _Rows(self.mapped, tail)
-
-    def nbytes(self) -> int:
-        """Bytes held in the process (the mapped rows are the page cache's)."""
-        return self.tail.nbytes
-
-    def write(self, path: Path, used: int) -> None:
-        """Rows 0..used-1 as one .npy file, written a block at a time (the mapped rows are never copied whole)."""
-        with open(path, "wb") as f:
-            np.lib.format.write_array_header_1_0(
-                f, {"descr": "<f4", "fortran_order": False, "shape": (used, self.tail.shape[1])}
-            )
-            boundary = min(len(self.mapped), used)
-            for start in range(0, boundary, _ROWS_PER_BLOCK):
-                f.write(np.ascontiguousarray(self.mapped[start : min(start + _ROWS_PER_BLOCK, boundary)]).data)
-            f.write(np.ascontiguousarray(self.tail[: used - boundary]).data)
+    query: np.ndarray
+    count: int
+    answered: threading.Event = field(default_factory=threading.Event)
+    keys: np.ndarray | None = None
+    error: BaseException | None = None
+    lead: bool = False  # woken to lead the next call, not answered
 
 
-class _Records:
-    """The chunk records of a snapshot's chunks file (one JSON line per slot), read by slot when a hit or a
-    change needs one. The file stays open: a later save that replaces its folder leaves it readable."""
+class _GraphSearches:
+    """The graph searches of one index, those waiting gathered into one usearch call.
 
-    def __init__(self, path: Path, offsets: np.ndarray) -> None:
-        self._fd = os.open(path, os.O_RDONLY)
-        weakref.finalize(self, os.close, self._fd)
-        self._offsets = offsets
-        self._number = next(_RECORD_FILES)  # names its records in _HIT_RECORDS (an id() could be reused)
+    usearch runs one search call of an index at a time (2.26.6: a call lets go of the GIL, then holds a mutex for
+    its whole length while its workers use search contexts numbered from 0), so searches of one query each walk the
+    graph one after another on one core however many threads search. Gathered, the queries waiting share one call,
+    which searches them on up to BATCH_THREADS workers. A search that finds a call running waits for it; the leader
+    then wakes the oldest waiting search to lead the next call, which takes every waiting ask of that size. Only
+    asks of one size share a call: usearch widens its search to the neighbours asked for, so a query's neighbours
+    depend on the size it asks, never on the other queries of its call (each is searched alone, in its own
+    context). At most one ask per searching thread waits."""
 
-    def hit(self, slot: int) -> IndexedChunk:
-        """The slot's chunk, through the cache of hits' records (a record never changes: no entry goes stale)."""
-        key = (self._number, slot)
-        chunk = _HIT_RECORDS.get(key)
-        if chunk is None:
-            line = self.line(slot)
-            chunk = _chunk(json.loads(line))
-            _HIT_RECORDS.put(key, chunk, _RECORD_OVERHEAD + 2 * len(line))
-        return chunk
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: list[_GraphAsk] = []
+        self._running = False
 
-    def line(self, slot: int) -> bytes:
-        """The slot's line, without its newline."""
-        start, end = int(self._offsets[slot]), int(self._offsets[slot + 1])
-        return os.pread(self._fd, end - start - 1, start)
+    def search(self, hnsw: Index, query: np.ndarray, count: int, threads: int) -> np.ndarray:
+        """The graph's nearest `count` keys to `query` (nearest first; fewer when the graph holds fewer)."""
+        ask = _GraphAsk(query, count)
+        with self._lock:
+            self._waiting.append(ask)
+            ask.lead = not self._running
+            self._running = True
+        if not ask.lead:
+            ask.answered.wait()
+        if ask.lead:
+            self._lead(hnsw, threads)
+        if ask.error is not None:
+            raise ask.error
+        assert ask.keys is not None  # answered without an error
+        return ask.keys
 
-    def chunk(self, slot: int) -> IndexedChunk:
-        return _chunk(json.loads(self.line(slot)))
-
-
-def _from_records(records: _Records | None, slot: int, hit: bool = False) -> IndexedChunk:
-    if records is None:
-        raise LookupError(f"index slot {slot} names a record but the index reads no file")
-    return records.hit(slot) if hit else records.chunk(slot)
-
-
-class _Slots:
-    """The chunks of an index by slot, their float32 vectors by row (= slot), and the key of each live one.
-
-    A slot's chunk is held in memory until a snapshot holds it; then only its id is kept and the rest (text and
-    meta, read for hits only) is read from the snapshot's chunks file, its vector from the snapshot's mapped
-    vectors (`map`): what a search scores stays resident, what it reports is read for the few hits."""
-
-    def __init__(self, dimensions: int) -> None:
-        # Per slot: its chunk, or its id when its record is read from `records`, or None once released.
-        self.chunks: list[IndexedChunk | str | None] = []
-        self.vectors = _Rows(np.zeros((0, dimensions), dtype=np.float32), np.zeros((0, dimensions), dtype=np.float32))
-        self.records: _Records | None = None
-        self.of_key: dict[str, int] = {}
-        self.text_chars = 0  # of the live chunks (kept as they change: sizing an index must not scan it)
-        # The live slots by field and value, built by the first filtered search, then kept as slots change.
-        self.filterable: filters.FieldIndex | None = None
-        # Live chunks holding each field (kept as they change, cheaply): a search hiding by a field no chunk has
-        # needs no field index.
-        self.holding: Counter[str] = Counter()
-        # The last filters' selections (a host's memory searches repeat one filter, say its user's, between writes).
-        self.selections: OrderedDict[filters.Filter, np.ndarray] = OrderedDict()
-        # Searches run together (under the index's read lock) and share the two above: one selects at a time.
-        self.selecting = threading.Lock()
-
-    @property
-    def used(self) -> int:
-        return len(self.chunks)
-
-    def append(self, keys: list[str], chunks: list[IndexedChunk], vectors: np.ndarray) -> np.ndarray:
-        first = self.used
-        needed = first + len(chunks)
-        self.vectors = self.vectors.appended(first, vectors)
-        self.chunks += chunks
-        self.of_key.update(zip(keys, range(first, needed), strict=True))
-        self.text_chars += sum(len(c.text) for c in chunks)
-        for chunk in chunks:
-            self.holding.update(list(chunk.meta.get("fields") or ()))  # the field names (a mapping adds its values)
-        if self.filterable is not None:
-            self.selections.clear()
-            for slot, chunk in enumerate(chunks, first):
-                self.filterable.add(slot, fields_of(chunk))
-        return np.arange(first, needed, dtype=np.int64)
-
-    def release(self, keys: Iterable[str]) -> list[int]:
-        slots = [slot for key in keys if (slot := self.of_key.pop(key, None)) is not None]
-        for slot in slots:
-            chunk = self.live_chunk(slot)
-            self.text_chars -= len(chunk.text)
-            self.holding.subtract(list(chunk.meta.get("fields") or ()))
-            self.chunks[slot] = None
-            if self.filterable is not None:
-                self.filterable.remove(slot)
-        if slots:
-            self.selections.clear()
-        return slots
-
-    def allowed(self, keep: filters.Filter | None, hide: filters.Filter | None) -> np.ndarray | None:
-        """The live slots a search may find, ascending (read only: it may be cached): those `keep` keeps, less
-        those `hide` keeps; None when that is every live slot. `hide` costs what it selects (expired documents
-        not purged yet), `keep` what it keeps."""
-        needed = _required_field(hide)
-        if needed is not None and self.holding[needed] <= 0:
-            hide = None  # it could select nothing
-        if keep is None and hide is None:
-            return None
-        with self.selecting:
-            fields = self._filterable()
-            hidden = fields.select(hide) if hide is not None else set()
-            if keep is None and not hidden:
-                return None
-            slots = self._selection(fields, filters.KEEP_ALL if keep is None else keep)
-        if hidden:
-            slots = slots[~np.isin(slots, np.fromiter(hidden, dtype=np.int64, count=len(hidden)))]
-        return slots
-
-    def _filterable(self) -> filters.FieldIndex:
-        if self.filterable is None:
-            self.filterable = filters.FieldIndex()
-            for slot in self.of_key.values():
-                self.filterable.add(slot, fields_of(self.live_chunk(slot)))
-        return self.filterable
-
-    def _selection(self, fields: filters.FieldIndex, keep: filters.Filter) -> np.ndarray:
-        cached = self.selections.get(keep)
-        if cached is not None:
-            self.selections.move_to_end(keep)
-            return cached
-        selected = fields.select(keep)
-        slots = np.sort(np.fromiter(selected, dtype=np.int64, count=len(selected)))
-        slots.flags.writeable = False
-        self.selections[keep] = slots
-        if len(self.selections) > _CACHED_SELECTIONS:
-            self.selections.popitem(last=False)
-        return slots
-
-    def live_chunk(self, slot: int) -> IndexedChunk:
-        """The chunk of a slot a key or a search names (never a released one)."""
-        chunk = self.chunks[slot]
-        if chunk is None:
-            raise LookupError(f"index slot {slot} was released")
-        return _from_records(self.records, slot) if isinstance(chunk, str) else chunk
-
-    def hit_chunk(self, slot: int) -> IndexedChunk:
-        """`live_chunk`, for a search's hit: a record read from the file goes through the hits' cache (changes
-        and compactions read theirs around it, so as not to flush what searches come back to)."""
-        chunk = self.chunks[slot]
-        if chunk is None:
-            raise LookupError(f"index slot {slot} was released")
-        return _from_records(self.records, slot, hit=True) if isinstance(chunk, str) else chunk
-
-    def id_of(self, slot: int) -> str:
-        """The id of a live slot's chunk, read from memory whichever way its chunk is held."""
-        chunk = self.chunks[slot]
-        if chunk is None:
-            raise LookupError(f"index slot {slot} was released")
-        return chunk if isinstance(chunk, str) else chunk.id
-
-    def restore(self, records: list[dict[str, Any] | None], vectors: np.ndarray) -> None:
-        """The slots as a save wrote them (records of dead slots are None), held in memory."""
-        self.vectors = _Rows(self.vectors.mapped, vectors)
-        self.chunks = [None if r is None else _chunk(r) for r in records]
-        self.of_key = {r.get("key", r["id"]): slot for slot, r in enumerate(records) if r is not None}
-        self.text_chars = sum(len(c.text) for c in self.chunks if isinstance(c, IndexedChunk))
-        self.holding = Counter(
-            name for c in self.chunks if isinstance(c, IndexedChunk) for name in c.meta.get("fields") or ()
-        )
-
-    def restore_mapped(self, folder: Path, listing: dict[str, Any], offsets: np.ndarray) -> None:
-        """The slots as a save wrote them, their records and vectors left in the folder's files (`map`);
-        `listing` is the save's keys file: each slot's key and chunk id (None for a dead slot), and the fields
-        the live chunks hold."""
-        keys, ids = listing["keys"], listing["ids"]
-        self.chunks = list(ids)
-        self.of_key = {key: slot for slot, key in enumerate(keys) if key is not None}
-        self.holding = Counter(listing["holding"])
-        self.map(folder, len(ids), offsets)
-
-    def map(self, folder: Path, saved: int, offsets: np.ndarray) -> None:
-        """Reads slots 0..saved-1 from the files a save wrote into `folder` from now on: their chunks from its
-        chunks file, their vectors from its vectors mapped, the rows after them kept in memory."""
-        mapped = np.load(folder / _VECTORS, mmap_mode="r", allow_pickle=False)
-        if (
-            mapped.shape != (saved, self.vectors.tail.shape[1])
-            or mapped.dtype != np.float32
-            or len(offsets) != saved + 1
-        ):
-            raise IndexCorrupt(
-                f"{folder}: vectors {mapped.dtype} {mapped.shape} and {len(offsets)} offsets for {saved} slots"
-            )
-        tail = self.vectors[np.arange(saved, self.used)]
-        self.records = _Records(folder / _CHUNKS, offsets)
-        self.vectors = _Rows(mapped.view(np.ndarray), tail)
-        for slot in range(saved):
-            chunk = self.chunks[slot]
-            if isinstance(chunk, IndexedChunk):
-                self.text_chars -= len(chunk.text)
-                self.chunks[slot] = chunk.id
-
-    def live(self) -> Callable[[], tuple[list[str], list[IndexedChunk], np.ndarray]]:
-        """Keys, chunks and vectors of the live slots, in slot order: which slots is taken now (under the caller's
-        lock), their chunks and vectors are read when called, which needs no lock (a slot's content never changes
-        once written, and the objects taken hold it)."""
-        order = sorted(self.of_key.items(), key=lambda item: item[1])
-        slots = [slot for _, slot in order]
-        chunks = [self.chunks[slot] for slot in slots]
-        records, vectors = self.records, self.vectors
-
-        def read() -> tuple[list[str], list[IndexedChunk], np.ndarray]:
-            held = [
-                c if isinstance(c, IndexedChunk) else _from_records(records, slot)
-                for c, slot in zip(chunks, slots, strict=True)
-            ]
-            return [key for key, _ in order], held, vectors[slots]
-
-        return read
-
-    def saved(self) -> Callable[[Path], dict[str, Any]]:
-        """What a save writes of the slots: taken now (under the caller's lock), written when called with the
-        folder (without it); returns the keys file's content."""
-        used, chunks, records, vectors = self.used, list(self.chunks), self.records, self.vectors
-        key_at = {slot: key for key, slot in self.of_key.items()}
-        holding = {name: count for name, count in self.holding.items() if count > 0}
-
-        def write(folder: Path) -> dict[str, Any]:
-            offsets = np.zeros(used + 1, dtype=np.int64)
-            with open(folder / _CHUNKS, "wb") as f:
-                for slot, chunk in enumerate(chunks):
-                    if chunk is None:
-                        line = b"null"
-                    elif isinstance(chunk, IndexedChunk):
-                        line = json.dumps(_record(key_at[slot], chunk), ensure_ascii=False, allow_nan=False).encode()
-                    else:
-                        assert records is not None  # an id stands for a record in the file
-                        line = records.line(slot)
-                    f.write(line + b"\n")
-                    offsets[slot + 1] = offsets[slot] + len(line) + 1
-            vectors.write(folder / _VECTORS, used)
-            with open(folder / _OFFSETS, "wb") as f:
-                np.save(f, offsets, allow_pickle=False)
-            ids = [None if c is None else c if isinstance(c, str) else c.id for c in chunks]
-            return {"keys": [key_at.get(slot) for slot in range(used)], "ids": ids, "holding": holding}
-
-        return write
+    def _lead(self, hnsw: Index, threads: int) -> None:
+        """Runs one call for the oldest waiting ask and those of its size, then hands the lead on."""
+        with self._lock:
+            count = self._waiting[0].count
+            batch = [ask for ask in self._waiting if ask.count == count]
+            self._waiting = [ask for ask in self._waiting if ask.count != count]
+        try:
+            if len(batch) == 1:
+                batch[0].keys = np.asarray(hnsw.search(batch[0].query, count, threads=1).keys, dtype=np.int64)
+            else:
+                queries = np.stack([ask.query for ask in batch])
+                matches = hnsw.search(queries, count, threads=min(len(batch), max(threads, BATCH_THREADS)))
+                assert isinstance(matches, BatchMatches)  # several queries: one list each
+                for ask, keys, found in zip(batch, matches.keys, matches.counts, strict=True):
+                    ask.keys = np.asarray(keys[:found], dtype=np.int64)
+        except BaseException as error:
+            for ask in batch:
+                ask.error = error
+        with self._lock:
+            if self._waiting:
+                self._waiting[0].lead = True
+                self._waiting[0].answered.set()
+            else:
+                self._running = False
+        for ask in batch:
+            ask.lead = False
+            ask.answered.set()
 
 
 class _ReadWriteLock:
@@ -547,8 +305,8 @@ class HybridIndex:
             dimensions, threads, dtype, connectivity, expansion_add, expansion_search, lexical_language
         )
         self._lock = _ReadWriteLock()
-        self._graph_search = threading.Lock()
-        self._slots = _Slots(dimensions)
+        self._graph_searches = _GraphSearches()
+        self._slots = Slots(dimensions)
         self._hnsw = self._settings.hnsw()
         self._graph_mapped = False  # opened from a snapshot: the graph is its file's pages, read-only
         self._lexical = Lexical(lexical_language)
@@ -786,10 +544,27 @@ class HybridIndex:
         `use_dense` / `use_lexical` pick the lists searched (dense-only or lexical-only retrieval: that list's
         own order, whatever the fusion's weights); every hit still gets its exact cosine. `keep`: only chunks
         whose fields (`fields_of`) the filter keeps are searched, as if the index held nothing else; `hide`: nor
-        those it keeps (expired documents: its cost is what it selects)."""
+        those it keeps (expired documents: its cost is what it selects). At most SEARCHES_AT_ONCE searches run at
+        once in the process; the others wait their turn before taking any lock."""
+        with _turn():
+            return self._search(query_vector, query_text, k, candidates, use_dense, use_lexical, fusion, keep, hide)
+
+    def _search(
+        self,
+        query_vector: np.ndarray,
+        query_text: str,
+        k: int,
+        candidates: int,
+        use_dense: bool,
+        use_lexical: bool,
+        fusion: FusionSettings,
+        keep: filters.Filter | None,
+        hide: filters.Filter | None,
+    ) -> list[Hit]:
         with self._lock.reading():
-            allowed = self._slots.allowed(keep, hide)
-            live = len(self._slots.of_key) if allowed is None else len(allowed)
+            slots = self._slots
+            allowed = slots.allowed(keep, hide)
+            live = len(slots.of_key) if allowed is None else len(allowed)
             if k <= 0 or live == 0:
                 return []
             query = self._unit_query(query_vector)
@@ -806,57 +581,33 @@ class HybridIndex:
                 with tracing.span("lexical search", chunks=live, candidates=depth) as span:
                     lexical = self._lexical.top(query_text or "", depth, allowed)
                     span.set(hits=len(lexical))
-            with tracing.span("fusion", dense_hits=len(dense), lexical_hits=len(lexical)) as span:
-                hybrid = use_dense and use_lexical
-                fused = fuse(dense, lexical, fusion if hybrid else _DEFAULT_FUSION)
-                if hybrid:  # only the candidates are fed back (fusion_candidates per list): the head stays the same
-                    fused = fed_back(fused, fusion, self._slots.id_of, self._similarity_to_sum)
-                span.set(hits=min(k, len(fused)))
-            contenders = _contenders(fused, k)
-            cosines = dict(dense)
-            missing = [p for p in contenders if p not in cosines]
-            if missing:  # BM25-only candidates still get an exact cosine
-                cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist(), strict=True))
-            chunk = self._slots.hit_chunk
-            bm25 = dict(lexical)
-            order = sorted(contenders, key=lambda p: (-fused[p], -cosines[p], self._slots.id_of(p)))[:k]
-            hits = [Hit(chunk(p), float(cosines[p]), bm25.get(p), fused[p]) for p in order]
-            if len(hits) < k and depth < live:
-                deeper = self._beyond(fused, query, query_text, min(k, live), use_dense, use_lexical, allowed)
-                hits += deeper[: k - len(hits)]
-            return hits
-
-    def _similarity_to_sum(self, best: list[int], keys: list[int]) -> list[float]:
-        """Each of `keys`' dot product with the sum of `best`'s vectors: pseudo-relevance feedback's likeness
-        (fusion.fed_back; the sum's norm does not matter, the similarities are min-max scaled)."""
-        vectors = self._slots.vectors
-        centroid = vectors[best].sum(axis=0)
-        return (vectors[np.fromiter(keys, dtype=np.int64, count=len(keys))] @ centroid).tolist()
-
-    def _beyond(
-        self,
-        head: dict[int, float],
-        query: np.ndarray,
-        query_text: str,
-        depth: int,
-        use_dense: bool,
-        use_lexical: bool,
-        allowed: np.ndarray | None,
-    ) -> list[Hit]:
-        """The chunks past the fused head: both lists `depth` deep, taken alternately (a rank at a time).
-        Alternating rather than fusing keeps the order of the first ones the same whatever `depth` is. Scores
-        step down from the head's lowest, a millionth of it at a time (never a tie: hits from several sources
-        are merged by score)."""
-        dense = self._dense_top(query, depth, allowed) if use_dense else []
-        lexical = self._lexical.top(query_text or "", depth, allowed) if use_lexical else []
-        rest = [p for p in alternate([p for p, _ in dense], [p for p, _ in lexical]) if p not in head]
-        cosines, bm25 = dict(dense), dict(lexical)
-        missing = [p for p in rest if p not in cosines]
-        if missing:
-            cosines.update(zip(missing, (self._slots.vectors[missing] @ query).tolist(), strict=True))
-        floor, chunk = min(head.values(), default=0.0), self._slots.hit_chunk
-        step = abs(floor) * 1e-6 or 1e-6
-        return [Hit(chunk(p), float(cosines[p]), bm25.get(p), floor - (i + 1) * step) for i, p in enumerate(rest)]
+            found = {p for p, _ in dense} | {p for p, _ in lexical}  # the keys the fusion gives a score
+            deeper: tuple[list[tuple[int, float]], list[tuple[int, float]]] | None = None
+            if len(found) < k and depth < live:
+                deeper = (
+                    self._dense_top(query, min(k, live), allowed) if use_dense else [],
+                    self._lexical.top(query_text or "", min(k, live), allowed) if use_lexical else [],
+                )
+                found.update(p for p, _ in (*deeper[0], *deeper[1]))
+            taken = slots.taken(found)
+        # Fusion, feedback and the hits read only what was taken: changes do not wait for them.
+        with tracing.span("fusion", dense_hits=len(dense), lexical_hits=len(lexical)) as span:
+            hybrid = use_dense and use_lexical
+            fused = fuse(dense, lexical, fusion if hybrid else _DEFAULT_FUSION)
+            if hybrid:  # only the candidates are fed back (fusion_candidates per list): the head stays the same
+                fused = fed_back(fused, fusion, taken.id_of, lambda best, keys: _similarity_to_sum(taken, best, keys))
+            span.set(hits=min(k, len(fused)))
+        contenders = _contenders(fused, k)
+        cosines = dict(dense)
+        missing = [p for p in contenders if p not in cosines]
+        if missing:  # BM25-only candidates still get an exact cosine
+            cosines.update(zip(missing, (taken.vectors[missing] @ query).tolist(), strict=True))
+        bm25 = dict(lexical)
+        order = sorted(contenders, key=lambda p: (-fused[p], -cosines[p], taken.id_of(p)))[:k]
+        hits = [Hit(taken.hit_chunk(p), float(cosines[p]), bm25.get(p), fused[p]) for p in order]
+        if deeper is not None:
+            hits += _beyond(fused, query, *deeper, taken)[: k - len(hits)]
+        return hits
 
     def _unit_query(self, query_vector: np.ndarray) -> np.ndarray:
         query = np.asarray(query_vector, dtype=np.float32).reshape(-1)
@@ -888,9 +639,7 @@ class HybridIndex:
         return [(int(keys[i]), float(exact[i])) for i in order]
 
     def _graph_top(self, query: np.ndarray, count: int) -> np.ndarray:
-        with self._graph_search:  # usearch's per-thread search contexts are numbered per call: one call at a time
-            matches = self._hnsw.search(query, count, threads=self._settings.threads)
-        return np.asarray(matches.keys, dtype=np.int64)
+        return self._graph_searches.search(self._hnsw, query, count, self._settings.threads)
 
     def _graph_top_within(self, query: np.ndarray, count: int, allowed: np.ndarray, ask: int) -> np.ndarray:
         """The graph's nearest `count` among `allowed`: it is asked for `ask` neighbours (the share that should
@@ -925,17 +674,17 @@ class HybridIndex:
             saved = len(offsets) - 1  # the slots written (more may have been added since)
             header = {**self._manifest_header(live), "slots": saved, "source": source, "position": position}
             # Last: its presence marks the folder complete.
-            _write_manifest(temp, {**header, "stamp": stamp or {}})
-            _fsync_dir(temp)
+            write_manifest(temp, {**header, "stamp": stamp or {}})
+            fsync_dir(temp)
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
             raise
-        _swap_in(temp, folder)
-        _remove_strays(folder)
+        swap_in(temp, folder)
+        remove_strays(folder)
         if saved >= MAPPED_FROM:
             self._map(folder, slots, offsets)
 
-    def _write_files(self, temp: Path) -> tuple[_Slots, np.ndarray, int, int]:
+    def _write_files(self, temp: Path) -> tuple[Slots, np.ndarray, int, int]:
         """Writes every slot (a dead one as a null line); returns the slots written (as of then: `used` may grow
         after), their line offsets, the live chunks and the position. Changes wait for the copy of the graph and
         the BM25 side only, not for the other files nor the fsync."""
@@ -943,19 +692,19 @@ class HybridIndex:
             slots = self._slots
             write_slots = slots.saved()
             graph = self._hnsw.save()  # into memory: the file is written after the lock is let go
-            (temp / _BM25).mkdir()
-            self._lexical.save(temp / _BM25)
+            (temp / BM25).mkdir()
+            self._lexical.save(temp / BM25)
             live, position = len(slots.of_key), self._position
-        (temp / _DENSE).write_bytes(graph or b"")
-        (temp / _KEYS).write_text(json.dumps(write_slots(temp), ensure_ascii=False), encoding="utf-8")
-        offsets = np.load(temp / _OFFSETS, allow_pickle=False)
-        for path in _files(temp):
-            _fsync_file(path)
+        (temp / DENSE).write_bytes(graph or b"")
+        (temp / KEYS).write_text(json.dumps(write_slots(temp), ensure_ascii=False), encoding="utf-8")
+        offsets = np.load(temp / OFFSETS, allow_pickle=False)
+        for path in files_of(temp):
+            fsync_file(path)
         for sub in (p for p in temp.rglob("*") if p.is_dir()):
-            _fsync_dir(sub)
+            fsync_dir(sub)
         return slots, offsets, live, position
 
-    def _map(self, folder: Path, slots: _Slots, offsets: np.ndarray) -> None:
+    def _map(self, folder: Path, slots: Slots, offsets: np.ndarray) -> None:
         """Reads the saved slots' chunks and vectors from `folder`'s files from now on, unless a compaction
         replaced them meanwhile (its slots are numbered afresh: the next save maps those)."""
         with self._lock.writing():
@@ -979,9 +728,9 @@ class HybridIndex:
     def load(cls, folder: Path, threads: int = 1, expect: dict[str, str] | None = None) -> HybridIndex:
         """Load a saved index; IndexCorrupt when it is missing, incomplete or altered (then rebuild), or when its
         stamp lacks an item of `expect` (an index of something else: stale)."""
-        folder = _readable_folder(Path(folder))
+        folder = readable_folder(Path(folder))
         try:
-            manifest = _verified_manifest(folder)
+            manifest = verified_manifest(folder)
             stamp = manifest.get("stamp") or {}
             if any(stamp.get(name) != value for name, value in (expect or {}).items()):
                 raise IndexCorrupt(f"{folder}: stamped {stamp}, expected {expect}")
@@ -1007,17 +756,17 @@ class HybridIndex:
             int(manifest["expansion_search"]),
             manifest.get("lexical_language", NO_STEMMING),
         )
-        mapped = slots >= MAPPED_FROM and _KEYS in manifest["files"]
+        mapped = slots >= MAPPED_FROM and KEYS in manifest["files"]
         if mapped:
             index._restore_mapped(folder, slots, count)
         elif not index._restore(folder, manifest, slots, count):
             return index
         if mapped:  # the graph is mapped too, until a change copies it into memory
-            index._hnsw.view(str(folder / _DENSE))
+            index._hnsw.view(str(folder / DENSE))
             index._graph_mapped = True
         else:
-            index._hnsw.load(str(folder / _DENSE))
-        index._lexical = Lexical.load(folder / _BM25, index.lexical_language)
+            index._hnsw.load(str(folder / DENSE))
+        index._lexical = Lexical.load(folder / BM25, index.lexical_language)
         if len(index._hnsw) != count or len(index._lexical) != count:
             raise IndexCorrupt(f"{len(index._hnsw)} vectors and {len(index._lexical)} BM25 texts, expected {count}")
         if str(index._hnsw.dtype).rsplit(".", 1)[-1].lower() != index.dtype:
@@ -1026,14 +775,14 @@ class HybridIndex:
 
     def _restore_mapped(self, folder: Path, slots: int, count: int) -> None:
         """The slots of a large saved index, their chunks and vectors left in its files (read as hits need them)."""
-        offsets = np.load(folder / _OFFSETS, allow_pickle=False)
-        listing = json.loads((folder / _KEYS).read_text(encoding="utf-8"))
+        offsets = np.load(folder / OFFSETS, allow_pickle=False)
+        listing = json.loads((folder / KEYS).read_text(encoding="utf-8"))
         keys, ids = listing["keys"], listing["ids"]
         live = sum(key is not None for key in keys)
         if (
             offsets.dtype != np.int64
             or offsets.shape != (slots + 1,)
-            or int(offsets[-1]) != (folder / _CHUNKS).stat().st_size
+            or int(offsets[-1]) != (folder / CHUNKS).stat().st_size
             or len(keys) != len(ids) != slots
             or live != count
         ):
@@ -1047,8 +796,8 @@ class HybridIndex:
         """The slots of a saved index, held in memory (a small one, or one saved before files were mapped); False
         when the index was rebuilt from them (a format read by rebuilding: graph and BM25 side included)."""
         dimensions = self.dimensions
-        vectors = np.load(folder / _VECTORS, allow_pickle=False)
-        records = _read_records(folder / _CHUNKS)
+        vectors = np.load(folder / VECTORS, allow_pickle=False)
+        records = read_records(folder / CHUNKS)
         live = [(slot, r) for slot, r in enumerate(records) if r is not None]
         if (
             vectors.shape != (slots, dimensions)
@@ -1060,8 +809,8 @@ class HybridIndex:
                 f"{len(records)} slots ({len(live)} live) and vectors {vectors.dtype} {vectors.shape}, "
                 f"expected {slots} ({count} live) of {dimensions} dimensions"
             )
-        if manifest["format"] in _REBUILT_FORMATS:
-            self.add([_chunk(r) for _, r in live], vectors, [r.get("key", r["id"]) for _, r in live])
+        if manifest["format"] in REBUILT_FORMATS:
+            self.add([chunk_from(r) for _, r in live], vectors, [r.get("key", r["id"]) for _, r in live])
             return False
         self._slots.restore(records, vectors)
         return True
@@ -1073,116 +822,7 @@ def _dimensions_of(vectors: np.ndarray, count: int) -> int:
     return int(vectors.shape[1])
 
 
-def _record(key: str, chunk: IndexedChunk) -> dict[str, Any]:
-    record = {"id": chunk.id, "text": chunk.text, "meta": chunk.meta}
-    return record if key == chunk.id else {**record, "key": key}
-
-
-def _chunk(record: dict[str, Any]) -> IndexedChunk:
-    return IndexedChunk(record["id"], record["text"], record["meta"])
-
-
-def _read_records(path: Path) -> list[dict[str, Any] | None]:
-    """One record per slot; None for a dead one. The lines are parsed as one JSON array: a parse per line cost
-    most of a snapshot's load."""
-    with open(path, encoding="utf-8") as f:
-        lines = [line for line in f.read().split("\n") if line]
-    records = json.loads("[" + ",".join(lines) + "]")
-    if not isinstance(records, list) or len(records) != len(lines):
-        raise IndexCorrupt(f"{path}: {len(lines)} lines are not one record each")
-    return records
-
-
-# ---- atomic folder replacement ---------------------------------------------------------------------------
-
-
-def _swap_in(temp: Path, folder: Path) -> None:
-    """Two renames, the old folder set aside first: POSIX cannot rename a folder onto a non-empty one.
-
-    A crash between them leaves no `folder` but a complete `.NAME.old-*`, which load falls back to."""
-    if folder.exists():
-        aside = folder.parent / f".{folder.name}.old-{leftovers.owner_tag()}{uuid.uuid4().hex}"
-        os.rename(folder, aside)
-        os.rename(temp, folder)
-        _fsync_dir(folder.parent)
-        shutil.rmtree(aside, ignore_errors=True)
-    else:
-        os.rename(temp, folder)
-        _fsync_dir(folder.parent)
-
-
-def _remove_strays(folder: Path) -> None:
-    """Temp and set-aside folders left by earlier crashed saves of this folder (not another live process's)."""
-    for pattern in (f".{folder.name}.tmp-*", f".{folder.name}.old-*"):
-        for stray in folder.parent.glob(pattern):
-            match = _STRAY.fullmatch(stray.name)
-            if match and leftovers.orphaned(match["tag"]):
-                shutil.rmtree(stray, ignore_errors=True)
-
-
-def sweep(index_dir: Path) -> tuple[int, int]:
-    """Start-up clean-up of a folder of indexes; returns (folders, bytes) removed.
-
-    Removes what killed saves left (temp folders; set-aside ones, unless a crash between the two renames
-    left no index in their place: those are put back), and every index but the newest of each source.
-    A complete index that names no source was written by an earlier version under a key no longer used."""
-    if not index_dir.is_dir():
-        return 0, 0
-    removed = [
-        _sweep_stray(path, stray) for path in sorted(index_dir.iterdir()) if (stray := _STRAY.fullmatch(path.name))
-    ]
-    newest: dict[str, list[Path]] = {}
-    for path in sorted(index_dir.iterdir()):
-        if path.name.startswith(".") or not path.is_dir():
-            continue
-        source = _indexed_source(path)
-        if source:
-            newest.setdefault(source, []).append(path)
-        else:
-            removed.append(leftovers.remove(path))
-    for paths in newest.values():
-        paths.sort(key=lambda p: (p / _MANIFEST).stat().st_mtime_ns)
-        removed += [leftovers.remove(p) for p in paths[:-1]]
-    sizes = [size for size in removed if size is not None]
-    return len(sizes), sum(sizes)
-
-
-def _sweep_stray(path: Path, stray: re.Match[str]) -> int | None:
-    """Bytes removed, or None when the stray was kept (its writer lives) or put back."""
-    if not leftovers.orphaned(stray["tag"]):
-        return None
-    home = path.parent / stray["name"]
-    if stray["kind"] == "old" and not home.exists() and (path / _MANIFEST).is_file():
-        os.rename(path, home)
-        return None
-    return leftovers.remove(path)
-
-
-def _indexed_source(folder: Path) -> str:
-    """The source a complete index names in its manifest ("" when it names none or is incomplete)."""
-    try:
-        return str(json.loads((folder / _MANIFEST).read_text(encoding="utf-8")).get("source") or "")
-    except (OSError, ValueError, AttributeError):
-        return ""
-
-
-def _readable_folder(folder: Path) -> Path:
-    """`folder`, or when a save crashed between its two renames, the complete previous index it set aside."""
-    if (folder / _MANIFEST).is_file():
-        return folder
-    if not folder.exists():
-        asides = sorted(folder.parent.glob(f".{folder.name}.old-*"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for aside in asides:
-            if (aside / _MANIFEST).is_file():
-                return aside
-        raise IndexCorrupt(f"no index at {folder}")
-    raise IndexCorrupt(f"{folder}: manifest missing")
-
-
-# ---- manifest and checksums ------------------------------------------------------------------------------
-
-
-def _scores(vectors: _Rows, slots: np.ndarray, query: np.ndarray) -> np.ndarray:
+def _scores(vectors: Rows, slots: np.ndarray, query: np.ndarray) -> np.ndarray:
     """The dot products of `query` with the vectors of `slots`, gathered a cache-sized block at a time. One BLAS
     product over a whole selection cost 28 ms for 2,000 rows on a busy 2-core host; over blocks of _SCORED_BLOCK
     rows it took 2.1 ms for 10,000, einsum over the same blocks 3.6 ms (bench/filters.py's machine, loaded)."""
@@ -1193,6 +833,34 @@ def _scores(vectors: _Rows, slots: np.ndarray, query: np.ndarray) -> np.ndarray:
     return scores
 
 
+def _similarity_to_sum(taken: Taken, best: list[int], keys: list[int]) -> list[float]:
+    """Each of `keys`' dot product with the sum of `best`'s vectors: pseudo-relevance feedback's likeness
+    (fusion.fed_back; the sum's norm does not matter, the similarities are min-max scaled)."""
+    centroid = taken.vectors[best].sum(axis=0)
+    return (taken.vectors[np.fromiter(keys, dtype=np.int64, count=len(keys))] @ centroid).tolist()
+
+
+def _beyond(
+    head: dict[int, float],
+    query: np.ndarray,
+    dense: list[tuple[int, float]],
+    lexical: list[tuple[int, float]],
+    taken: Taken,
+) -> list[Hit]:
+    """The chunks past the fused head: both lists, deeper than the head's, taken alternately (a rank at a time).
+    Alternating rather than fusing keeps the order of the first ones the same whatever their depth is. Scores
+    step down from the head's lowest, a millionth of it at a time (never a tie: hits from several sources
+    are merged by score)."""
+    rest = [p for p in alternate([p for p, _ in dense], [p for p, _ in lexical]) if p not in head]
+    cosines, bm25 = dict(dense), dict(lexical)
+    missing = [p for p in rest if p not in cosines]
+    if missing:
+        cosines.update(zip(missing, (taken.vectors[missing] @ query).tolist(), strict=True))
+    floor = min(head.values(), default=0.0)
+    step = abs(floor) * 1e-6 or 1e-6
+    return [Hit(taken.hit_chunk(p), float(cosines[p]), bm25.get(p), floor - (i + 1) * step) for i, p in enumerate(rest)]
+
+
 def _contenders(fused: dict[int, float], k: int) -> list[int]:
     """The candidates that can be among the `k` best fused scores: those at or above the k-th best. Only they are
     sorted by the full key (score, cosine, chunk id) and given a cosine they lack: a search fuses up to 200
@@ -1201,77 +869,3 @@ def _contenders(fused: dict[int, float], k: int) -> list[int]:
         return list(fused)
     kth = heapq.nlargest(k, fused.values())[-1]
     return [p for p, score in fused.items() if score >= kth]
-
-
-def _write_manifest(folder: Path, header: dict[str, Any]) -> None:
-    paths = _files(folder)
-    digests = _digests(paths, _CHECKSUM)
-    files = {
-        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, _CHECKSUM: digest}
-        for p, digest in zip(paths, digests, strict=True)
-    }
-    path = folder / _MANIFEST
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump({**header, "checksum": _CHECKSUM, "files": files}, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _verified_manifest(folder: Path) -> dict[str, Any]:
-    try:
-        manifest = json.loads((folder / _MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise IndexCorrupt(f"{folder}: unreadable manifest: {error}") from error
-    if manifest.get("format") != FORMAT_VERSION:
-        raise IndexCorrupt(f"{folder}: format {manifest.get('format')!r}, expected {FORMAT_VERSION}")
-    checksum = manifest.get("checksum", _LEGACY_CHECKSUM)
-    if checksum not in _CHECKSUMS:
-        raise IndexCorrupt(f"{folder}: checksum {checksum!r} unknown")
-    files: dict[str, dict[str, Any]] = manifest["files"]
-    for name, expected in files.items():
-        path = folder / name
-        # The size check catches truncation without hashing; the hash catches everything else.
-        if not path.is_file() or path.stat().st_size != expected["bytes"]:
-            raise IndexCorrupt(f"{folder}: {name} is missing or truncated")
-    digests = _digests([folder / name for name in files], checksum)
-    for (name, expected), digest in zip(files.items(), digests, strict=True):
-        if digest != expected[checksum]:
-            raise IndexCorrupt(f"{folder}: {name} is altered")
-    return manifest
-
-
-def _files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != _MANIFEST)
-
-
-def _digests(paths: list[Path], checksum: str) -> list[str]:
-    """The files' hex digests, hashed side by side: the largest files take most of a large snapshot's hashing."""
-    with ThreadPoolExecutor(_HASH_THREADS, thread_name_prefix="index-hash") as pool:
-        return list(pool.map(lambda path: _digest(path, checksum), paths))
-
-
-def _digest(path: Path, checksum: str) -> str:
-    """One call over the memory-mapped file: no read copies it into a buffer first."""
-    digest = _CHECKSUMS[checksum]()
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                digest.update(view)
-    return digest.hexdigest()
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    # Directory fsync makes the renames and new entries durable; not every platform allows opening a folder.
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -34,8 +34,7 @@ from pathlib import Path
 
 from ragsidecar import metrics
 from ragsidecar.config import StoreConfig
-from ragsidecar.knowledge import index as index_files
-from ragsidecar.knowledge import leftovers
+from ragsidecar.knowledge import index_files, leftovers
 from ragsidecar.knowledge.index import HybridIndex, IndexCorrupt
 
 log = logging.getLogger(__name__)
@@ -135,7 +134,7 @@ class PartitionSnapshots:
     def adopt(self, partition: str, incoming: Path) -> None:
         """Makes the `incoming` folder the partition's snapshot, in place of its own (snapshot writes wait)."""
         with snapshotter.saving:
-            index_files._swap_in(incoming, self.path(partition))
+            index_files.swap_in(incoming, self.path(partition))
 
 
 @dataclass
