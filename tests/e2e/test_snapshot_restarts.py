@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import ir_data
 import pytest
+from memory_helpers import upsert_documents
 from retrieval_helpers import PRINCIPAL, entry, retrieval_config, scifact_ids, target
 from sidecar import Sidecar
 
@@ -70,18 +71,6 @@ def stub(server: Sidecar) -> retrieval_pb2_grpc.RetrievalServiceStub:
     return retrieval_pb2_grpc.RetrievalServiceStub(server.channel())
 
 
-def upsert(server: Sidecar, documents: dict[str, str]) -> None:
-    stub(server).UpsertDocuments(
-        pb.UpsertDocumentsRequest(
-            principal=PRINCIPAL,
-            scope=AT,
-            knowledge="notes",
-            documents=[pb.MemoryDocument(id=i, text=t) for i, t in documents.items()],
-        ),
-        timeout=120,
-    )
-
-
 def found(server: Sidecar, query: str) -> list[str]:
     request = pb.SearchRequest(
         principal=PRINCIPAL, scope=AT, target=target([entry("notes", "MEMORY", "SEARCH")]), query=query, top_k=5
@@ -119,11 +108,11 @@ def abstracts(count: int, start: int = 0) -> dict[str, str]:
 def test_a_restart_serves_from_the_snapshot_with_every_acknowledged_write_found(store: Store) -> None:
     first = store.sidecar()
     before = abstracts(60)
-    upsert(first, before)
+    upsert_documents(first, AT, before)
     found(first, "a first search builds the index")
     waited(lambda: len(store.snapshots()) == 1)
     after = abstracts(5, start=60)  # written after the snapshot: replayed at the restart
-    upsert(first, after)
+    upsert_documents(first, AT, after)
     first.signal(signal.SIGKILL)
     first.process.wait(30)
 
@@ -149,7 +138,7 @@ class Writers:
     def _write(self, server: Sidecar, ids: list[str]) -> None:
         for doc_id in ids:
             try:
-                upsert(server, {doc_id: self.documents[doc_id]})
+                upsert_documents(server, AT, {doc_id: self.documents[doc_id]})
                 found(server, self.documents[doc_id][:200])  # each write applied to the index, so snapshots follow
             except grpc.RpcError:
                 return
@@ -166,7 +155,7 @@ def test_a_kill_9_while_snapshots_are_written_loses_nothing_and_the_next_start_s
 ) -> None:
     first = store.sidecar(after_changes=1)  # a snapshot after every write: kills land during one
     base = abstracts(40)
-    upsert(first, base)
+    upsert_documents(first, AT, base)
     found(first, "a first search builds the index")
     written = abstracts(120, start=40)
     writers = Writers(first, written)
@@ -188,11 +177,11 @@ def test_a_kill_9_while_snapshots_are_written_loses_nothing_and_the_next_start_s
 def test_a_kill_9_during_the_replay_loses_nothing_and_a_torn_snapshot_is_never_served(store: Store) -> None:
     first = store.sidecar()
     base = abstracts(60)
-    upsert(first, base)
+    upsert_documents(first, AT, base)
     found(first, "a first search builds the index")
     waited(lambda: len(store.snapshots()) == 1)
     later = abstracts(30, start=60)
-    upsert(first, later)
+    upsert_documents(first, AT, later)
     first.stop()
 
     # Killed while its first search replays the writes after the snapshot: nothing was acknowledged meanwhile,
@@ -243,7 +232,7 @@ def test_a_kill_9_during_compactions_loses_nothing_acknowledged(store: Store) ->
     deadline = time.monotonic() + 600
     while compacted_at is None or version < compacted_at + 3:  # a few writes past the first compaction
         assert time.monotonic() < deadline, first.log()
-        upsert(first, {doc_id: f"{text} version {version % 3}" for doc_id, text in base.items()})
+        upsert_documents(first, AT, {doc_id: f"{text} version {version % 3}" for doc_id, text in base.items()})
         found(first, f"version {version % 3}")  # applies the write to the index (postgres: at the search)
         acknowledged, version = version, version + 1
         if compacted_at is None and first.metric("ragsidecar_index_compactions_total") >= 1:
@@ -273,6 +262,6 @@ def test_a_kill_9_during_compactions_loses_nothing_acknowledged(store: Store) ->
 
 def _upsert_quietly(server: Sidecar, documents: dict[str, str]) -> None:
     try:
-        upsert(server, documents)
+        upsert_documents(server, AT, documents)
     except grpc.RpcError:
         pass

@@ -9,6 +9,7 @@ import time
 
 import psycopg
 import pytest
+from memory_helpers import upsert_documents
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, stub, target
 from sidecar import Sidecar, default_config
 
@@ -27,18 +28,6 @@ def replica(workdir, dsn: str, row_level_security: bool) -> Sidecar:
     }
     workdir.mkdir()
     return Sidecar(workdir, config, env={"RAGSIDECAR_STORE_DSN": dsn}).start()
-
-
-def write(server: Sidecar, documents: dict[str, str]) -> None:
-    stub(server).UpsertDocuments(
-        pb.UpsertDocumentsRequest(
-            principal=PRINCIPAL,
-            scope=SCOPE,
-            knowledge="notes",
-            documents=[pb.MemoryDocument(id=i, text=t) for i, t in documents.items()],
-        ),
-        timeout=120,
-    )
 
 
 def found(server: Sidecar, query: str) -> list[str]:
@@ -64,10 +53,12 @@ def test_a_replica_with_no_snapshot_serves_from_the_shared_one_plus_the_writes_a
     dsn = postgres.owned_database(name) if row_level_security else postgres.database(name)
     a = replica(tmp_path / "a", dsn, row_level_security)
     try:
-        write(a, {f"n{i}": f"parcel {i} left the depot on route {i % 3}" for i in range(30)})
+        upsert_documents(a, SCOPE, {f"n{i}": f"parcel {i} left the depot on route {i % 3}" for i in range(30)})
         assert found(a, "parcel depot route")
         shared(dsn)
-        write(a, {"late": "a parcel written after the shared snapshot", "n4": "parcel 4 was returned"})
+        upsert_documents(
+            a, SCOPE, {"late": "a parcel written after the shared snapshot", "n4": "parcel 4 was returned"}
+        )
         stub(a).DeleteDocuments(
             pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes", ids=["n7"]), timeout=60
         )
