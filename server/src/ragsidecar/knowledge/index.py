@@ -49,6 +49,7 @@ from ragsidecar.knowledge.index_files import (
     BM25,
     CHUNKS,
     DENSE,
+    FIELDS,
     FORMAT_VERSION,
     KEYS,
     OFFSETS,
@@ -758,7 +759,7 @@ class HybridIndex:
         )
         mapped = slots >= MAPPED_FROM and KEYS in manifest["files"]
         if mapped:
-            index._restore_mapped(folder, slots, count)
+            index._restore_mapped(folder, slots, count, FIELDS in manifest["files"])
         elif not index._restore(folder, manifest, slots, count):
             return index
         if mapped:  # the graph is mapped too, until a change copies it into memory
@@ -773,8 +774,9 @@ class HybridIndex:
             raise IndexCorrupt(f"HNSW dtype {index._hnsw.dtype} differs from manifest {index.dtype}")
         return index
 
-    def _restore_mapped(self, folder: Path, slots: int, count: int) -> None:
-        """The slots of a large saved index, their chunks and vectors left in its files (read as hits need them)."""
+    def _restore_mapped(self, folder: Path, slots: int, count: int, with_fields: bool) -> None:
+        """The slots of a large saved index, their chunks and vectors left in its files (read as hits need them),
+        and their fields in its field index when it saved one (`with_fields`)."""
         offsets = np.load(folder / OFFSETS, allow_pickle=False)
         listing = json.loads((folder / KEYS).read_text(encoding="utf-8"))
         keys, ids = listing["keys"], listing["ids"]
@@ -790,7 +792,7 @@ class HybridIndex:
                 f"{len(keys)} slots ({live} live) and {offsets.dtype} {offsets.shape} offsets, expected {slots} "
                 f"({count} live)"
             )
-        self._slots.restore_mapped(folder, listing, offsets)
+        self._slots.restore_mapped(folder, listing, offsets, with_fields)
 
     def _restore(self, folder: Path, manifest: dict[str, Any], slots: int, count: int) -> bool:
         """The slots of a saved index, held in memory (a small one, or one saved before files were mapped); False

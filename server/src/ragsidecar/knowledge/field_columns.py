@@ -1,0 +1,176 @@
+"""The field index of a snapshot (knowledge/index_files.py names its files): for each field, the slots whose chunk
+holds it and each one's value as a code into the field's distinct values, so that an index opened from the snapshot
+answers its first filtered search without reading every chunk's record (filters.FieldIndex over `FieldColumns`).
+
+A field's slots and codes are one span of an int32 array (memory-mapped); its distinct values one JSON line, read
+and parsed the first time a filter names the field. A later save that replaces the folder leaves the file open
+and the mapping readable."""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragsidecar.knowledge import filters
+from ragsidecar.knowledge.index_files import FIELD_MEMBERS, FIELD_VALUES, FIELDS, IndexCorrupt
+
+_NONE = np.zeros(0, dtype=np.int32)
+
+
+@dataclass
+class _Column:
+    """One field as saved: the slots holding it (ascending), each one's value's code, the distinct values."""
+
+    slots: np.ndarray
+    codes: np.ndarray
+    values: list[filters.Value]
+    by_key: dict[tuple[filters.Kind | str, Any], list[int]] = field(default_factory=dict)
+    # Per kind, built on a range query: the field's values of that kind in order, and their codes.
+    ordered: dict[filters.Kind, tuple[list[Any], list[int]]] = field(default_factory=dict)
+
+    def having(self, codes: list[int]) -> np.ndarray:
+        """The slots whose value is one of `codes`."""
+        if not codes:
+            return _NONE
+        if len(codes) == 1:
+            return self.slots[self.codes == codes[0]]
+        wanted = np.zeros(len(self.values), dtype=bool)
+        wanted[codes] = True
+        return self.slots[wanted[self.codes]]
+
+
+class FieldColumns:
+    """A snapshot's field index, read only (filters.SavedMembers); `count` the slots the snapshot holds."""
+
+    def __init__(self, folder: Path) -> None:
+        header = json.loads((folder / FIELDS).read_text(encoding="utf-8"))
+        members = np.load(folder / FIELD_MEMBERS, mmap_mode="r", allow_pickle=False)
+        self.count = int(header["count"])
+        self._spans: dict[str, list[int]] = header["fields"]
+        size = (folder / FIELD_VALUES).stat().st_size
+        if members.dtype != np.int32 or members.ndim != 2 or members.shape[0] != 2:
+            raise IndexCorrupt(f"{folder}: field members {members.dtype} {members.shape}")
+        for name, (start, end, offset, length, values) in self._spans.items():
+            slots, codes = members[0, start:end], members[1, start:end]
+            if (
+                not 0 <= start <= end <= members.shape[1]
+                or not 0 <= offset <= offset + length <= size
+                or (end > start and (slots.min() < 0 or slots.max() >= self.count))
+                or (end > start and (codes.min() < 0 or codes.max() >= values))
+            ):
+                raise IndexCorrupt(f"{folder}: field {name!r} spans {start}..{end} of {members.shape[1]}")
+        self._members = members.view(np.ndarray)
+        self._fd = os.open(folder / FIELD_VALUES, os.O_RDONLY)
+        weakref.finalize(self, os.close, self._fd)
+        self._columns: dict[str, _Column] = {}
+
+    def names(self) -> list[str]:
+        return list(self._spans)
+
+    def column(self, name: str) -> _Column | None:
+        """The field's column, its values parsed on first use (two threads may both parse it: either's is kept)."""
+        column = self._columns.get(name)
+        if column is None and name in self._spans:
+            start, end, offset, length, count = self._spans[name]
+            values = [filters.value_from_json(v) for v in json.loads(os.pread(self._fd, length, offset))]
+            if len(values) != count:
+                raise IndexCorrupt(f"field {name!r}: {len(values)} values, expected {count}")
+            column = _Column(self._members[0, start:end], self._members[1, start:end], values)
+            for code, value in enumerate(values):
+                for key in filters.index_keys(value):
+                    column.by_key.setdefault(key, []).append(code)
+            self._columns[name] = column
+        return column
+
+    def present(self, field: str) -> np.ndarray:
+        column = self.column(field)
+        return _NONE if column is None else column.slots
+
+    def equal(self, field: str, key: tuple[filters.Kind | str, Any]) -> np.ndarray:
+        column = self.column(field)
+        return _NONE if column is None else column.having(column.by_key.get(key, []))
+
+    def ordered(self, field: str, kind: filters.Kind, low: Any, high: Any, closed: tuple[bool, bool]) -> np.ndarray:
+        column = self.column(field)
+        if column is None:
+            return _NONE
+        if kind not in column.ordered:
+            pairs = sorted((key[1], code) for key, codes in column.by_key.items() if key[0] is kind for code in codes)
+            column.ordered[kind] = ([value for value, _ in pairs], [code for _, code in pairs])
+        values, codes = column.ordered[kind]
+        first = 0 if low is None else (bisect.bisect_left if closed[0] else bisect.bisect_right)(values, low)
+        last = len(values) if high is None else (bisect.bisect_right if closed[1] else bisect.bisect_left)(values, high)
+        return column.having(codes[first:last])
+
+
+def write(
+    folder: Path,
+    count: int,
+    base: FieldColumns | None,
+    kept: np.ndarray,
+    added: Iterable[tuple[int, Mapping[str, filters.Value]]],
+) -> None:
+    """The field index of slots 0..count-1 into `folder`: `base`'s members still `kept` (a mask over base.count)
+    with their saved values, and the `added` slots' fields. Each field keeps only the values its members hold."""
+    new: dict[str, tuple[list[int], list[filters.Value]]] = {}
+    for slot, fields in added:
+        for name, value in fields.items():
+            slots, values = new.setdefault(name, ([], []))
+            slots.append(slot)
+            values.append(value)
+    names = sorted({*(base.names() if base else ()), *new})
+    spans: dict[str, list[int]] = {}
+    parts: list[np.ndarray] = []
+    start = offset = 0
+    with open(folder / FIELD_VALUES, "wb") as lines:
+        for name in names:
+            members, codes, distinct = _merged(base.column(name) if base else None, kept, *new.get(name, ([], [])))
+            if not len(members):
+                continue
+            line = json.dumps([filters.value_to_json(v) for v in distinct], ensure_ascii=False, allow_nan=False)
+            encoded = line.encode() + b"\n"
+            lines.write(encoded)
+            spans[name] = [start, start + len(members), offset, len(encoded) - 1, len(distinct)]
+            parts.append(np.stack([members, codes]))
+            start, offset = start + len(members), offset + len(encoded)
+    members = np.concatenate(parts, axis=1) if parts else np.zeros((2, 0), dtype=np.int32)
+    with open(folder / FIELD_MEMBERS, "wb") as f:
+        np.save(f, members.astype(np.int32), allow_pickle=False)
+    (folder / FIELDS).write_text(json.dumps({"count": count, "fields": spans}), encoding="utf-8")
+
+
+def _merged(
+    column: _Column | None, kept: np.ndarray, slots: list[int], values: list[filters.Value]
+) -> tuple[np.ndarray, np.ndarray, list[filters.Value]]:
+    """One field's slots (ascending), codes and distinct values: the column's kept members, then `slots`."""
+    distinct: list[filters.Value] = []
+    code_of: dict[tuple[filters.Kind, Any], int] = {}
+
+    def code(value: filters.Value) -> int:
+        kind = filters.kind_of(value)
+        key = (kind, float(value) if kind is filters.Kind.NUMBER else value)  # type: ignore[arg-type]
+        if key not in code_of:
+            code_of[key] = len(distinct)
+            distinct.append(value)
+        return code_of[key]
+
+    saved_slots, saved_codes = _NONE, _NONE
+    if column is not None:
+        keep = kept[column.slots]
+        saved_slots, used_codes = column.slots[keep], column.codes[keep]
+        used = np.unique(used_codes)
+        renumbered = np.zeros(len(column.values), dtype=np.int32)
+        renumbered[used] = [code(column.values[c]) for c in used.tolist()]
+        saved_codes = renumbered[used_codes]
+    all_slots = np.concatenate([saved_slots, np.asarray(slots, dtype=np.int32)])
+    all_codes = np.concatenate([saved_codes, np.asarray([code(v) for v in values], dtype=np.int32)])
+    order = np.argsort(all_slots, kind="stable")
+    return all_slots[order].astype(np.int32), all_codes[order].astype(np.int32), distinct
