@@ -61,10 +61,21 @@ def test_a_saved_field_index_selects_what_evaluation_keeps_through_changes_and_a
     _expect_selected_as_evaluated(reopened, held, rng)
 
 
-def test_a_field_index_keeps_only_the_values_its_live_members_hold(tmp_path: Path) -> None:
-    field_columns.write(tmp_path, 3, None, np.zeros(0, dtype=bool), [(0, {"user": "ann"}), (2, {"user": "bo"})])
-    later = tmp_path / "later"
-    later.mkdir()
-    field_columns.write(later, 4, FieldColumns(tmp_path), np.array([True, False, False]), [(3, {"user": "cy"})])
-    column = FieldColumns(later).column("user")
-    assert column is not None and column.values == ["ann", "cy"] and column.slots.tolist() == [0, 3]
+def test_saved_values_are_kept_as_saved_while_most_are_held_and_written_afresh_after(tmp_path: Path) -> None:
+    first, second, third = tmp_path / "1", tmp_path / "2", tmp_path / "3"
+    for folder in (first, second, third):
+        folder.mkdir()
+    saved = [(0, {"user": "ann"}), (1, {"user": "bo"}), (2, {"user": "di"})]
+    field_columns.write(first, 3, None, np.zeros(0, dtype=bool), saved)
+    # Two of three held: the saved values stay as they are, "ann" again gets a code of its own.
+    field_columns.write(second, 4, FieldColumns(first), np.array([True, True, False]), [(3, {"user": "ann"})])
+    column = FieldColumns(second).column("user")
+    assert column is not None and column.values == ["ann", "bo", "di", "ann"]
+    alive = np.array([True, True, False, True])
+    index = f.FieldIndex(FieldColumns(second), alive)
+    assert index.select(f.Compare("user", f.Op.EQUAL, "ann")) == {0, 3}
+    assert index.select(f.Compare("user", f.Op.GREATER, "b")) == {1}
+    # One of four held: written afresh, the values held only.
+    field_columns.write(third, 5, FieldColumns(second), np.array([False, False, False, True]), [(4, {"user": "cy"})])
+    column = FieldColumns(third).column("user")
+    assert column is not None and column.values == ["ann", "cy"] and column.slots.tolist() == [3, 4]

@@ -75,15 +75,28 @@ class FieldColumns:
     def names(self) -> list[str]:
         return list(self._spans)
 
+    def span(self, name: str) -> list[int] | None:
+        """The field's [start, end, offset, length, values] in the files, None when no member holds it."""
+        return self._spans.get(name)
+
+    def members(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """The slots holding the field and their codes."""
+        start, end = self._spans[name][:2]
+        return self._members[0, start:end], self._members[1, start:end]
+
+    def values_line(self, name: str) -> bytes:
+        """The field's values as saved: one JSON list."""
+        offset, length = self._spans[name][2:4]
+        return os.pread(self._fd, length, offset)
+
     def column(self, name: str) -> _Column | None:
         """The field's column, its values parsed on first use (two threads may both parse it: either's is kept)."""
         column = self._columns.get(name)
         if column is None and name in self._spans:
-            start, end, offset, length, count = self._spans[name]
-            values = [filters.value_from_json(v) for v in json.loads(os.pread(self._fd, length, offset))]
-            if len(values) != count:
-                raise IndexCorrupt(f"field {name!r}: {len(values)} values, expected {count}")
-            column = _Column(self._members[0, start:end], self._members[1, start:end], values)
+            values = [filters.value_from_json(v) for v in json.loads(self.values_line(name))]
+            if len(values) != self._spans[name][4]:
+                raise IndexCorrupt(f"field {name!r}: {len(values)} values, expected {self._spans[name][4]}")
+            column = _Column(*self.members(name), values)
             for code, value in enumerate(values):
                 for key in filters.index_keys(value):
                     column.by_key.setdefault(key, []).append(code)
@@ -119,7 +132,7 @@ def write(
     added: Iterable[tuple[int, Mapping[str, filters.Value]]],
 ) -> None:
     """The field index of slots 0..count-1 into `folder`: `base`'s members still `kept` (a mask over base.count)
-    with their saved values, and the `added` slots' fields. Each field keeps only the values its members hold."""
+    with their saved values, and the `added` slots' fields."""
     new: dict[str, tuple[list[int], list[filters.Value]]] = {}
     for slot, fields in added:
         for name, value in fields.items():
@@ -132,45 +145,77 @@ def write(
     start = offset = 0
     with open(folder / FIELD_VALUES, "wb") as lines:
         for name in names:
-            members, codes, distinct = _merged(base.column(name) if base else None, kept, *new.get(name, ([], [])))
+            members, codes, line, distinct = _merged(base, name, kept, *new.get(name, ([], [])))
             if not len(members):
                 continue
-            line = json.dumps([filters.value_to_json(v) for v in distinct], ensure_ascii=False, allow_nan=False)
-            encoded = line.encode() + b"\n"
-            lines.write(encoded)
-            spans[name] = [start, start + len(members), offset, len(encoded) - 1, len(distinct)]
+            lines.write(line + b"\n")
+            spans[name] = [start, start + len(members), offset, len(line), distinct]
             parts.append(np.stack([members, codes]))
-            start, offset = start + len(members), offset + len(encoded)
+            start, offset = start + len(members), offset + len(line) + 1
     members = np.concatenate(parts, axis=1) if parts else np.zeros((2, 0), dtype=np.int32)
     with open(folder / FIELD_MEMBERS, "wb") as f:
         np.save(f, members.astype(np.int32), allow_pickle=False)
     (folder / FIELDS).write_text(json.dumps({"count": count, "fields": spans}), encoding="utf-8")
 
 
-def _merged(
-    column: _Column | None, kept: np.ndarray, slots: list[int], values: list[filters.Value]
-) -> tuple[np.ndarray, np.ndarray, list[filters.Value]]:
-    """One field's slots (ascending), codes and distinct values: the column's kept members, then `slots`."""
-    distinct: list[filters.Value] = []
-    code_of: dict[tuple[filters.Kind, Any], int] = {}
+class _Coder:
+    """Codes for values, equal values one code, from `first` on."""
 
-    def code(value: filters.Value) -> int:
+    def __init__(self, first: int = 0) -> None:
+        self.first = first
+        self.values: list[filters.Value] = []
+        self._code_of: dict[tuple[filters.Kind, Any], int] = {}
+
+    def code(self, value: filters.Value) -> int:
         kind = filters.kind_of(value)
         key = (kind, float(value) if kind is filters.Kind.NUMBER else value)  # type: ignore[arg-type]
-        if key not in code_of:
-            code_of[key] = len(distinct)
-            distinct.append(value)
-        return code_of[key]
+        code = self._code_of.get(key)
+        if code is None:
+            code = self._code_of[key] = self.first + len(self.values)
+            self.values.append(value)
+        return code
 
-    saved_slots, saved_codes = _NONE, _NONE
-    if column is not None:
-        keep = kept[column.slots]
-        saved_slots, used_codes = column.slots[keep], column.codes[keep]
-        used = np.unique(used_codes)
-        renumbered = np.zeros(len(column.values), dtype=np.int32)
-        renumbered[used] = [code(column.values[c]) for c in used.tolist()]
-        saved_codes = renumbered[used_codes]
+    def json(self) -> bytes:
+        return json.dumps([filters.value_to_json(v) for v in self.values], ensure_ascii=False, allow_nan=False).encode()
+
+
+def _merged(
+    base: FieldColumns | None, name: str, kept: np.ndarray, slots: list[int], values: list[filters.Value]
+) -> tuple[np.ndarray, np.ndarray, bytes, int]:
+    """One field's slots (ascending), codes, values line and count of values: the base's kept members, then
+    `slots`. While most of the saved values are still held, they are kept as saved (not parsed) and the new ones
+    follow them (a value may then have two codes); else the field's values are written afresh, those held only."""
+    span = base.span(name) if base is not None else None
+    if span is None:
+        coder = _Coder()
+        codes = [coder.code(v) for v in values]
+        return _in_order(_NONE, _NONE, slots, codes) + (coder.json(), len(coder.values))
+    assert base is not None
+    saved_slots, saved_codes = base.members(name)
+    keep = kept[saved_slots]
+    saved_slots, saved_codes = saved_slots[keep], saved_codes[keep]
+    saved_count = span[4]
+    used = np.unique(saved_codes)
+    if 2 * len(used) >= saved_count:
+        coder = _Coder(saved_count)
+        codes = [coder.code(v) for v in values]
+        line = base.values_line(name)
+        if coder.values:
+            line = line[:-1] + (b"," if saved_count else b"") + coder.json()[1:]
+        return _in_order(saved_slots, saved_codes, slots, codes) + (line, saved_count + len(coder.values))
+    column = base.column(name)
+    assert column is not None
+    coder = _Coder()
+    renumbered = np.zeros(saved_count, dtype=np.int32)
+    renumbered[used] = [coder.code(column.values[c]) for c in used.tolist()]
+    codes = [coder.code(v) for v in values]
+    return _in_order(saved_slots, renumbered[saved_codes], slots, codes) + (coder.json(), len(coder.values))
+
+
+def _in_order(
+    saved_slots: np.ndarray, saved_codes: np.ndarray, slots: list[int], codes: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
     all_slots = np.concatenate([saved_slots, np.asarray(slots, dtype=np.int32)])
-    all_codes = np.concatenate([saved_codes, np.asarray([code(v) for v in values], dtype=np.int32)])
+    all_codes = np.concatenate([saved_codes, np.asarray(codes, dtype=np.int32)])
     order = np.argsort(all_slots, kind="stable")
-    return all_slots[order].astype(np.int32), all_codes[order].astype(np.int32), distinct
+    return all_slots[order].astype(np.int32), all_codes[order].astype(np.int32)
