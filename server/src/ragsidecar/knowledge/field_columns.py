@@ -27,14 +27,46 @@ _NONE = np.zeros(0, dtype=np.int32)
 
 @dataclass
 class _Column:
-    """One field as saved: the slots holding it (ascending), each one's value's code, the distinct values."""
+    """One field as saved: the slots holding it (ascending), each one's value's code, the distinct values as
+    parsed JSON (`raw`: filters.value_to_json's), typed when first needed."""
 
     slots: np.ndarray
     codes: np.ndarray
-    values: list[filters.Value]
-    by_key: dict[tuple[filters.Kind | str, Any], list[int]] = field(default_factory=dict)
-    # Per kind, built on a range query: the field's values of that kind in order, and their codes.
+    raw: list[Any]
+    _values: list[filters.Value] | None = None
+    _by_key: dict[tuple[filters.Kind | str, Any], list[int]] | None = None
+    # Per kind, built on a range query: the field's values of that kind in order (a timestamp as its nanoseconds),
+    # and their codes; built from the raw values, so a range over one value per chunk types none of them.
     ordered: dict[filters.Kind, tuple[list[Any], list[int]]] = field(default_factory=dict)
+
+    @property
+    def values(self) -> list[filters.Value]:
+        if self._values is None:
+            self._values = [filters.value_from_json(v) for v in self.raw]
+        return self._values
+
+    @property
+    def by_key(self) -> dict[tuple[filters.Kind | str, Any], list[int]]:
+        """Codes by the keys == finds a value under (filters.index_keys)."""
+        if self._by_key is None:
+            by_key: dict[tuple[filters.Kind | str, Any], list[int]] = {}
+            string = filters.Kind.STRING
+            for code, raw in enumerate(self.raw):
+                if isinstance(raw, str):  # most are: typed without a call
+                    by_key.setdefault((string, raw), []).append(code)
+                    continue
+                for key in filters.index_keys(filters.value_from_json(raw)):
+                    by_key.setdefault(key, []).append(code)
+            self._by_key = by_key
+        return self._by_key
+
+    def in_order(self, kind: filters.Kind) -> tuple[list[Any], list[int]]:
+        if kind not in self.ordered:
+            pairs = sorted(
+                (key, code) for code, v in enumerate(self.raw) if (key := _ordering_key(v, kind)) is not None
+            )
+            self.ordered[kind] = ([key for key, _ in pairs], [code for _, code in pairs])
+        return self.ordered[kind]
 
     def having(self, codes: list[int]) -> np.ndarray:
         """The slots whose value is one of `codes`."""
@@ -42,7 +74,7 @@ class _Column:
             return _NONE
         if len(codes) == 1:
             return self.slots[self.codes == codes[0]]
-        wanted = np.zeros(len(self.values), dtype=bool)
+        wanted = np.zeros(len(self.raw), dtype=bool)
         wanted[codes] = True
         return self.slots[wanted[self.codes]]
 
@@ -93,14 +125,10 @@ class FieldColumns:
         """The field's column, its values parsed on first use (two threads may both parse it: either's is kept)."""
         column = self._columns.get(name)
         if column is None and name in self._spans:
-            values = [filters.value_from_json(v) for v in json.loads(self.values_line(name))]
-            if len(values) != self._spans[name][4]:
-                raise IndexCorrupt(f"field {name!r}: {len(values)} values, expected {self._spans[name][4]}")
-            column = _Column(*self.members(name), values)
-            for code, value in enumerate(values):
-                for key in filters.index_keys(value):
-                    column.by_key.setdefault(key, []).append(code)
-            self._columns[name] = column
+            raw = json.loads(self.values_line(name))
+            if not isinstance(raw, list) or len(raw) != self._spans[name][4]:
+                raise IndexCorrupt(f"field {name!r}: values are not a list of {self._spans[name][4]}")
+            column = self._columns[name] = _Column(*self.members(name), raw)
         return column
 
     def present(self, field: str) -> np.ndarray:
@@ -115,13 +143,23 @@ class FieldColumns:
         column = self.column(field)
         if column is None:
             return _NONE
-        if kind not in column.ordered:
-            pairs = sorted((key[1], code) for key, codes in column.by_key.items() if key[0] is kind for code in codes)
-            column.ordered[kind] = ([value for value, _ in pairs], [code for _, code in pairs])
-        values, codes = column.ordered[kind]
+        values, codes = column.in_order(kind)
+        if kind is filters.Kind.TIMESTAMP:
+            low, high = (None if b is None else b.nanos for b in (low, high))
         first = 0 if low is None else (bisect.bisect_left if closed[0] else bisect.bisect_right)(values, low)
         last = len(values) if high is None else (bisect.bisect_right if closed[1] else bisect.bisect_left)(values, high)
         return column.having(codes[first:last])
+
+
+def _ordering_key(raw: Any, kind: filters.Kind) -> Any:
+    """What orders a raw value of `kind` among its kind (None for a value of another kind)."""
+    if kind is filters.Kind.STRING:
+        return raw if isinstance(raw, str) else None
+    if kind is filters.Kind.TIMESTAMP:
+        return int(raw["t"]) if isinstance(raw, dict) else None
+    if kind is filters.Kind.NUMBER and isinstance(raw, int | float) and not isinstance(raw, bool):
+        return float(raw)
+    return None
 
 
 def write(
