@@ -2,8 +2,8 @@
 
 A slot's chunk is held in memory until a snapshot holds it; then only its id is kept, and its record (text and
 metadata, read for hits and changes only) is read from the snapshot's chunks file through a small cache of recent
-hits, its row from the snapshot's vectors, memory-mapped. A removed chunk leaves a dead slot behind until the
-index compacts."""
+hits, its row from the snapshot's vectors, memory-mapped, and its fields, for filters, from the snapshot's field
+index (knowledge/field_columns.py). A removed chunk leaves a dead slot behind until the index compacts."""
 
 from __future__ import annotations
 
