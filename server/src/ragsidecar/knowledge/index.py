@@ -15,8 +15,9 @@ indexes, so a start-up `sweep` can drop indexes a newer one superseded. Once a f
 slots or more, the index reads from it what only hits need: each hit's record (text and metadata, by byte offset,
 through a small cache of recent hits), the float32 rows it rescores with and its graph until a change (both
 memory-mapped), and the saved chunks' fields its filters select by (knowledge/field_columns.py); it holds the BM25
-side and each slot's key and id. A save maps the graph it wrote when nothing changed since its copy. A folder of the previous format (immutable, bm25s files) is read by
-rebuilding both sides from its vectors and chunk texts: an upgrade re-embeds nothing.
+side and each slot's key and id. A save maps the graph it wrote when nothing changed since its copy. A folder of
+the previous format (immutable, bm25s files) is read by rebuilding both sides from its vectors and chunk texts: an
+upgrade re-embeds nothing.
 """
 
 from __future__ import annotations
