@@ -8,11 +8,11 @@ import random
 from pathlib import Path
 
 import numpy as np
+from filter_helpers import random_fields, random_filter
 
 from ragsidecar.knowledge import field_columns
 from ragsidecar.knowledge import filters as f
 from ragsidecar.knowledge.field_columns import FieldColumns
-from unit.test_filters import _random_fields, _random_filter
 
 
 def _opened(folder: Path, held: dict[int, dict[str, f.Value]], count: int) -> f.FieldIndex:
@@ -27,7 +27,7 @@ def _changed(index: f.FieldIndex, held: dict[int, dict[str, f.Value]], rng: rand
     for member in rng.sample(sorted(held), len(held) // 3):
         index.remove(member)
         del held[member]
-        held[first] = _random_fields(rng, first)
+        held[first] = random_fields(rng, first)
         index.add(first, held[first])
         first += 1
     return first
@@ -35,13 +35,13 @@ def _changed(index: f.FieldIndex, held: dict[int, dict[str, f.Value]], rng: rand
 
 def _expect_selected_as_evaluated(index: f.FieldIndex, held: dict[int, dict[str, f.Value]], rng: random.Random) -> None:
     for _ in range(300):
-        node = _random_filter(rng)
+        node = random_filter(rng)
         assert index.select(node) == {m for m, fields in held.items() if f.matches(node, fields)}, node
 
 
 def test_a_saved_field_index_selects_what_evaluation_keeps_through_changes_and_a_second_save(tmp_path: Path) -> None:
     rng = random.Random(47)
-    held = {i: _random_fields(rng, i) for i in range(400)}
+    held = {i: random_fields(rng, i) for i in range(400)}
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir()
     second.mkdir()
