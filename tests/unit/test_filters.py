@@ -7,6 +7,7 @@ import math
 import random
 
 import pytest
+from filter_helpers import random_fields, random_filter
 
 from ragsidecar.knowledge import filters as f
 
@@ -72,63 +73,21 @@ def test_every_operator_and_kind(node: f.Filter, expected: bool) -> None:
     assert index.select(node) == ({7} if expected else set())
 
 
-def _random_fields(rng: random.Random, i: int) -> dict[str, f.Value]:
-    fields: dict[str, f.Value] = {f.ID: f"d{i}"}
-    if rng.random() < 0.8:
-        fields["n"] = float(rng.randrange(10))
-    if rng.random() < 0.7:
-        fields["s"] = rng.choice("abcde")
-    if rng.random() < 0.5:
-        fields["b"] = rng.random() < 0.5
-    if rng.random() < 0.5:
-        fields["t"] = f.Instant(rng.randrange(5))
-    if rng.random() < 0.5:
-        fields["l"] = tuple(rng.sample("abcde", rng.randrange(3)))
-    if rng.random() < 0.1:
-        fields["s"] = 3.0  # the same key with another kind
-    return fields
-
-
-def _random_filter(rng: random.Random, depth: int = 0) -> f.Filter:
-    if depth < 3 and rng.random() < 0.4:
-        children = tuple(_random_filter(rng, depth + 1) for _ in range(rng.randrange(4)))
-        return rng.choice([f.All, f.AnyOf])(children)
-    if depth < 3 and rng.random() < 0.1:
-        return f.Not(_random_filter(rng, depth + 1))
-    field = rng.choice(["n", "s", "b", "t", "l", "missing"])
-    values: dict[str, list[f.Value]] = {
-        "n": [float(rng.randrange(10))],
-        "s": [rng.choice("abcde")],
-        "b": [rng.random() < 0.5],
-        "t": [f.Instant(rng.randrange(5))],
-        "l": [rng.choice("abcde")],
-        "missing": ["x"],
-    }
-    value = values[field][0]
-    choice = rng.random()
-    if choice < 0.5:
-        ops = list(f.Op) if not isinstance(value, bool) else [f.Op.EQUAL, f.Op.NOT_EQUAL]
-        return f.Compare(field, rng.choice(ops), value)
-    if choice < 0.8:
-        return f.In(field, (value, *values[field]), negated=rng.random() < 0.5)
-    return f.Exists(field)
-
-
 def test_the_index_selects_what_evaluation_keeps_through_changes() -> None:
     rng = random.Random(31)
     index = f.FieldIndex()
     held: dict[int, dict[str, f.Value]] = {}
     for i in range(400):
-        held[i] = _random_fields(rng, i)
+        held[i] = random_fields(rng, i)
         index.add(i, held[i])
     for i in rng.sample(range(400), 120):  # removed, some written again with other fields
         index.remove(i)
         del held[i]
         if rng.random() < 0.5:
-            held[i] = _random_fields(rng, i + 1000)
+            held[i] = random_fields(rng, i + 1000)
             index.add(i, held[i])
     for _ in range(300):
-        node = _random_filter(rng)
+        node = random_filter(rng)
         assert f.problems(node, "filter") == []
         assert index.select(node) == {m for m, fields in held.items() if f.matches(node, fields)}, node
 

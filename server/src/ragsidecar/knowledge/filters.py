@@ -18,9 +18,11 @@ from __future__ import annotations
 import bisect
 import enum
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
+
+import numpy as np
 
 from ragsidecar.errors import Violation
 
@@ -290,7 +292,7 @@ def _equal(value: Value, wanted: Value) -> bool:
 _ELEMENT = "element"
 
 
-def _index_keys(value: Value) -> list[tuple[Kind | str, Any]]:
+def index_keys(value: Value) -> list[tuple[Kind | str, Any]]:
     """The (kind, value) keys a member with this value is found under by ==: a string list under each string
     it holds (as an element: == a string) and under itself (== the list)."""
     kind = kind_of(value)
@@ -299,13 +301,37 @@ def _index_keys(value: Value) -> list[tuple[Kind | str, Any]]:
     return [(kind, float(value) if kind is Kind.NUMBER else value)]  # type: ignore[arg-type]
 
 
+class SavedMembers(Protocol):
+    """Members by field and value as a snapshot saved them (knowledge/field_columns.py), read only: each answer
+    an array of members, those removed since included (FieldIndex masks them)."""
+
+    count: int  # the members are below it
+
+    def present(self, field: str) -> np.ndarray: ...
+
+    def equal(self, field: str, key: tuple[Kind | str, Any]) -> np.ndarray: ...
+
+    def ordered(self, field: str, kind: Kind, low: Any, high: Any, closed: tuple[bool, bool]) -> np.ndarray: ...
+
+
 class FieldIndex:
     """Members (ints: index slots) by field and value. `select` answers a filter with the set of members it
     keeps: == and in cost the members found, ranges a bisection plus the members found, and, from the
-    members' side, !=, not-in and not cost the members held (the complement)."""
+    members' side, !=, not-in and not cost the members held (the complement).
 
-    def __init__(self) -> None:
-        self._members: set[int] = set()
+    Built from `saved` (a snapshot's field columns) and the members of it still `alive` (a mask over
+    saved.count), the index holds only the members added since; a saved member's fields, read for few members
+    only, come from `read_fields`."""
+
+    def __init__(
+        self,
+        saved: SavedMembers | None = None,
+        alive: np.ndarray | None = None,
+        read_fields: Callable[[int], Mapping[str, Value]] | None = None,
+    ) -> None:
+        self._saved, self._read_fields = saved, read_fields
+        self._alive = np.zeros(0, dtype=bool) if alive is None else alive.copy()
+        self._members: set[int] = set(np.flatnonzero(self._alive).tolist())
         self._present: dict[str, set[int]] = {}
         self._by_value: dict[str, dict[tuple[Kind | str, Any], set[int]]] = {}
         self._fields_of: dict[int, Mapping[str, Value]] = {}
@@ -321,7 +347,7 @@ class FieldIndex:
         for name, value in fields.items():
             self._present.setdefault(name, set()).add(member)
             values = self._by_value.setdefault(name, {})
-            for key in _index_keys(value):
+            for key in index_keys(value):
                 if key not in values:
                     self._ordered.pop((name, key[0]), None)
                 values.setdefault(key, set()).add(member)
@@ -329,12 +355,15 @@ class FieldIndex:
     def remove(self, member: int) -> None:
         fields = self._fields_of.pop(member, None)
         if fields is None:
+            if member < len(self._alive) and self._alive[member]:
+                self._alive[member] = False
+                self._members.discard(member)
             return
         self._members.discard(member)
         for name, value in fields.items():
             _discard(self._present, name, member)
             values = self._by_value[name]
-            for key in _index_keys(value):
+            for key in index_keys(value):
                 held = values[key]
                 held.discard(member)
                 if not held:
@@ -344,10 +373,14 @@ class FieldIndex:
                 del self._by_value[name]
 
     def fields(self, member: int) -> Mapping[str, Value]:
-        return self._fields_of.get(member, {})
+        fields = self._fields_of.get(member)
+        if fields is None and self._read_fields is not None and member < len(self._alive) and self._alive[member]:
+            return self._read_fields(member)
+        return fields or {}
 
-    def has_field(self, name: str) -> bool:
-        return bool(self._present.get(name))
+    def _from_saved(self, found: np.ndarray) -> set[int]:
+        """Saved members found, less those removed since."""
+        return set(found[self._alive[found]].tolist()) if len(found) else set()
 
     def select(self, node: Filter) -> set[int]:
         """The members the (validated) filter keeps; the result is the caller's to change."""
@@ -357,7 +390,8 @@ class FieldIndex:
             found = set().union(*(self._equal(node.field, v) for v in node.values))
             return self._members - found if node.negated else found
         if isinstance(node, Exists):
-            return set(self._present.get(node.field, ()))
+            present = set(self._present.get(node.field, ()))
+            return present | self._from_saved(self._saved.present(node.field)) if self._saved else present
         if isinstance(node, Not):
             return self._members - self.select(node.filter)
         if isinstance(node, AnyOf):
@@ -374,7 +408,7 @@ class FieldIndex:
             if not kept:
                 break
             if len(kept) < 64:
-                kept = {m for m in kept if matches(child, self._fields_of[m])}
+                kept = {m for m in kept if matches(child, self.fields(m))}
             else:
                 kept &= self.select(child)
         return kept
@@ -382,9 +416,13 @@ class FieldIndex:
     def _equal(self, field: str, value: Value) -> set[int]:
         values = self._by_value.get(field, {})
         kind = kind_of(value)
-        found = set(values.get((kind, float(value) if kind is Kind.NUMBER else value), ()))  # type: ignore[arg-type]
+        keys: list[tuple[Kind | str, Any]] = [(kind, float(value) if kind is Kind.NUMBER else value)]  # type: ignore[arg-type]
         if kind is Kind.STRING:
-            found |= values.get((_ELEMENT, value), set())
+            keys.append((_ELEMENT, value))
+        found = set().union(*(values.get(key, ()) for key in keys))
+        if self._saved is not None:
+            for key in keys:
+                found |= self._from_saved(self._saved.equal(field, key))
         return found
 
     def _compare(self, node: Compare) -> set[int]:
@@ -399,15 +437,30 @@ class FieldIndex:
             ordered = sorted(v for k, v in values if k is kind)
             self._ordered[(node.field, kind)] = ordered
         wanted: Any = float(node.value) if kind is Kind.NUMBER else node.value  # type: ignore[arg-type]
-        if node.op is Op.LESS:
-            chosen = ordered[: bisect.bisect_left(ordered, wanted)]
-        elif node.op is Op.LESS_OR_EQUAL:
-            chosen = ordered[: bisect.bisect_right(ordered, wanted)]
-        elif node.op is Op.GREATER:
-            chosen = ordered[bisect.bisect_right(ordered, wanted) :]
-        else:
-            chosen = ordered[bisect.bisect_left(ordered, wanted) :]
-        return set().union(*(values[(kind, v)] for v in chosen))
+        low, high, closed = _bounds(node.op, wanted)
+        chosen = ordered[_position(ordered, low, not closed[0], 0) : _position(ordered, high, closed[1], len(ordered))]
+        found: set[int] = set().union(*(values[(kind, v)] for v in chosen))
+        if self._saved is not None:
+            found |= self._from_saved(self._saved.ordered(node.field, kind, low, high, closed))
+        return found
+
+
+def _bounds(op: Op, wanted: Any) -> tuple[Any, Any, tuple[bool, bool]]:
+    """An ordering as a range: (low, high, whether each bound is kept); None for an open end."""
+    if op is Op.LESS:
+        return None, wanted, (False, False)
+    if op is Op.LESS_OR_EQUAL:
+        return None, wanted, (False, True)
+    if op is Op.GREATER:
+        return wanted, None, (False, False)
+    return wanted, None, (True, False)
+
+
+def _position(ordered: list[Any], bound: Any, right: bool, open_end: int) -> int:
+    """Where a bound cuts the ordered values: past its equals when `right`; `open_end` when there is no bound."""
+    if bound is None:
+        return open_end
+    return bisect.bisect_right(ordered, bound) if right else bisect.bisect_left(ordered, bound)
 
 
 def _discard(sets: dict[str, set[int]], name: str, member: int) -> None:
@@ -423,21 +476,24 @@ def _discard(sets: dict[str, set[int]], name: str, member: int) -> None:
 
 def to_json(fields: Mapping[str, Value]) -> dict[str, Any]:
     """Fields as JSON values (a timestamp as {"t": nanos}, a string list as a list), for chunk records."""
-    return {
-        k: {"t": v.nanos} if isinstance(v, Instant) else list(v) if isinstance(v, tuple) else v
-        for k, v in fields.items()
-    }
+    return {k: value_to_json(v) for k, v in fields.items()}
 
 
 def from_json(record: Mapping[str, Any]) -> dict[str, Value]:
     """The inverse of `to_json`."""
-    return {
-        k: Instant(int(v["t"]))
-        if isinstance(v, dict)
-        else tuple(v)
-        if isinstance(v, list)
-        else float(v)
-        if isinstance(v, int) and not isinstance(v, bool)
-        else v
-        for k, v in record.items()
-    }
+    return {k: value_from_json(v) for k, v in record.items()}
+
+
+def value_to_json(value: Value) -> Any:
+    return {"t": value.nanos} if isinstance(value, Instant) else list(value) if isinstance(value, tuple) else value
+
+
+def value_from_json(value: Any) -> Value:
+    """The inverse of `value_to_json`."""
+    if isinstance(value, dict):
+        return Instant(int(value["t"]))
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value

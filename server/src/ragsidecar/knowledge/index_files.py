@@ -33,6 +33,11 @@ CHUNKS = "chunks.jsonl"
 # chunk id with the fields the live chunks hold (JSON): what a mapped index holds in memory of its chunks.
 OFFSETS = "offsets.npy"
 KEYS = "keys.json"
+# The live chunks' fields, by field (knowledge/field_columns.py): which slots hold it, each one's value as a code
+# (int32 pairs), the field's distinct values (one JSON line per field), and where each field's part of both starts.
+FIELD_MEMBERS = "field_members.npy"
+FIELD_VALUES = "field_values.jsonl"
+FIELDS = "fields.json"
 DENSE = "dense.usearch"
 BM25 = "bm25"
 MANIFEST = "manifest.json"
