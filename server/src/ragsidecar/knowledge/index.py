@@ -15,9 +15,8 @@ indexes, so a start-up `sweep` can drop indexes a newer one superseded. Once a f
 slots or more, the index reads from it what only hits need: each hit's record (text and metadata, by byte offset,
 through a small cache of recent hits), the float32 rows it rescores with and its graph until a change (both
 memory-mapped), and the saved chunks' fields its filters select by (knowledge/field_columns.py); it holds the BM25
-side and each slot's key and id. A save maps the graph it wrote when nothing changed since its copy. A folder of
-the previous format (immutable, bm25s files) is read by rebuilding both sides from its vectors and chunk texts: an
-upgrade re-embeds nothing.
+side and each slot's key and id. A folder of the previous format (immutable, bm25s files) is read by rebuilding both
+sides from its vectors and chunk texts: an upgrade re-embeds nothing.
 """
 
 from __future__ import annotations
@@ -312,7 +311,6 @@ class HybridIndex:
         self._slots = Slots(dimensions)
         self._hnsw = self._settings.hnsw()
         self._graph_mapped = False  # opened from a snapshot: the graph is its file's pages, read-only
-        self._changes = 0  # the changes made (a save maps the graph it wrote only if none came after it)
         self._lexical = Lexical(lexical_language)
         # How far this index is caught up with the store it caches (the store's change sequence of the last change
         # applied; 0 for indexes of files). Read under the lock with the content, so a snapshot is stamped with
@@ -391,12 +389,11 @@ class HybridIndex:
             )
         if len(set(keys)) != len(keys):
             raise ValueError("chunk keys must be unique")
-        copied = self._graph_copied() if chunks else None
         with self._lock.writing():
-            self._remove_locked([*removed, *keys], copied)
+            self._remove_locked([*removed, *keys])
             if chunks:
                 slots = self._slots.append(keys, chunks, vectors)
-                self._graph_in_memory(copied)
+                self._graph_in_memory()
                 self._hnsw.add(slots.astype(np.uint64), vectors, threads=self._settings.threads)
                 self._lexical.add(slots.tolist(), [c.text for c in chunks])
             if position is not None:
@@ -416,31 +413,21 @@ class HybridIndex:
             compactor.request(self)
         return removed
 
-    def _remove_locked(self, keys: list[str], copied: tuple[Index, Index] | None = None) -> int:
+    def _remove_locked(self, keys: list[str]) -> int:
         slots = self._slots.release(keys)
         if slots:
-            self._graph_in_memory(copied)
+            self._graph_in_memory()
         for slot in slots:
             self._hnsw.remove(slot)
         self._lexical.remove(slots)
         return len(slots)
 
-    def _graph_copied(self) -> tuple[Index, Index] | None:
-        """(the mapped graph, its copy in memory) ahead of a change, or None when the graph is in memory. Copied
-        under the read lock, so searches go on meanwhile (the copy took 71 ms at 20,000 chunks): a mapped graph
-        never changes, so the copy is the graph the change finds, unless a save or compaction swapped another in."""
-        with self._lock.reading():
-            return (self._hnsw, self._hnsw.copy()) if self._graph_mapped else None
-
-    def _graph_in_memory(self, copied: tuple[Index, Index] | None = None) -> None:
-        """A mapped graph copied into memory before its first change (usearch changes no mapped graph): `copied`
-        ahead of the change when it is still a copy of the graph, else here."""
+    def _graph_in_memory(self) -> None:
+        """A mapped graph copied into memory before its first change (usearch changes no mapped graph)."""
         if self._graph_mapped:
-            fresh = copied[1] if copied is not None and copied[0] is self._hnsw else self._hnsw.copy()
-            self._hnsw, self._graph_mapped = fresh, False
+            self._hnsw, self._graph_mapped = self._hnsw.copy(), False
 
     def _record(self, change: Callable[[HybridIndex], object]) -> None:
-        self._changes += 1
         if self._changes_during_compaction is not None:
             self._changes_during_compaction.append(change)
 
@@ -685,7 +672,7 @@ class HybridIndex:
         folder.parent.mkdir(parents=True, exist_ok=True)
         temp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{leftovers.owner_tag()}", dir=folder.parent))
         try:
-            slots, offsets, live, position, changes = self._write_files(temp)
+            slots, offsets, live, position = self._write_files(temp)
             saved = len(offsets) - 1  # the slots written (more may have been added since)
             header = {**self._manifest_header(live), "slots": saved, "source": source, "position": position}
             # Last: its presence marks the folder complete.
@@ -697,19 +684,19 @@ class HybridIndex:
         swap_in(temp, folder)
         remove_strays(folder)
         if saved >= MAPPED_FROM:
-            self._map(folder, slots, offsets, changes)
+            self._map(folder, slots, offsets)
 
-    def _write_files(self, temp: Path) -> tuple[Slots, np.ndarray, int, int, int]:
+    def _write_files(self, temp: Path) -> tuple[Slots, np.ndarray, int, int]:
         """Writes every slot (a dead one as a null line); returns the slots written (as of then: `used` may grow
-        after), their line offsets, the live chunks, the position and the changes made so far. Changes wait for
-        the copy of the graph and the BM25 side only, not for the other files nor the fsync."""
+        after), their line offsets, the live chunks and the position. Changes wait for the copy of the graph and
+        the BM25 side only, not for the other files nor the fsync."""
         with self._lock.reading():
             slots = self._slots
             write_slots = slots.saved()
             graph = self._hnsw.save()  # into memory: the file is written after the lock is let go
             (temp / BM25).mkdir()
             self._lexical.save(temp / BM25)
-            live, position, changes = len(slots.of_key), self._position, self._changes
+            live, position = len(slots.of_key), self._position
         (temp / DENSE).write_bytes(graph or b"")
         (temp / KEYS).write_text(json.dumps(write_slots(temp), ensure_ascii=False), encoding="utf-8")
         offsets = np.load(temp / OFFSETS, allow_pickle=False)
@@ -717,31 +704,14 @@ class HybridIndex:
             fsync_file(path)
         for sub in (p for p in temp.rglob("*") if p.is_dir()):
             fsync_dir(sub)
-        return slots, offsets, live, position, changes
+        return slots, offsets, live, position
 
-    def _map(self, folder: Path, slots: Slots, offsets: np.ndarray, changes: int) -> None:
+    def _map(self, folder: Path, slots: Slots, offsets: np.ndarray) -> None:
         """Reads the saved slots' chunks and vectors from `folder`'s files from now on, unless a compaction
-        replaced them meanwhile (its slots are numbered afresh: the next save maps those); and the graph, from
-        the file the save wrote, when it is in memory and nothing changed since its copy (`changes`): a written
-        index lets go of its graph at its snapshot rather than at its next open. Under the write lock: no search
-        is using the graph it replaces."""
+        replaced them meanwhile (its slots are numbered afresh: the next save maps those)."""
         with self._lock.writing():
-            if self._slots is not slots:
-                return
-            slots.map(folder, len(offsets) - 1, offsets)
-            if not self._graph_mapped and self._changes == changes:
-                self._view_graph(folder / DENSE)
-
-    def _view_graph(self, path: Path) -> None:
-        """The graph viewed from `path`, which holds it as it is (a graph that cannot be viewed stays in memory)."""
-        viewed = self._settings.hnsw()
-        try:
-            viewed.view(str(path))
-        except Exception as error:  # usearch fails as it may on a file it cannot map: the graph held does
-            log.warning("graph of %s kept in memory: %s: %s", path.parent, type(error).__name__, error)
-            return
-        if len(viewed) == len(self._hnsw):
-            self._hnsw, self._graph_mapped = viewed, True
+            if self._slots is slots:
+                slots.map(folder, len(offsets) - 1, offsets)
 
     def _manifest_header(self, count: int) -> dict[str, Any]:
         s = self._settings
