@@ -147,14 +147,14 @@ def test_a_change_does_not_wait_for_a_search_fusing_what_it_found(monkeypatch: p
     query, text, _, _ = _searches(rng, vectors)[0]
     before = _run(index, (query, text, 10, {}))
     fusing, fused = threading.Event(), threading.Event()
-    fuse = index_module.fuse
+    fuse = index_module.fuse_scores
 
     def held_fuse(*args: object, **kwargs: object) -> object:
         fusing.set()
         fused.wait(60)
         return fuse(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(index_module, "fuse", held_fuse)
+    monkeypatch.setattr(index_module, "fuse_scores", held_fuse)
     with ThreadPoolExecutor(2) as pool:
         searching = pool.submit(_run, index, (query, text, 10, {}))
         assert fusing.wait(60)
@@ -172,7 +172,7 @@ def test_searches_of_every_index_run_at_most_searches_at_once_together(monkeypat
     searches = _searches(rng, vectors)
     inside, most = [0], [0]
     counting = threading.Lock()
-    fuse = index_module.fuse
+    fuse = index_module.fuse_scores
 
     def counted_fuse(*args: object, **kwargs: object) -> object:
         with counting:
@@ -183,7 +183,7 @@ def test_searches_of_every_index_run_at_most_searches_at_once_together(monkeypat
             inside[0] -= 1
         return fuse(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(index_module, "fuse", counted_fuse)
+    monkeypatch.setattr(index_module, "fuse_scores", counted_fuse)
     with ThreadPoolExecutor(THREADS) as pool:
         list(pool.map(lambda n: _run((first, second)[n % 2], searches[n % len(searches)]), range(4 * THREADS)))
     assert most[0] == index_module.SEARCHES_AT_ONCE

@@ -23,11 +23,12 @@ Pure functions: the embedded index and the PostgreSQL store fuse alike.
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, get_args
+
+import numpy as np
 
 from ragsidecar.config import FusionMethod, RerankFusion
 
@@ -95,15 +96,73 @@ def fuse(
 ) -> dict[K, float]:
     """The fused score of every candidate of either list; `dense` and `lexical` are best first, with their
     cosine and BM25 scores. Higher is better; ties are the caller's to break."""
+    positions, lexical_at = _union([k for k, _ in dense], [k for k, _ in lexical])
+    scores = fuse_scores(_scores_of(dense), _scores_of(lexical), lexical_at, len(positions), settings)
+    return dict(zip(positions, scores.tolist(), strict=True))
+
+
+def fuse_scores(
+    dense: np.ndarray, lexical: np.ndarray, lexical_at: np.ndarray, count: int, settings: FusionSettings
+) -> np.ndarray:
+    """`fuse` over arrays, in a few numpy calls whatever the candidates (the index's search path: numpy lets go of
+    the GIL where a loop per candidate would hold it). `dense` and `lexical` hold the lists' scores (float64,
+    best first); the dense list's i-th candidate is candidate i, the lexical list's i-th candidate
+    `lexical_at[i]`; `count` candidates in all. Each fused score equals `fuse`'s to the bit."""
     if settings.method == "convex":
-        return convex_combination(dense, lexical, settings.dense_weight)
+        cosines, bm25 = _theoretical_min_max_of(dense, COSINE_MIN), _theoretical_min_max_of(lexical, BM25_MIN)
+        return _weighted_sum(cosines, bm25, lexical_at, count, settings.dense_weight, (0.0, 0.0))
+    if settings.method in ("rrf", "weighted_rrf"):
+        weights = (1.0, 1.0) if settings.method == "rrf" else (settings.dense_weight, 1.0 - settings.dense_weight)
+        fused = np.zeros(count)
+        fused[: len(dense)] = weights[0] / (settings.rrf_k + np.arange(1, len(dense) + 1))
+        fused[lexical_at] += weights[1] / (settings.rrf_k + np.arange(1, len(lexical) + 1))
+        return fused
+    weight = settings.dense_weight
     if settings.method == "adaptive":
-        weight = adaptive_dense_weight([score for _, score in dense], settings.dense_weight, settings.spread_gain)
-        return weighted_sum(min_max(dense), min_max(lexical), weight)
-    if settings.method in SCALINGS:
-        return weighted_sum(SCALINGS[settings.method](dense), SCALINGS[settings.method](lexical), settings.dense_weight)
-    weights = (1.0, 1.0) if settings.method == "rrf" else (settings.dense_weight, 1.0 - settings.dense_weight)
-    return reciprocal_rank_fusion([[k for k, _ in dense], [k for k, _ in lexical]], settings.rrf_k, weights)
+        weight = adaptive_dense_weight(dense, settings.dense_weight, settings.spread_gain)
+    scale = _z_scores_of if settings.method == "zscore" else _min_max_of
+    dense_scaled, lexical_scaled = scale(dense), scale(lexical)
+    floors = (_absent(dense_scaled), _absent(lexical_scaled))
+    return _weighted_sum(dense_scaled, lexical_scaled, lexical_at, count, weight, floors)
+
+
+def union(dense: np.ndarray, lexical: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates of two lists of distinct integer keys, the dense list's first (in its order), then the
+    lexical list's others (in theirs), and where each of the lexical list's is among them (`fuse_scores`'s
+    `lexical_at`)."""
+    if not len(dense):
+        return lexical, np.arange(len(lexical), dtype=np.intp)
+    order = np.argsort(dense, kind="stable")
+    at = order[np.minimum(np.searchsorted(dense, lexical, sorter=order), len(dense) - 1)]
+    found = dense[at] == lexical
+    lexical_at = np.where(found, at, len(dense) - 1 + np.cumsum(~found))
+    return np.concatenate((dense, lexical[~found])), lexical_at.astype(np.intp)
+
+
+def _union(dense: Iterable[K], lexical: Iterable[K]) -> tuple[dict[K, int], np.ndarray]:
+    """`union` for keys of any kind: each candidate's position, and where each of the lexical list's is."""
+    positions = {k: i for i, k in enumerate(dense)}
+    lexical_at = [positions.setdefault(k, len(positions)) for k in lexical]
+    return positions, np.array(lexical_at, dtype=np.intp)
+
+
+def _scores_of(scored: Sequence[tuple[Any, float]]) -> np.ndarray:
+    return np.fromiter((score for _, score in scored), np.float64, len(scored))
+
+
+def _weighted_sum(
+    dense: np.ndarray,
+    lexical: np.ndarray,
+    lexical_at: np.ndarray,
+    count: int,
+    dense_weight: float,
+    floors: tuple[float, float],
+) -> np.ndarray:
+    """dense_weight * dense + (1 - dense_weight) * lexical per candidate, a list's floor where it lacks one."""
+    dense_full, lexical_full = np.full(count, floors[0]), np.full(count, floors[1])
+    dense_full[: len(dense)] = dense
+    lexical_full[lexical_at] = lexical
+    return dense_weight * dense_full + (1.0 - dense_weight) * lexical_full
 
 
 def with_feedback(fused: Mapping[K, float], similarity: Mapping[K, float], weight: float) -> dict[K, float]:
@@ -113,14 +172,16 @@ def with_feedback(fused: Mapping[K, float], similarity: Mapping[K, float], weigh
     own words or its embedding lifts the candidates that share it too: on the five development sets two documents
     at weight 0.5 raised nDCG@10 by 0.010 on the mean and lowered none (bench/beir.py). Both sides scaled over
     the candidates, the weight means what it says whatever the fusion's scale."""
-    fused_low, fused_factor, fused_base = _scaling(fused.values(), 1.0 - weight)
-    similarity_low, similarity_factor, similarity_base = _scaling(similarity.values(), weight)
+    scores = np.fromiter(fused.values(), np.float64, len(fused))
+    similarities = np.fromiter((similarity[k] for k in fused), np.float64, len(fused))
+    return dict(zip(fused, _with_feedback(scores, similarities, weight).tolist(), strict=True))
+
+
+def _with_feedback(fused: np.ndarray, similarity: np.ndarray, weight: float) -> np.ndarray:
+    fused_low, fused_factor, fused_base = _scaling(fused, 1.0 - weight)
+    similarity_low, similarity_factor, similarity_base = _scaling(similarity, weight)
     base = fused_base + similarity_base
-    # One expression per candidate, no call: this runs on every hybrid search (a closure per side cost 2x).
-    return {
-        k: base + fused_factor * (score - fused_low) + similarity_factor * (similarity[k] - similarity_low)
-        for k, score in fused.items()
-    }
+    return base + fused_factor * (fused - fused_low) + similarity_factor * (similarity - similarity_low)
 
 
 def fed_back(
@@ -134,21 +195,41 @@ def fed_back(
     keys)` gives each of `keys` its likeness to them (the index: the dot product with the sum of their vectors)."""
     if not settings.feedback_on(len(fused)):
         return fused
-    count = settings.feedback_documents
-    kth = heapq.nlargest(count, fused.values())[-1]  # only those that can be among the best meet `tiebreak`
-    best = sorted((k for k, score in fused.items() if score >= kth), key=lambda k: (-fused[k], tiebreak(k)))[:count]
     keys = list(fused)
-    return with_feedback(fused, dict(zip(keys, similarity(best, keys), strict=True)), settings.feedback_weight)
+    scores = fed_back_scores(
+        np.fromiter(fused.values(), np.float64, len(fused)),
+        settings,
+        lambda i: tiebreak(keys[i]),
+        lambda best: np.array(similarity([keys[i] for i in best], keys), dtype=np.float64),
+    )
+    return dict(zip(keys, scores.tolist(), strict=True))
 
 
-def _scaling(values: Collection[float], weight: float) -> tuple[float, float, float]:
+def fed_back_scores(
+    fused: np.ndarray,
+    settings: FusionSettings,
+    tiebreak: Callable[[int], Any],
+    similarity: Callable[[list[int]], np.ndarray],
+) -> np.ndarray:
+    """`fed_back` over an array of fused scores (candidates by position, as `fuse_scores` gives them):
+    `similarity(best)` gives every candidate's likeness (float64) to the positions `best`."""
+    if not settings.feedback_on(len(fused)):
+        return fused
+    count = min(settings.feedback_documents, len(fused))
+    kth = np.partition(fused, len(fused) - count)[len(fused) - count]  # only those that can be among the best
+    near = np.flatnonzero(fused >= kth).tolist()  # meet `tiebreak`
+    best = sorted(near, key=lambda i: (-fused[i], tiebreak(i)))[:count]
+    return _with_feedback(fused, similarity(best), settings.feedback_weight)
+
+
+def _scaling(values: np.ndarray, weight: float) -> tuple[float, float, float]:
     """(low, factor, base) with weight * min_max(value) = base + factor * (value - low) over `values` (not empty;
     all equal: each scales to 1, as min_max has it)."""
-    low, high = min(values), max(values)
+    low, high = float(values.min()), float(values.max())
     return (low, weight / (high - low), 0.0) if high > low else (low, 0.0, weight)
 
 
-def adaptive_dense_weight(cosines: Sequence[float], dense_weight: float, spread_gain: float) -> float:
+def adaptive_dense_weight(cosines: Sequence[float] | np.ndarray, dense_weight: float, spread_gain: float) -> float:
     """The dense list's weight for one query: `dense_weight` + `spread_gain` * (the standard deviation of its
     first SPREAD_DEPTH cosines - TYPICAL_DENSE_SPREAD), within ADAPTIVE_WEIGHT_RANGE; `dense_weight` for a shorter
     list. The spread of a retrieval list's scores predicts how well it ranks (Perez-Iglesias and Araujo, "Standard
@@ -157,7 +238,7 @@ def adaptive_dense_weight(cosines: Sequence[float], dense_weight: float, spread_
     like the fused head, is the same for every `top_k`."""
     if len(cosines) < SPREAD_DEPTH:
         return dense_weight
-    _, spread = _mean_and_deviation(cosines[:SPREAD_DEPTH])
+    _, spread = _mean_and_deviation(np.asarray(cosines[:SPREAD_DEPTH], dtype=np.float64))
     low, high = ADAPTIVE_WEIGHT_RANGE
     return min(high, max(low, dense_weight + spread_gain * (spread - TYPICAL_DENSE_SPREAD)))
 
@@ -173,33 +254,25 @@ def reciprocal_rank_fusion(
     return fused
 
 
-def convex_combination(
-    dense: Sequence[tuple[K, float]], lexical: Sequence[tuple[K, float]], dense_weight: float
-) -> dict[K, float]:
-    """dense_weight * TMM-scaled cosine + (1 - dense_weight) * TMM-scaled BM25 (missing: scaled 0)."""
-    cosines, bm25 = theoretical_min_max(dense, COSINE_MIN), theoretical_min_max(lexical, BM25_MIN)
-    return {k: dense_weight * cosines.get(k, 0.0) + (1.0 - dense_weight) * bm25.get(k, 0.0) for k in [*cosines, *bm25]}
-
-
 def weighted_sum(dense: Mapping[K, float], lexical: Mapping[K, float], dense_weight: float) -> dict[K, float]:
     """dense_weight * dense + (1 - dense_weight) * lexical over scaled scores; a candidate one list lacks gets
     that list's `_absent` score."""
-    dense_floor, lexical_floor = _absent(dense), _absent(lexical)
-    lexical_weight, dense_score, lexical_score = 1.0 - dense_weight, dense.get, lexical.get
-    return {
-        k: dense_weight * dense_score(k, dense_floor) + lexical_weight * lexical_score(k, lexical_floor)
-        for k in [*dense, *lexical]
-    }
+    positions, lexical_at = _union(dense, lexical)
+    dense_scores = np.fromiter(dense.values(), np.float64, len(dense))
+    lexical_scores = np.fromiter(lexical.values(), np.float64, len(lexical))
+    floors = (_absent(dense_scores), _absent(lexical_scores))
+    scores = _weighted_sum(dense_scores, lexical_scores, lexical_at, len(positions), dense_weight, floors)
+    return dict(zip(positions, scores.tolist(), strict=True))
 
 
-def _absent(scaled: Mapping[Any, float]) -> float:
+def _absent(scaled: np.ndarray) -> float:
     """The scaled score of a candidate a list lacks: the list's lowest, or 0 when its candidates all share one
     score (none, or one: min_max scales each to 1). Ranked below every candidate of the list, it must not tie
     with them: a memory of near-identical notes searched for one note's identifier ("parcel zq3x1") found that note
     alone in the BM25 list, and when its lowest counted for the others too the identifier weighed nothing."""
-    if not scaled:
+    if not len(scaled):
         return 0.0
-    low, high = min(scaled.values()), max(scaled.values())
+    low, high = float(scaled.min()), float(scaled.max())
     return low if low < high else 0.0
 
 
@@ -207,39 +280,45 @@ def min_max(scored: Sequence[tuple[K, float]]) -> dict[K, float]:
     """Scores mapped to [0, 1]: the list's lowest to 0, its best to 1. When they are all equal (a list of one
     among them), each is the list's best: 1. Scoring them 0 would put a one-chunk source's only hit, found by
     both lists, below every other source's hits when a search merges sources by score."""
-    if not scored:
-        return {}
-    values = [score for _, score in scored]
-    low, high = min(values), max(values)
-    if high == low:
-        return dict.fromkeys([k for k, _ in scored], 1.0)
-    span = high - low  # inline rather than _min_max's closure: a call per candidate was a third of a fusion
-    return {k: (score - low) / span for k, score in scored}
+    return dict(zip([k for k, _ in scored], _min_max_of(_scores_of(scored)).tolist(), strict=True))
+
+
+def _min_max_of(scores: np.ndarray) -> np.ndarray:
+    if not len(scores):
+        return scores
+    low, high = float(scores.min()), float(scores.max())
+    return np.ones(len(scores)) if high == low else (scores - low) / (high - low)
 
 
 def z_scores(scored: Sequence[tuple[K, float]]) -> dict[K, float]:
     """(score - the list's mean) / its standard deviation (all 0 when the scores are equal)."""
-    if not scored:
-        return {}
-    mean, spread = _mean_and_deviation([score for _, score in scored])
-    return {k: (score - mean) / spread if spread > 0 else 0.0 for k, score in scored}
+    return dict(zip([k for k, _ in scored], _z_scores_of(_scores_of(scored)).tolist(), strict=True))
 
 
-def _mean_and_deviation(values: Sequence[float]) -> tuple[float, float]:
-    """The values' mean and (population) standard deviation; `values` is not empty."""
-    mean = sum(values) / len(values)
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+def _z_scores_of(scores: np.ndarray) -> np.ndarray:
+    if not len(scores):
+        return scores
+    mean, spread = _mean_and_deviation(scores)
+    return (scores - mean) / spread if spread > 0 else np.zeros(len(scores))
 
 
-SCALINGS: dict[str, Callable[[Sequence[tuple[Any, float]]], dict[Any, float]]] = {"minmax": min_max, "zscore": z_scores}
+def _mean_and_deviation(values: np.ndarray) -> tuple[float, float]:
+    """The values' mean and (population) standard deviation; `values` is not empty. Summed in order (cumsum),
+    as Python's sum does, not pairwise (np.sum): the same bits as before they were arrays."""
+    mean = float(np.cumsum(values)[-1]) / len(values)
+    return mean, math.sqrt(float(np.cumsum(np.square(values - mean))[-1]) / len(values))
 
 
 def theoretical_min_max(scored: Sequence[tuple[K, float]], floor: float) -> dict[K, float]:
     """Scores mapped to [0, 1]: the theoretical minimum `floor` to 0, the list's best score to 1."""
-    if not scored:
-        return {}
-    span = max(score for _, score in scored) - floor
-    return {k: (max(score, floor) - floor) / span if span > 0 else 0.0 for k, score in scored}
+    return dict(zip([k for k, _ in scored], _theoretical_min_max_of(_scores_of(scored), floor).tolist(), strict=True))
+
+
+def _theoretical_min_max_of(scores: np.ndarray, floor: float) -> np.ndarray:
+    if not len(scores):
+        return scores
+    span = float(scores.max()) - floor
+    return (np.maximum(scores, floor) - floor) / span if span > 0 else np.zeros(len(scores))
 
 
 def alternate(*rankings: Sequence[K]) -> list[K]:

@@ -21,9 +21,9 @@ sides from its vectors and chunk texts: an upgrade re-embeds nothing.
 
 from __future__ import annotations
 
-import heapq
 import json
 import logging
+import math
 import shutil
 import tempfile
 import threading
@@ -45,7 +45,7 @@ from usearch.index import BatchMatches, Index
 from ragsidecar import metrics, tracing
 from ragsidecar.knowledge import filters, leftovers
 from ragsidecar.knowledge.compaction import compactor
-from ragsidecar.knowledge.fusion import FusionSettings, alternate, fed_back, fuse
+from ragsidecar.knowledge.fusion import FusionSettings, alternate, fed_back_scores, fuse_scores, union
 from ragsidecar.knowledge.index_files import (
     BM25,
     CHUNKS,
@@ -132,6 +132,9 @@ def _turn() -> Iterator[None]:
 
 # RRF at k 60: the fusion of a search that names none, and of one list alone (its own ranks).
 _DEFAULT_FUSION = FusionSettings()
+# Keys and their scores, best first.
+Scored = tuple[np.ndarray, np.ndarray]
+_NO_KEYS = np.zeros(0, dtype=np.intp)
 
 
 @dataclass(frozen=True)
@@ -573,42 +576,47 @@ class HybridIndex:
             # Both lists are `candidates` deep whatever k is, so the fused head, and every hit in it, is the same
             # for every k; when k asks for more than the head holds, the deeper lists follow it (`_beyond`).
             depth = min(candidates, live)
-            dense: list[tuple[int, float]] = []
-            lexical: list[tuple[int, float]] = []
+            dense_keys, cosines = _NO_KEYS, np.zeros(0, dtype=np.float32)
+            lexical_keys, bm25 = _NO_KEYS, np.zeros(0)
             if use_dense:
                 with tracing.span("dense search", chunks=live, candidates=depth) as span:
-                    dense = self._dense_top(query, depth, allowed)
-                    span.set(hits=len(dense))
+                    dense_keys, cosines = self._dense_top(query, depth, allowed)
+                    span.set(hits=len(dense_keys))
             if use_lexical:
                 with tracing.span("lexical search", chunks=live, candidates=depth) as span:
-                    lexical = self._lexical.top(query_text or "", depth, allowed)
-                    span.set(hits=len(lexical))
-            found = {p for p, _ in dense} | {p for p, _ in lexical}  # the keys the fusion gives a score
-            deeper: tuple[list[tuple[int, float]], list[tuple[int, float]]] | None = None
+                    lexical_keys, bm25 = self._lexical.top_arrays(query_text or "", depth, allowed)
+                    span.set(hits=len(lexical_keys))
+            # The keys the fusion gives a score: the dense list's, then the lexical list's others.
+            found, lexical_at = union(dense_keys, lexical_keys)
+            deeper: tuple[Scored, Scored] | None = None
             if len(found) < k and depth < live:
+                nothing: Scored = (_NO_KEYS, np.zeros(0))
                 deeper = (
-                    self._dense_top(query, min(k, live), allowed) if use_dense else [],
-                    self._lexical.top(query_text or "", min(k, live), allowed) if use_lexical else [],
+                    self._dense_top(query, min(k, live), allowed) if use_dense else nothing,
+                    self._lexical.top_arrays(query_text or "", min(k, live), allowed) if use_lexical else nothing,
                 )
-                found.update(p for p, _ in (*deeper[0], *deeper[1]))
-            taken = slots.taken(found)
-        # Fusion, feedback and the hits read only what was taken: changes do not wait for them.
-        with tracing.span("fusion", dense_hits=len(dense), lexical_hits=len(lexical)) as span:
+                taken = slots.taken(set(found.tolist()).union(deeper[0][0].tolist(), deeper[1][0].tolist()))
+            else:
+                taken = slots.taken(found.tolist())
+        # Fusion, feedback and the hits read only what was taken: changes do not wait for them. Over arrays, in a
+        # few numpy calls (which let go of the GIL: a search beside others holds it less).
+        with tracing.span("fusion", dense_hits=len(dense_keys), lexical_hits=len(lexical_keys)) as span:
             hybrid = use_dense and use_lexical
-            fused = fuse(dense, lexical, fusion if hybrid else _DEFAULT_FUSION)
+            fused = fuse_scores(
+                cosines.astype(np.float64), bm25, lexical_at, len(found), fusion if hybrid else _DEFAULT_FUSION
+            )
             if hybrid:  # only the candidates are fed back (fusion_candidates per list): the head stays the same
-                fused = fed_back(fused, fusion, taken.id_of, lambda best, keys: _similarity_to_sum(taken, best, keys))
+                fused = fed_back_scores(
+                    fused,
+                    fusion,
+                    lambda i: taken.id_of(int(found[i])),
+                    lambda best: _similarity_to_sum(taken, found[best], found),
+                )
             span.set(hits=min(k, len(fused)))
-        contenders = _contenders(fused, k)
-        cosines = dict(dense)
-        missing = [p for p in contenders if p not in cosines]
-        if missing:  # BM25-only candidates still get an exact cosine
-            cosines.update(zip(missing, (taken.vectors[missing] @ query).tolist(), strict=True))
-        bm25 = dict(lexical)
-        order = sorted(contenders, key=lambda p: (-fused[p], -cosines[p], taken.id_of(p)))[:k]
-        hits = [Hit(taken.hit_chunk(p), float(cosines[p]), bm25.get(p), fused[p]) for p in order]
+        hits = _head(taken, query, found, fused, cosines, bm25, lexical_at, k)
         if deeper is not None:
-            hits += _beyond(fused, query, *deeper, taken)[: k - len(hits)]
+            head = dict(zip(found.tolist(), fused.tolist(), strict=True))
+            hits += _beyond(head, query, *deeper, taken)[: k - len(hits)]
         return hits
 
     def _unit_query(self, query_vector: np.ndarray) -> np.ndarray:
@@ -619,9 +627,9 @@ class HybridIndex:
         # Normalising makes `dense` a true cosine even if a caller passes an unnormalised embedding.
         return query / norm if norm > 0 else query
 
-    def _dense_top(self, query: np.ndarray, count: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+    def _dense_top(self, query: np.ndarray, count: int, allowed: np.ndarray | None = None) -> Scored:
         """HNSW candidates re-scored with exact float32 cosines (the graph's f16/i8 distances are approximate), the
-        best `count` of GRAPH_OVERSAMPLE times as many the graph is asked for;
+        best `count` of GRAPH_OVERSAMPLE times as many the graph is asked for, as keys and cosines best first;
         within `allowed` slots when given: all of them scored exactly when that costs no more than the graph's
         ask for them (EXACT_ROWS_PER_NEIGHBOUR), else the graph's."""
         if allowed is None:
@@ -638,7 +646,7 @@ class HybridIndex:
             best = np.argpartition(-exact, count - 1)[:count]
             keys, exact = keys[best], exact[best]
         order = np.lexsort((keys, -exact))
-        return [(int(keys[i]), float(exact[i])) for i in order]
+        return keys[order].astype(np.intp), exact[order]
 
     def _graph_top(self, query: np.ndarray, count: int) -> np.ndarray:
         return self._graph_searches.search(self._hnsw, query, count, self._settings.threads)
@@ -836,26 +844,57 @@ def _scores(vectors: Rows, slots: np.ndarray, query: np.ndarray) -> np.ndarray:
     return scores
 
 
-def _similarity_to_sum(taken: Taken, best: list[int], keys: list[int]) -> list[float]:
+def _similarity_to_sum(taken: Taken, best: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Each of `keys`' dot product with the sum of `best`'s vectors: pseudo-relevance feedback's likeness
-    (fusion.fed_back; the sum's norm does not matter, the similarities are min-max scaled)."""
+    (fusion.fed_back_scores; the sum's norm does not matter, the similarities are min-max scaled)."""
     centroid = taken.vectors[best].sum(axis=0)
-    return (taken.vectors[np.fromiter(keys, dtype=np.int64, count=len(keys))] @ centroid).tolist()
+    return (taken.vectors[keys] @ centroid).astype(np.float64)
+
+
+def _head(
+    taken: Taken,
+    query: np.ndarray,
+    found: np.ndarray,
+    fused: np.ndarray,
+    cosines: np.ndarray,
+    bm25: np.ndarray,
+    lexical_at: np.ndarray,
+    k: int,
+) -> list[Hit]:
+    """The best `k` of the candidates `found` by fused score (ties: higher cosine, then chunk id): the dense
+    list's (the first len(cosines)) with their cosine, the others given theirs exactly; BM25 scores where the
+    lexical list has one."""
+    contenders = _contenders(fused, k)
+    exact = np.zeros(len(contenders))
+    dense = contenders < len(cosines)
+    exact[dense] = cosines[contenders[dense]]
+    if not dense.all():  # BM25-only candidates still get an exact cosine
+        exact[~dense] = taken.vectors[found[contenders[~dense]]] @ query
+    lexical = np.full(len(found), np.nan)
+    lexical[lexical_at] = bm25
+    rows = zip(contenders.tolist(), found[contenders].tolist(), fused[contenders].tolist(), exact.tolist(), strict=True)
+    best = sorted(rows, key=lambda row: (-row[2], -row[3], taken.id_of(row[1])))[:k]
+    scores = lexical.tolist()
+    return [
+        Hit(taken.hit_chunk(slot), cosine, None if math.isnan(scores[i]) else scores[i], score)
+        for i, slot, score, cosine in best
+    ]
 
 
 def _beyond(
     head: dict[int, float],
     query: np.ndarray,
-    dense: list[tuple[int, float]],
-    lexical: list[tuple[int, float]],
+    dense: Scored,
+    lexical: Scored,
     taken: Taken,
 ) -> list[Hit]:
     """The chunks past the fused head: both lists, deeper than the head's, taken alternately (a rank at a time).
     Alternating rather than fusing keeps the order of the first ones the same whatever their depth is. Scores
     step down from the head's lowest, a millionth of it at a time (never a tie: hits from several sources
     are merged by score)."""
-    rest = [p for p in alternate([p for p, _ in dense], [p for p, _ in lexical]) if p not in head]
-    cosines, bm25 = dict(dense), dict(lexical)
+    rest = [p for p in alternate(dense[0].tolist(), lexical[0].tolist()) if p not in head]
+    cosines = dict(zip(dense[0].tolist(), dense[1].tolist(), strict=True))
+    bm25 = dict(zip(lexical[0].tolist(), lexical[1].tolist(), strict=True))
     missing = [p for p in rest if p not in cosines]
     if missing:
         cosines.update(zip(missing, (taken.vectors[missing] @ query).tolist(), strict=True))
@@ -864,11 +903,10 @@ def _beyond(
     return [Hit(taken.hit_chunk(p), float(cosines[p]), bm25.get(p), floor - (i + 1) * step) for i, p in enumerate(rest)]
 
 
-def _contenders(fused: dict[int, float], k: int) -> list[int]:
-    """The candidates that can be among the `k` best fused scores: those at or above the k-th best. Only they are
-    sorted by the full key (score, cosine, chunk id) and given a cosine they lack: a search fuses up to 200
-    candidates for a k of 10, and sorting them all cost a sixth of a search at 100k chunks."""
+def _contenders(fused: np.ndarray, k: int) -> np.ndarray:
+    """The candidates (positions) that can be among the `k` best fused scores: those at or above the k-th best.
+    Only they are sorted by the full key (score, cosine, chunk id) and given a cosine they lack: a search fuses up
+    to 200 candidates for a k of 10, and sorting them all cost a sixth of a search at 100k chunks."""
     if len(fused) <= k:
-        return list(fused)
-    kth = heapq.nlargest(k, fused.values())[-1]
-    return [p for p, score in fused.items() if score >= kth]
+        return np.arange(len(fused))
+    return np.flatnonzero(fused >= np.partition(fused, len(fused) - k)[len(fused) - k])

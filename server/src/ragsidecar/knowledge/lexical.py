@@ -494,15 +494,21 @@ class Lexical:
         """Up to `count` (slot, score) pairs, best first (ties: slot ascending); only texts sharing a term with
         the query, and only `allowed` slots (ascending) when given (the collection's statistics stay the whole
         index's). Query terms that repeat count each time, as in bm25s."""
+        slots, scores = self.top_arrays(query, count, allowed)
+        return list(zip(slots.tolist(), scores.tolist(), strict=True))
+
+    def top_arrays(self, query: str, count: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`top` as two arrays: the slots (intp) and their scores (float64), best first."""
+        nothing = (np.zeros(0, dtype=np.intp), np.zeros(0))
         if count <= 0 or not self._live:
-            return []
+            return nothing
         repeats = Counter(self._ids[word] for word in terms([query], self.language)[0] if word in self._ids)
         if not repeats:
-            return []  # blank, stopword-only or out-of-vocabulary query: no lexical evidence
+            return nothing  # blank, stopword-only or out-of-vocabulary query: no lexical evidence
         postings = self._postings(np.fromiter(repeats, np.int32, len(repeats)))
         df = np.array([sum(len(slots) for slots, _ in pieces) for pieces in postings])
         if not df.any():
-            return []
+            return nothing
         idf = np.log1p((self._live - df + 0.5) / (df + 0.5))
         factors = np.fromiter(repeats.values(), np.float64, len(repeats)) * idf
         # Every posting's weight summed in one pass (a numpy call per term and segment costs more than the
@@ -516,9 +522,9 @@ class Lexical:
         if allowed is not None:  # ascending, so a tie between kept scores still goes to the lower slot
             kept = scores[allowed]
             best = _highest(kept, count)
-            return list(zip(allowed[best].tolist(), kept[best].tolist(), strict=True))
+            return allowed[best].astype(np.intp), kept[best]
         best = _highest(scores, count)
-        return list(zip(best.tolist(), scores[best].tolist(), strict=True))
+        return best, scores[best]
 
     def _postings(self, query_terms: np.ndarray) -> list[list[Postings]]:
         """Each query term's live postings, in pieces: one from each segment and the memtable holding the term."""
