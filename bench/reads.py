@@ -5,7 +5,9 @@ The partition is made as bench/lean_reference.py makes it (bench/restart.py's da
 synthetic vectors, the embedded store's bulk load and background snapshot); both indexes load that snapshot. Then,
 alternating between them round by round so both meet the same moments of a shared machine:
 
-  same hits     whether both return the same hits (ids and fused scores) for every query.
+  same hits     whether both return the same hits (ids and fused scores) for every query. NO since the graph is
+                asked for GRAPH_OVERSAMPLE times the candidates (knowledge/index.py): this checkout's dense lists
+                are nearer the exact ones than REFERENCE_COMMIT's.
   CPU p50       a steady search's thread time, p50 over the rounds (k 10, retrieval.fusion_candidates, the fusion).
   8 vs 1        searches per second of 8 threads at once over one at a time; "GIL-free" the same for work that
                 lets go of the GIL (bench/restart.py's gil_free): how much of a second core the host left free
