@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 import pytest
 from retrieval_helpers import PRINCIPAL, entry, stub, target
-from sidecar import Sidecar, error_details
+from sidecar import Sidecar, default_config, error_details
 
 from ragsidecar.v1 import common_pb2
 from ragsidecar.v1 import retrieval_pb2 as pb
@@ -27,6 +29,15 @@ def upsert(
         ),
         timeout=60,
     )
+
+
+def sharing_replica(workdir: Path, dsn: str, **store: object) -> Sidecar:
+    """A started postgres replica on `dsn` whose data folder is under `workdir` (kept across its restarts),
+    snapshotting after 0.2 s idle and sharing the snapshot of any partition; `store` adds [store] settings."""
+    config = default_config()
+    config["store"] = {"backend": "postgres", "snapshot_idle_s": 0.2, "shared_snapshot_chunks": 1, **store}
+    workdir.mkdir(exist_ok=True)
+    return Sidecar(workdir, config, env={"RAGSIDECAR_STORE_DSN": dsn}).start()
 
 
 def upsert_documents(server: Sidecar, scope: common_pb2.Scope, documents: dict[str, str]) -> pb.UpsertDocumentsResponse:

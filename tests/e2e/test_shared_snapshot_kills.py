@@ -22,27 +22,13 @@ from pathlib import Path
 
 import grpc
 import psycopg
-from memory_helpers import found_ids, upsert_documents
-from sidecar import Sidecar, default_config
+from memory_helpers import found_ids, sharing_replica, upsert_documents
+from sidecar import Sidecar
 
 from ragsidecar.v1 import common_pb2
 from ragsidecar.v1 import retrieval_pb2 as pb
 
 AT = common_pb2.Scope(tenant="acme-kills", session="s1")
-
-
-def replica(workdir: Path, dsn: str, interval_s: float = 300.0) -> Sidecar:
-    """A postgres replica whose data folder is `workdir`/data (kept across its restarts), sharing the snapshot of
-    any partition, replaced at most every `interval_s`."""
-    config = default_config()
-    config["store"] = {
-        "backend": "postgres",
-        "snapshot_idle_s": 0.2,
-        "shared_snapshot_chunks": 1,
-        "shared_snapshot_interval_s": interval_s,
-    }
-    workdir.mkdir(exist_ok=True)
-    return Sidecar(workdir, config, env={"RAGSIDECAR_STORE_DSN": dsn}).start()
 
 
 def notes(start: int, count: int) -> dict[str, str]:
@@ -160,7 +146,7 @@ def test_a_kill_9_during_the_download_is_swept_at_start_and_the_shared_snapshot_
     dsn = postgres.database("shared_snapshot_kills_download")
     first = notes(0, 300)
     late = notes(300, 10)  # written after the shared snapshot: replayed from the change log
-    a = replica(tmp_path / "a", dsn)
+    a = sharing_replica(tmp_path / "a", dsn)
     try:
         write(a, first)
         assert found(a, "marker5")
@@ -172,7 +158,7 @@ def test_a_kill_9_during_the_download_is_swept_at_start_and_the_shared_snapshot_
     assert head_bytes == part_bytes
 
     *written, (last, _) = shared_files(dsn)  # in the order the download writes them
-    b = replica(tmp_path / "b", dsn)
+    b = sharing_replica(tmp_path / "b", dsn)
     # The download's statement waits for this lock, its temp folder made: a named pipe put there under its last
     # file's name stops the download once it has written every other file (opening a pipe to write waits for a
     # reader), and the replica is killed there.
@@ -189,7 +175,7 @@ def test_a_kill_9_during_the_download_is_swept_at_start_and_the_shared_snapshot_
     searching.join(60)
     assert leftovers(tmp_path / "b") == [incoming] and not snapshots(tmp_path / "b")
 
-    b = replica(tmp_path / "b", dsn)
+    b = sharing_replica(tmp_path / "b", dsn)
     try:
         assert leftovers(tmp_path / "b") == [], "the killed download's folder was not swept at start"
         holds_every(b, first | late, ["n0", "n150", "n299", *late])
@@ -207,7 +193,9 @@ def test_a_kill_9_during_the_upload_keeps_the_previous_shared_snapshot_whole_for
     dsn = postgres.database("shared_snapshot_kills_upload")
     first = notes(0, 300)
     later = notes(300, 20)
-    a = replica(tmp_path / "a", dsn, interval_s=0.01)  # every local snapshot past the shared one replaces it
+    a = sharing_replica(
+        tmp_path / "a", dsn, shared_snapshot_interval_s=0.01
+    )  # every local snapshot past the shared one replaces it
     try:
         write(a, first)
         assert found(a, "marker5")
@@ -229,7 +217,9 @@ def test_a_kill_9_during_the_upload_keeps_the_previous_shared_snapshot_whole_for
     finally:
         a.stop()
 
-    c = replica(tmp_path / "c", dsn)  # no snapshot of its own: loads the shared one, replays the writes after it
+    c = sharing_replica(
+        tmp_path / "c", dsn
+    )  # no snapshot of its own: loads the shared one, replays the writes after it
     try:
         holds_every(c, first | later, ["n0", "n299", "n300", "n319"])
         assert c.metric("ragsidecar_index_snapshots_total", how="fetched") == 1
@@ -237,7 +227,9 @@ def test_a_kill_9_during_the_upload_keeps_the_previous_shared_snapshot_whole_for
     finally:
         c.stop()
 
-    a = replica(tmp_path / "a", dsn, interval_s=0.01)  # the killed uploader, on its own snapshot
+    a = sharing_replica(
+        tmp_path / "a", dsn, shared_snapshot_interval_s=0.01
+    )  # the killed uploader, on its own snapshot
     try:
         assert leftovers(tmp_path / "a") == []
         holds_every(a, first | later, ["n0", "n319"])

@@ -80,15 +80,7 @@ def found(server: Sidecar, query: str) -> list[str]:
 
 def count(server: Sidecar, documents: dict[str, str]) -> int:
     """Documents the partition holds, as an upsert of `documents` (all stored already) reports it."""
-    response = stub(server).UpsertDocuments(
-        pb.UpsertDocumentsRequest(
-            principal=PRINCIPAL,
-            scope=AT,
-            knowledge="notes",
-            documents=[pb.MemoryDocument(id=i, text=t) for i, t in documents.items()],
-        ),
-        timeout=120,
-    )
+    response = upsert_documents(server, AT, documents)
     assert response.unchanged == len(documents), "an acknowledged document was lost or altered"
     return response.document_count
 

@@ -9,25 +9,13 @@ import time
 
 import psycopg
 import pytest
-from memory_helpers import upsert_documents
+from memory_helpers import sharing_replica, upsert_documents
 from retrieval_helpers import PRINCIPAL, SCOPE, entry, stub, target
-from sidecar import Sidecar, default_config
+from sidecar import Sidecar
 
 from ragsidecar.v1 import retrieval_pb2 as pb
 
 NOTES = entry("notes", "MEMORY", "SEARCH")
-
-
-def replica(workdir, dsn: str, row_level_security: bool) -> Sidecar:
-    config = default_config()
-    config["store"] = {
-        "backend": "postgres",
-        "snapshot_idle_s": 0.2,
-        "shared_snapshot_chunks": 1,
-        "row_level_security": row_level_security,
-    }
-    workdir.mkdir()
-    return Sidecar(workdir, config, env={"RAGSIDECAR_STORE_DSN": dsn}).start()
 
 
 def found(server: Sidecar, query: str) -> list[str]:
@@ -51,7 +39,7 @@ def test_a_replica_with_no_snapshot_serves_from_the_shared_one_plus_the_writes_a
 ) -> None:
     name = f"shared_snapshot_replicas_{int(row_level_security)}"
     dsn = postgres.owned_database(name) if row_level_security else postgres.database(name)
-    a = replica(tmp_path / "a", dsn, row_level_security)
+    a = sharing_replica(tmp_path / "a", dsn, row_level_security=row_level_security)
     try:
         upsert_documents(a, SCOPE, {f"n{i}": f"parcel {i} left the depot on route {i % 3}" for i in range(30)})
         assert found(a, "parcel depot route")
@@ -62,7 +50,7 @@ def test_a_replica_with_no_snapshot_serves_from_the_shared_one_plus_the_writes_a
         stub(a).DeleteDocuments(
             pb.DeleteDocumentsRequest(principal=PRINCIPAL, scope=SCOPE, knowledge="notes", ids=["n7"]), timeout=60
         )
-        b = replica(tmp_path / "b", dsn, row_level_security)
+        b = sharing_replica(tmp_path / "b", dsn, row_level_security=row_level_security)
         try:
             hits = found(b, "parcel written after the shared snapshot returned depot")
             assert b.metric("ragsidecar_index_snapshots_total", how="fetched") == 1
