@@ -351,6 +351,8 @@ class Catalog:
                 return await self._read_back(folder, entry, scope, model), "disk"
             except IndexCorrupt as err:
                 log.warning("index of %s at %s is corrupt (%s); rebuilding it", entry.name, folder, err)
+            except FileNotFoundError:  # removed while read: a save superseded it (its key came back), so it is gone
+                log.info("index of %s at %s went while it was read; updating or building it", entry.name, folder)
         if last is not None and self._updatable(entry, last, model):
             return await self._update(entry, scope, embedder, model, last, scan.listing), "updated"
         return await self._build_whole(entry, scope, embedder, model), "built"
